@@ -1,0 +1,19 @@
+"""attnkit: a complete, correct and fast Transformer toolkit on PyTorch."""
+
+from attnkit.config import PRESETS, ModelConfig
+from attnkit.errors import AttnkitError
+from attnkit.models import DecoderOnly, EncoderDecoder, EncoderOnly, Output, build_model
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS",
+    "AttnkitError",
+    "DecoderOnly",
+    "EncoderDecoder",
+    "EncoderOnly",
+    "ModelConfig",
+    "Output",
+    "__version__",
+    "build_model",
+]

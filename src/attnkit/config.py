@@ -1,0 +1,308 @@
+"""Model configuration: one frozen dataclass that fully describes a Transformer.
+
+A model is built from a `ModelConfig` and nothing else, so a config saved as
+JSON next to the weights is enough to rebuild it. Fields left as `None` are
+resolved from the others when the config is made (for example `n_kv_heads`
+defaults to `n_heads`), so what is saved is always explicit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnkit.errors import AttnkitError
+
+SHAPES = ("encoder-decoder", "decoder", "encoder")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+NORMS = ("layernorm",)
+NORM_POSITIONS = ("post", "pre")
+POSITIONALS = ("sinusoidal", "learned", "none")
+TIE_EMBEDDINGS = ("none", "decoder", "all")
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise AttnkitError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything needed to build a model; names follow the paper.
+
+    shape: `encoder-decoder` (the paper, translation), `decoder` (a language
+        model, GPT) or `encoder` (a sentence encoder, BERT).
+    vocab_size: the target vocabulary (the only one for single-stack shapes).
+    src_vocab_size: the source vocabulary of an encoder-decoder; defaults to
+        `vocab_size` (one joint vocabulary, as in the paper).
+    n_kv_heads: heads of keys and values; equal to `n_heads` is multi-head
+        attention, fewer is grouped-query attention, 1 is multi-query.
+    dropout: on each sub-layer's output before the residual sum (P_drop).
+    attention_dropout: on the attention weights.
+    embedding_dropout: on the sum of embeddings and positional encodings.
+    norm_position: `post` is the paper's LayerNorm(x + Sublayer(x)); `pre` is
+        x + Sublayer(LayerNorm(x)), which trains deep stacks without warmup.
+    final_norm: a norm after the last block of each stack; defaults to on for
+        pre-LN (whose residual stream is otherwise never normalised).
+    scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4).
+    tie_embeddings: `decoder` shares the target embedding with the output
+        projection; `all` also shares it with the source embedding (one
+        vocabulary for both sides, as in the paper).
+    """
+
+    shape: str = "encoder-decoder"
+    vocab_size: int = 37000
+    src_vocab_size: int | None = None
+    d_model: int = 512
+    n_heads: int = 8
+    n_kv_heads: int | None = None
+    n_encoder_layers: int | None = None
+    n_decoder_layers: int | None = None
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    embedding_dropout: float = 0.1
+    activation: str = "relu"
+    norm: str = "layernorm"
+    norm_position: str = "post"
+    norm_eps: float = 1e-5
+    final_norm: bool | None = None
+    positional: str = "sinusoidal"
+    max_len: int = 1024
+    scale_embeddings: bool = True
+    tie_embeddings: str = "all"
+    bias: bool = True
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        _choice("shape", self.shape, SHAPES)
+        has_encoder = self.shape != "decoder"
+        has_decoder = self.shape != "encoder"
+        resolved = {
+            "n_kv_heads": self.n_heads if self.n_kv_heads is None else self.n_kv_heads,
+            "n_encoder_layers": (6 if has_encoder else 0)
+            if self.n_encoder_layers is None
+            else self.n_encoder_layers,
+            "n_decoder_layers": (6 if has_decoder else 0)
+            if self.n_decoder_layers is None
+            else self.n_decoder_layers,
+            "final_norm": self.norm_position == "pre"
+            if self.final_norm is None
+            else self.final_norm,
+            "src_vocab_size": (self.vocab_size if self.shape == "encoder-decoder" else None)
+            if self.src_vocab_size is None
+            else self.src_vocab_size,
+        }
+        for name, value in resolved.items():
+            object.__setattr__(self, name, value)
+        self._validate()
+
+    def _validate(self) -> None:
+        for name in ("vocab_size", "d_model", "n_heads", "n_kv_heads", "d_ff", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise AttnkitError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise AttnkitError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
+            raise AttnkitError(
+                f"n_kv_heads {self.n_kv_heads} must divide n_heads {self.n_heads} "
+                "(equal is multi-head, fewer is grouped-query, 1 is multi-query attention)"
+            )
+        for name in ("dropout", "attention_dropout", "embedding_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise AttnkitError(f"{name} must be in [0, 1), got {value!r}")
+        _choice("activation", self.activation, ACTIVATIONS)
+        _choice("norm", self.norm, NORMS)
+        _choice("norm_position", self.norm_position, NORM_POSITIONS)
+        _choice("positional", self.positional, POSITIONALS)
+        _choice("tie_embeddings", self.tie_embeddings, TIE_EMBEDDINGS)
+        if self.norm_eps <= 0:
+            raise AttnkitError(f"norm_eps must be positive, got {self.norm_eps!r}")
+        self._validate_shape()
+        if not 0 <= self.pad_id < max(self.vocab_size, self.src_vocab_size or 0):
+            raise AttnkitError(
+                f"pad_id {self.pad_id} is outside the vocabulary of {self.vocab_size} tokens"
+            )
+
+    def _validate_shape(self) -> None:
+        needs = {
+            "encoder-decoder": ("n_encoder_layers", "n_decoder_layers"),
+            "decoder": ("n_decoder_layers",),
+            "encoder": ("n_encoder_layers",),
+        }[self.shape]
+        for name in needs:
+            if getattr(self, name) < 1:
+                raise AttnkitError(f"a {self.shape} model needs {name} >= 1")
+        for name in {"n_encoder_layers", "n_decoder_layers"} - set(needs):
+            if getattr(self, name) != 0:
+                raise AttnkitError(f"a {self.shape} model has no {name[2:-7]}: set {name} to 0")
+        if self.shape != "encoder-decoder" and self.src_vocab_size is not None:
+            raise AttnkitError(
+                f"src_vocab_size is only for encoder-decoder models; a {self.shape} model "
+                "has one vocabulary, vocab_size"
+            )
+        if self.src_vocab_size is not None and self.src_vocab_size < 1:
+            raise AttnkitError(
+                f"src_vocab_size must be a positive integer, got {self.src_vocab_size}"
+            )
+        if self.tie_embeddings == "all":
+            if self.shape != "encoder-decoder":
+                raise AttnkitError(
+                    f"tie_embeddings 'all' needs a source and a target side; a {self.shape} "
+                    "model ties its input and output with 'decoder'"
+                )
+            if self.src_vocab_size != self.vocab_size:
+                raise AttnkitError(
+                    f"tie_embeddings 'all' needs one shared vocabulary, but src_vocab_size is "
+                    f"{self.src_vocab_size} and vocab_size is {self.vocab_size}"
+                )
+
+    @property
+    def d_head(self) -> int:
+        """d_k = d_v = d_model / h (section 3.2.2)."""
+        return self.d_model // self.n_heads
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed, validated again."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise AttnkitError(_unknown_field_message(sorted(unknown)[0]))
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise AttnkitError(_unknown_field_message(sorted(unknown)[0]))
+        return cls(**data)
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2) + "\n"
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, source: str | Path) -> ModelConfig:
+        """Read a config from a JSON string or from a file path."""
+        text = str(source)
+        if not text.lstrip().startswith("{"):
+            path = Path(source)
+            if not path.is_file():
+                raise AttnkitError(f"no config file at {path}")
+            text = path.read_text()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise AttnkitError(f"the config is not valid JSON: {err}") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        """A named preset (see `PRESETS`), with some fields overridden."""
+        if name not in PRESETS:
+            close = difflib.get_close_matches(name, PRESETS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise AttnkitError(
+                f"unknown preset {name!r}; {hint}the presets are {', '.join(PRESETS)}"
+            )
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+
+def _unknown_field_message(name: str) -> str:
+    fields = [f.name for f in dataclasses.fields(ModelConfig)]
+    close = difflib.get_close_matches(name, fields, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; the fields are {', '.join(fields)}"
+    return f"ModelConfig has no field {name!r}{hint}"
+
+
+# Named presets. The paper's two models (Table 3) with its shared 37,000-token
+# BPE vocabulary, and small shapes for tests, the demo and CPU experiments.
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper-base": {"shape": "encoder-decoder", "vocab_size": 37000},
+    "paper-big": {
+        "shape": "encoder-decoder",
+        "vocab_size": 37000,
+        "d_model": 1024,
+        "n_heads": 16,
+        "d_ff": 4096,
+        "dropout": 0.3,
+        "embedding_dropout": 0.3,
+    },
+    "tiny": {
+        "shape": "encoder-decoder",
+        "vocab_size": 64,
+        "d_model": 32,
+        "n_heads": 4,
+        "n_encoder_layers": 2,
+        "n_decoder_layers": 2,
+        "d_ff": 64,
+        "max_len": 128,
+    },
+    "demo": {
+        "shape": "encoder-decoder",
+        "vocab_size": 16,
+        "d_model": 64,
+        "n_heads": 4,
+        "n_encoder_layers": 2,
+        "n_decoder_layers": 2,
+        "d_ff": 256,
+        "dropout": 0.0,
+        "embedding_dropout": 0.0,
+        "norm_position": "pre",
+        "max_len": 64,
+    },
+    "gpt-tiny": {
+        "shape": "decoder",
+        "vocab_size": 256,
+        "d_model": 128,
+        "n_heads": 4,
+        "n_decoder_layers": 4,
+        "d_ff": 512,
+        "dropout": 0.0,
+        "embedding_dropout": 0.0,
+        "activation": "gelu",
+        "norm_position": "pre",
+        "positional": "learned",
+        "max_len": 256,
+        "scale_embeddings": False,
+        "tie_embeddings": "decoder",
+    },
+    "gpt2-small": {
+        "shape": "decoder",
+        "vocab_size": 50257,
+        "d_model": 768,
+        "n_heads": 12,
+        "n_decoder_layers": 12,
+        "d_ff": 3072,
+        "activation": "gelu_tanh",
+        "norm_position": "pre",
+        "positional": "learned",
+        "max_len": 1024,
+        "scale_embeddings": False,
+        "tie_embeddings": "decoder",
+    },
+    "bert-mini": {
+        "shape": "encoder",
+        "vocab_size": 30522,
+        "d_model": 256,
+        "n_heads": 4,
+        "n_encoder_layers": 4,
+        "d_ff": 1024,
+        "activation": "gelu",
+        "positional": "learned",
+        "max_len": 512,
+        "scale_embeddings": False,
+        "tie_embeddings": "decoder",
+        "norm_eps": 1e-12,
+    },
+}

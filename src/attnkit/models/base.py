@@ -1,0 +1,101 @@
+"""What the three model shapes share: input checks, outputs, initialisation, counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.config import ModelConfig
+from attnkit.errors import AttnkitError
+
+
+@dataclass
+class Output:
+    """A forward pass's result.
+
+    logits: (batch, length, vocab) scores before the softmax.
+    hidden: (batch, length, d_model) the last stack's output.
+    attentions: with `need_weights`, the weights (batch, heads, queries, keys)
+        of every layer, under "encoder", "decoder" (self) and "cross".
+    """
+
+    logits: Tensor
+    hidden: Tensor
+    attentions: dict[str, list[Tensor]] | None = None
+
+
+class TransformerModel(nn.Module):
+    """Base of `EncoderDecoder`, `DecoderOnly` and `EncoderOnly`."""
+
+    config: ModelConfig
+
+    def _init_weights(self) -> None:
+        """Glorot-uniform linear weights and zero biases, as torch.nn.Transformer.
+
+        Runs before weight tying, so a tied output projection keeps the
+        embedding's initialisation.
+        """
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    def _check(self, ids: Tensor, mask: Tensor | None, name: str) -> Tensor | None:
+        """Validate ids (batch, length) and their padding mask; return the mask as bool."""
+        if ids.dim() != 2:
+            raise AttnkitError(
+                f"{name} must be a (batch, length) tensor of token ids, got shape {tuple(ids.shape)}"
+            )
+        if ids.shape[1] > self.config.max_len:
+            raise AttnkitError(
+                f"{name} has length {ids.shape[1]}, over max_len {self.config.max_len} of this "
+                "model; truncate the input or build the model with a larger max_len"
+            )
+        if mask is None:
+            return None
+        if mask.shape != ids.shape:
+            raise AttnkitError(
+                f"the padding mask of {name} has shape {tuple(mask.shape)} but {name} has shape "
+                f"{tuple(ids.shape)}; a padding mask is (batch, length) with True for real tokens"
+            )
+        return mask.bool()
+
+    @staticmethod
+    def positions_from_mask(mask: Tensor | None) -> Tensor | None:
+        """Position of each token counted over real tokens only.
+
+        With right padding this is 0, 1, 2, ... as usual; with left padding it
+        starts each sequence at 0 too, so a sequence gets the same result
+        whatever padding sits beside it in the batch.
+        """
+        return None if mask is None else (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        """Number of distinct parameters (a tied matrix counts once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters by top-level part, each distinct tensor counted in the first part that owns it."""
+        seen: set[int] = set()
+        counts: dict[str, int] = {}
+        for name, child in self.named_children():
+            n = 0
+            for p in child.parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    n += p.numel()
+            counts[name] = n
+        counts["total"] = sum(counts.values())
+        return counts
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+
+def collect(weights: list[tuple[Tensor | None, Tensor | None]], which: int) -> list[Tensor]:
+    """One kind of attention weights (0 self, 1 cross) from every layer."""
+    return [w[which] for w in weights if w[which] is not None]

@@ -1,0 +1,44 @@
+"""The decoder-only Transformer (GPT): a language model.
+
+    logits = CausalStack(Embed(x)) W_out,  p(x_t | x_<t) = softmax(logits_{t-1})
+
+The encoder-decoder's decoder without cross-attention.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from attnkit.config import ModelConfig
+from attnkit.errors import AttnkitError
+from attnkit.models.base import Output, TransformerModel, collect
+from attnkit.models.stack import Embed, Stack
+from attnkit.nn import TokenEmbedding
+
+
+class DecoderOnly(TransformerModel):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.shape != "decoder":
+            raise AttnkitError(f"DecoderOnly needs a decoder config, got shape {config.shape!r}")
+        c = self.config = config
+        token = TokenEmbedding(c.vocab_size, c.d_model, c.scale_embeddings)
+        self.embed = Embed(token, c)
+        self.decoder = Stack(c, c.n_decoder_layers, causal=True, cross=False)
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self._init_weights()
+        if c.tie_embeddings == "decoder":
+            self.head.weight = token.weight
+
+    def forward(
+        self, ids: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+    ) -> Output:
+        """ids (batch, length) -> logits predicting each next token.
+
+        `mask` (batch, length) is True for real tokens; left or right padding both work.
+        """
+        mask = self._check(ids, mask, "ids")
+        x = self.embed(ids, self.positions_from_mask(mask))
+        hidden, weights = self.decoder(x, mask, need_weights=need_weights)
+        attentions = {"decoder": collect(weights, 0)} if need_weights else None
+        return Output(self.head(hidden), hidden, attentions)

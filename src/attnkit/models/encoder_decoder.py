@@ -1,0 +1,95 @@
+"""The encoder-decoder Transformer of the paper (figure 1), for translation.
+
+    memory = Encoder(Embed_src(x))
+    logits = Decoder(Embed_tgt(y_shifted), memory) W_out                     (section 3)
+
+The decoder's self-attention is causal; its cross-attention reads the whole
+memory except source padding. At inference the memory is computed once
+(`encode`) and the decoder runs step by step (`decode`).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from attnkit.config import ModelConfig
+from attnkit.errors import AttnkitError
+from attnkit.models.base import Output, TransformerModel, collect
+from attnkit.models.stack import Embed, Stack
+from attnkit.nn import TokenEmbedding
+
+
+class EncoderDecoder(TransformerModel):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.shape != "encoder-decoder":
+            raise AttnkitError(
+                f"EncoderDecoder needs an encoder-decoder config, got shape {config.shape!r}"
+            )
+        c = self.config = config
+        tgt_token = TokenEmbedding(c.vocab_size, c.d_model, c.scale_embeddings)
+        src_token = (
+            tgt_token
+            if c.tie_embeddings == "all"
+            else TokenEmbedding(c.src_vocab_size, c.d_model, c.scale_embeddings)
+        )
+        self.src_embed = Embed(src_token, c)
+        self.tgt_embed = Embed(tgt_token, c)
+        self.encoder = Stack(c, c.n_encoder_layers, causal=False, cross=False)
+        self.decoder = Stack(c, c.n_decoder_layers, causal=True, cross=True)
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self._init_weights()
+        if c.tie_embeddings != "none":
+            self.head.weight = tgt_token.weight
+
+    def _encode(self, src_ids: Tensor, src_mask: Tensor | None, need_weights: bool):
+        src_mask = self._check(src_ids, src_mask, "src_ids")
+        x = self.src_embed(src_ids, self.positions_from_mask(src_mask))
+        memory, weights = self.encoder(x, src_mask, need_weights=need_weights)
+        return memory, src_mask, weights
+
+    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, need_weights):
+        tgt_mask = self._check(tgt_ids, tgt_mask, "tgt_ids")
+        y = self.tgt_embed(tgt_ids, self.positions_from_mask(tgt_mask))
+        return self.decoder(
+            y, tgt_mask, memory=memory, memory_key_mask=src_mask, need_weights=need_weights
+        )
+
+    def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Source ids (batch, S) -> memory (batch, S, d_model)."""
+        return self._encode(src_ids, src_mask, False)[0]
+
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Target ids (batch, T), already shifted right, and memory -> logits (batch, T, vocab)."""
+        src_mask = None if src_mask is None else src_mask.bool()
+        return self.head(self._decode(tgt_ids, memory, src_mask, tgt_mask, False)[0])
+
+    def forward(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> Output:
+        """Teacher-forced pass: logits for every target position.
+
+        Masks are (batch, length), True (or 1) for real tokens, None for no padding.
+        """
+        memory, src_mask, enc_w = self._encode(src_ids, src_mask, need_weights)
+        hidden, dec_w = self._decode(tgt_ids, memory, src_mask, tgt_mask, need_weights)
+        attentions = None
+        if need_weights:
+            attentions = {
+                "encoder": collect(enc_w, 0),
+                "decoder": collect(dec_w, 0),
+                "cross": collect(dec_w, 1),
+            }
+        return Output(self.head(hidden), hidden, attentions)

@@ -1,0 +1,42 @@
+"""The encoder-only Transformer (BERT): a bidirectional sentence encoder.
+
+    hidden = Stack(Embed(x));  logits = hidden W_out  (masked-token prediction)
+
+Every position attends to every real position; `hidden` gives token vectors
+to pool into sentence embeddings.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from attnkit.config import ModelConfig
+from attnkit.errors import AttnkitError
+from attnkit.models.base import Output, TransformerModel, collect
+from attnkit.models.stack import Embed, Stack
+from attnkit.nn import TokenEmbedding
+
+
+class EncoderOnly(TransformerModel):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.shape != "encoder":
+            raise AttnkitError(f"EncoderOnly needs an encoder config, got shape {config.shape!r}")
+        c = self.config = config
+        token = TokenEmbedding(c.vocab_size, c.d_model, c.scale_embeddings)
+        self.embed = Embed(token, c)
+        self.encoder = Stack(c, c.n_encoder_layers, causal=False, cross=False)
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self._init_weights()
+        if c.tie_embeddings == "decoder":
+            self.head.weight = token.weight
+
+    def forward(
+        self, ids: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+    ) -> Output:
+        """ids (batch, length) -> per-token logits and hidden states."""
+        mask = self._check(ids, mask, "ids")
+        x = self.embed(ids, self.positions_from_mask(mask))
+        hidden, weights = self.encoder(x, mask, need_weights=need_weights)
+        attentions = {"encoder": collect(weights, 0)} if need_weights else None
+        return Output(self.head(hidden), hidden, attentions)

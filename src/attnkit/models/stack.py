@@ -1,0 +1,86 @@
+"""What every model shape assembles: the input embedding and a stack of blocks.
+
+Embed(ids) = Dropout(E[ids] * sqrt(d_model) + PE[positions])          (section 3.4, 3.5)
+Stack(x)   = Norm?(Block_N(... Block_1(x)))                           (section 3.1)
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from attnkit.config import ModelConfig
+from attnkit.models.block import Block, Weights
+from attnkit.nn import (
+    AbsolutePositions,
+    TokenEmbedding,
+    make_norm,
+    padding_mask,
+    self_attention_mask,
+)
+
+
+class Embed(nn.Module):
+    """Token embedding plus absolute positions, then dropout."""
+
+    def __init__(self, token: TokenEmbedding, config: ModelConfig) -> None:
+        super().__init__()
+        self.token = token
+        self.positions = (
+            AbsolutePositions(
+                config.max_len, config.d_model, learned=config.positional == "learned"
+            )
+            if config.positional in ("sinusoidal", "learned")
+            else None
+        )
+        self.dropout = nn.Dropout(config.embedding_dropout)
+
+    def forward(self, ids: Tensor, positions: Tensor | None = None) -> Tensor:
+        x = self.token(ids)
+        if self.positions is not None:
+            x = self.positions(x, positions)
+        return self.dropout(x)
+
+
+class Stack(nn.Module):
+    """N identical blocks; with pre-LN, a final norm closes the residual stream."""
+
+    def __init__(self, config: ModelConfig, n_layers: int, *, causal: bool, cross: bool) -> None:
+        super().__init__()
+        self.causal = causal
+        self.blocks = nn.ModuleList(
+            Block(config, causal=causal, cross=cross) for _ in range(n_layers)
+        )
+        self.norm = (
+            make_norm(config.norm, config.d_model, config.norm_eps, config.bias)
+            if config.final_norm
+            else None
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        key_mask: Tensor | None = None,
+        *,
+        memory: Tensor | None = None,
+        memory_key_mask: Tensor | None = None,
+        positions: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Weights]]:
+        """x: (batch, length, d_model); masks are (batch, length) with True for real tokens."""
+        # Masks are built once here, not once per layer.
+        mask = self_attention_mask(key_mask, x.shape[1], self.causal)
+        memory_mask = None if memory_key_mask is None else padding_mask(memory_key_mask)
+        weights = []
+        for block in self.blocks:
+            x, w = block(
+                x,
+                mask=mask,
+                memory=memory,
+                memory_mask=memory_mask,
+                positions=positions,
+                need_weights=need_weights,
+            )
+            weights.append(w)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x, weights

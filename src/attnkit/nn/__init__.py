@@ -1,0 +1,27 @@
+"""Building blocks of the Transformer, each independent of the model shapes."""
+
+from attnkit.nn.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+    self_attention_mask,
+)
+from attnkit.nn.embedding import TokenEmbedding
+from attnkit.nn.feedforward import FeedForward
+from attnkit.nn.norm import Residual, make_norm
+from attnkit.nn.positional import AbsolutePositions, sinusoidal_table
+
+__all__ = [
+    "AbsolutePositions",
+    "FeedForward",
+    "MultiHeadAttention",
+    "Residual",
+    "TokenEmbedding",
+    "causal_mask",
+    "make_norm",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "self_attention_mask",
+    "sinusoidal_table",
+]

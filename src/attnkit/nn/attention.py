@@ -1,0 +1,210 @@
+"""Scaled dot-product attention, masks, and multi-head attention.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k) + M) V                 (eq. 1)
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+        head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)                      (section 3.2.2)
+
+M is 0 where a query may look at a key and -inf where it may not. Masks here
+are boolean tensors broadcastable to (batch, heads, queries, keys) with True
+where attention is allowed, the convention of `F.scaled_dot_product_attention`.
+An additive float bias (ALiBi) and a rotation of queries and keys (RoPE) plug
+in through `bias` and `rotary` without touching the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.errors import AttnkitError
+
+
+class Rotary(Protocol):
+    """Rotates queries and keys by their positions before the dot product (RoPE)."""
+
+    def __call__(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+    ) -> tuple[Tensor, Tensor]: ...
+
+
+def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> Tensor:
+    """(q_len, k_len) boolean mask, True on and below the diagonal.
+
+    When there are fewer queries than keys (decoding with a cache) the queries
+    are the last `q_len` positions, so the diagonal is aligned bottom-right.
+    """
+    ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    return ones.tril(diagonal=k_len - q_len)
+
+
+def padding_mask(key_mask: Tensor) -> Tensor:
+    """(batch, keys) True-for-real-token mask -> (batch, 1, 1, keys) attention mask."""
+    return key_mask[:, None, None, :]
+
+
+def self_attention_mask(key_mask: Tensor | None, q_len: int, causal: bool) -> Tensor | None:
+    """The combined mask of a self-attention layer, or None when nothing is masked.
+
+    A padding query still attends to itself, so no row of the mask is empty:
+    an empty row would make softmax produce NaN, and NaN in a padding position
+    spreads into real positions through the backward pass. What a padding
+    query computes is never read by a real one, because its key is masked.
+    """
+    if key_mask is None:
+        return causal_mask(q_len, q_len) if causal else None
+    k_len = key_mask.shape[-1]
+    mask = padding_mask(key_mask)
+    if causal:
+        mask = mask & causal_mask(q_len, k_len, key_mask.device)
+    # The queries are the last q_len keys; this band marks each one's own key.
+    offset = k_len - q_len
+    own = torch.ones(q_len, k_len, dtype=torch.bool, device=key_mask.device)
+    return mask | own.tril(offset).triu(offset)
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    bias: Tensor | None = None,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """softmax(Q K^T / sqrt(d_k) + M + bias) V on (batch, heads, length, d_k) tensors.
+
+    `k` and `v` may have fewer heads than `q` (grouped-query attention); each
+    key/value head then serves n_heads / n_kv_heads query heads.
+
+    With `need_weights` the plain reference path runs and also returns the
+    attention weights (batch, heads, queries, keys). Otherwise the fused
+    `F.scaled_dot_product_attention` runs and the weights are None; both paths
+    compute the same function (tested).
+    """
+    if is_causal and mask is None and q.shape[-2] != k.shape[-2]:
+        # SDPA aligns its causal mask top-left; with a cache it must be bottom-right.
+        mask, is_causal = causal_mask(q.shape[-2], k.shape[-2], q.device), False
+    group = q.shape[1] // k.shape[1]
+    if not need_weights:
+        attn_mask = mask
+        if bias is not None:
+            attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal and attn_mask is None,
+            enable_gqa=group > 1,
+        )
+        return out, None
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
+    if is_causal:
+        mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    out = F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v
+    return out, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with `n_kv_heads` key/value heads (MHA, GQA or MQA).
+
+    Self-attention projects Q, K and V with one fused matrix (one matmul
+    instead of three); cross-attention projects Q from the decoder and K, V
+    (fused) from the encoder memory. With n_kv_heads == n_heads the layer has
+    4 d_model^2 weights whatever the number of heads: splitting into heads
+    only reshapes the projections (section 3.2.2).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        *,
+        cross: bool = False,
+        bias: bool = True,
+        dropout: float = 0.0,
+        rotary: Rotary | None = None,
+    ) -> None:
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if d_model % n_heads or n_heads % n_kv_heads:
+            raise AttnkitError(
+                f"d_model {d_model} must be divisible by n_heads {n_heads}, "
+                f"and n_heads by n_kv_heads {n_kv_heads}"
+            )
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
+        self.d_head = d_model // n_heads
+        self.cross = cross
+        self.dropout = dropout
+        self.rotary = rotary
+        q_dim, kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
+        if cross:
+            self.q_proj = nn.Linear(d_model, q_dim, bias=bias)
+            self.kv_proj = nn.Linear(d_model, 2 * kv_dim, bias=bias)
+        else:
+            self.qkv_proj = nn.Linear(d_model, q_dim + 2 * kv_dim, bias=bias)
+        self.out_proj = nn.Linear(q_dim, d_model, bias=bias)
+
+    def _heads(self, x: Tensor, n: int) -> Tensor:
+        """(batch, length, n * d_head) -> (batch, n, length, d_head), a view."""
+        return x.unflatten(-1, (n, self.d_head)).transpose(1, 2)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        mask: Tensor | None = None,
+        is_causal: bool = False,
+        bias: Tensor | None = None,
+        positions: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from `x` (batch, queries, d_model) to itself or to `memory`.
+
+        `mask` is boolean and broadcastable to (batch, heads, queries, keys);
+        `positions` (batch or 1, length) feed the rotary hook when there is one.
+        Returns the output (batch, queries, d_model) and, with `need_weights`,
+        the attention weights (batch, heads, queries, keys).
+        """
+        q_dim = self.n_heads * self.d_head
+        kv_dim = self.n_kv_heads * self.d_head
+        if self.cross:
+            if memory is None:
+                raise AttnkitError("cross-attention needs the encoder memory")
+            q = self._heads(self.q_proj(x), self.n_heads)
+            k, v = self.kv_proj(memory).split(kv_dim, dim=-1)
+        else:
+            q, k, v = self.qkv_proj(x).split((q_dim, kv_dim, kv_dim), dim=-1)
+            q = self._heads(q, self.n_heads)
+        k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+        if self.rotary is not None:
+            if positions is None:
+                positions = torch.arange(q.shape[-2], device=q.device)[None]
+            q, k = self.rotary(q, k, positions, positions)
+        out, weights = scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            mask,
+            bias=bias,
+            is_causal=is_causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights,
+        )
+        return self.out_proj(out.transpose(1, 2).flatten(2)), weights
