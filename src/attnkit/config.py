@@ -250,7 +250,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "demo": {
         "shape": "encoder-decoder",
-        "vocab_size": 16,
+        "vocab_size": 14,
         "d_model": 64,
         "n_heads": 4,
         "n_encoder_layers": 2,

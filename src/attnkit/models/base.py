@@ -47,7 +47,8 @@ class TransformerModel(nn.Module):
         """Validate ids (batch, length) and their padding mask; return the mask as bool."""
         if ids.dim() != 2:
             raise AttnkitError(
-                f"{name} must be a (batch, length) tensor of token ids, got shape {tuple(ids.shape)}"
+                f"{name} must be a (batch, length) tensor of token ids, "
+                f"got shape {tuple(ids.shape)}"
             )
         if ids.shape[1] > self.config.max_len:
             raise AttnkitError(
@@ -78,7 +79,7 @@ class TransformerModel(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
     def parameter_counts(self) -> dict[str, int]:
-        """Parameters by top-level part, each distinct tensor counted in the first part that owns it."""
+        """Parameters per top-level part; a shared tensor counts in the first part that has it."""
         seen: set[int] = set()
         counts: dict[str, int] = {}
         for name, child in self.named_children():
