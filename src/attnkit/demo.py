@@ -9,17 +9,21 @@ cross-attention to learn an anti-diagonal alignment, which the heat map shows.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.data.batch import Batch, pad
-from attnkit.models import EncoderDecoder
+from attnkit.models import EncoderDecoder, TransformerModel
+from attnkit.train import Trainer, TrainResult
+from attnkit.train import distributed as dist
+from attnkit.train.run_config import RunConfig, apply_overrides
+from attnkit.train.tasks import TaskSetup
 from attnkit.viz import plot_attention
 
 log = logging.getLogger(__name__)
@@ -54,37 +58,98 @@ def demo_config() -> ModelConfig:
     return ModelConfig.from_preset("demo", vocab_size=len(VOCAB))
 
 
-def train_reverser(
-    steps: int = 1500,
-    batch_size: int = 64,
-    lr: float = 2e-3,
-    warmup: int = 100,
-    task: ReverseTask | None = None,
-    seed: int = 0,
-    on_step: Callable[[int, float], None] | None = None,
-) -> EncoderDecoder:
-    """Train the demo model with teacher forcing and a linear-warmup, linear-decay Adam."""
-    task = task or ReverseTask()
-    torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    model = EncoderDecoder(demo_config())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup)))
+# The demo's run config; configs/demo.toml holds the same values (a test keeps them equal).
+DEMO_RUN = {
+    "model": {"preset": "demo"},
+    "data": {"task": "reverse", "max_len": 12, "batch_size": 64},
+    "train": {
+        "out_dir": "attnkit-demo/run",
+        "steps": 1500,
+        "lr": 2e-3,
+        "schedule": "linear",
+        "warmup": 100,
+        "weight_decay": 0.0,
+        "beta2": 0.999,
+        "eps": 1e-8,
+        "clip_norm": 1.0,
+        "label_smoothing": 0.0,
+        "log_every": 50,
+        "save_every": 1500,
+        "keep_last": 1,
+    },
+    "eval": {"every": 500, "metric": "exact_match", "bleu_examples": 200},
+}
+
+
+def demo_run_config(**overrides: Any) -> RunConfig:
+    """The demo's RunConfig; `overrides` are `section.key` names, e.g. {"train.steps": 300}."""
+    return RunConfig.from_dict(
+        apply_overrides(
+            DEMO_RUN,
+            [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in overrides.items()],
+        )
     )
-    model.train()
-    for step in range(steps):
-        b = task.batch(task.sample(batch_size, generator))
-        logits = model(b.src, b.tgt[:, :-1], b.src_mask, b.tgt_mask[:, :-1]).logits
-        loss = F.cross_entropy(logits.flatten(0, 1), b.tgt[:, 1:].flatten(), ignore_index=PAD)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        if on_step is not None:
-            on_step(step, loss.item())
-    return model.eval()
+
+
+class ReverseBatches:
+    """`batches_per_epoch` random batches per epoch, the same for the same (seed, epoch)."""
+
+    def __init__(
+        self, task: ReverseTask, batch_size: int, seed: int, batches_per_epoch: int = 500
+    ) -> None:
+        self.task, self.batch_size, self.seed = task, batch_size, seed
+        self.batches_per_epoch = batches_per_epoch
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def __iter__(self) -> Iterator[Batch]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        for _ in range(self.batches_per_epoch):
+            yield self.task.batch(self.task.sample(self.batch_size, generator))
+
+
+def reverse_setup(config: RunConfig) -> TaskSetup:
+    """Model, data and the exact-match metric of the reversal task, from a run config.
+
+    `data.max_len` is the longest digit string; each rank draws its own batches.
+    """
+    task = ReverseTask(max_len=config.data.max_len)
+    model_config = config.model.build(vocab_size=len(VOCAB))
+    torch.manual_seed(config.train.seed)
+    model = EncoderDecoder(model_config)
+    rank = dist.from_env().rank
+    train = ReverseBatches(task, config.data.batch_size, seed=config.train.seed * 100 + rank)
+    n, seed = config.eval.bleu_examples, config.train.seed + 1
+
+    def metric(m: TransformerModel) -> dict[str, float]:
+        return {"exact_match": exact_match(m, task, n, seed=seed)[0]}
+
+    return TaskSetup(model, train, None, [metric], None)
+
+
+def train_reverser(
+    config: RunConfig | None = None,
+    *,
+    callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
+) -> TrainResult:
+    """Train the demo model with the `Trainer`; the run folder is `train.out_dir`."""
+    config = config or demo_run_config()
+    setup = reverse_setup(config)
+    trainer = Trainer(
+        setup.model,
+        setup.train_data,
+        train=config.train,
+        eval=config.eval,
+        metrics=setup.metrics,
+        run_config=config,
+        callbacks=callbacks,
+    )
+    return trainer.fit()
 
 
 @torch.no_grad()

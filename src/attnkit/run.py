@@ -68,20 +68,29 @@ def load_pretrained(run_dir: str | Path, device: str | torch.device = "cpu") -> 
                 "(train a model with `attnkit train` or import one with `attnkit import hf`)"
             )
     model = build_model(ModelConfig.from_json(config_path))
+    load_weights(model, weights_path, device)
+    return model.to(device).eval()
+
+
+def load_weights(
+    model: TransformerModel, weights_path: str | Path, device: str | torch.device = "cpu"
+) -> TransformerModel:
+    """Load a model.safetensors into `model` in place, refusing any mismatch in one sentence."""
     try:
         missing, unexpected = load_model(model, str(weights_path), strict=False, device=str(device))
-    except (SafetensorError, RuntimeError) as err:
+    except (SafetensorError, RuntimeError, FileNotFoundError) as err:
         raise AttnkitError(
-            f"the weights in {weights_path} do not fit the model of {config_path}: {err}"
+            f"the weights in {weights_path} do not fit the model of {model.config.shape!r} "
+            f"shape and its config: {err}"
         ) from None
     # Tied weights are stored once, so their second name is reported missing; that is fine.
     tied = {name for name in missing if _is_tied(model, name)}
     if set(missing) - tied or unexpected:
         raise AttnkitError(
-            f"the weights in {weights_path} do not match {config_path}: missing "
+            f"the weights in {weights_path} do not match the model's config: missing "
             f"{sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]}"
         )
-    return model.to(device).eval()
+    return model
 
 
 def _is_tied(model: torch.nn.Module, name: str) -> bool:

@@ -1,4 +1,4 @@
-"""Pictures: attention heat maps.
+"""Pictures: attention heat maps and training curves.
 
 An attention map shows, for each query token (row), how its attention
 weights softmax(QK^T / sqrt(d_k)) spread over the key tokens (columns).
@@ -45,6 +45,33 @@ def plot_attention(
         ax.set_ylabel("query (target)" if i == 0 else "", fontsize=8)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_curves(records: Sequence[dict[str, float]], path: str | Path) -> Path:
+    """Loss curves (training and validation) and every other validation metric, by step, to a PNG.
+
+    `records` are the lines of a run's metrics.jsonl: each has a `step` and some
+    of `train_loss`, `val_loss`, `val_ppl` and extra metrics such as `bleu`.
+    """
+    skip = {"step", "lr", "tokens_per_s", "train_loss", "val_loss", "val_ppl"}
+    extra = sorted({k for r in records for k in r} - skip)
+    fig, axes = plt.subplots(1, 1 + len(extra), figsize=(5 * (1 + len(extra)), 3.6), squeeze=False)
+    for ax, keys in zip(axes[0], [("train_loss", "val_loss"), *[(k,) for k in extra]], strict=True):
+        for key in keys:
+            points = [(r["step"], r[key]) for r in records if key in r]
+            if points:
+                steps, values = zip(*points, strict=True)
+                ax.plot(steps, values, marker="o" if len(points) < 30 else None, label=key)
+        ax.set_xlabel("step")
+        ax.set_title("loss (nats per token)" if keys[0] == "train_loss" else keys[0], fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

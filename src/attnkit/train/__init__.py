@@ -1,0 +1,26 @@
+"""Training: objectives, optimizer and schedules, checkpoints, DDP, and the `Trainer` loop."""
+
+from attnkit.train.objectives import (
+    LanguageModelObjective,
+    LossTerms,
+    MaskedLMObjective,
+    Objective,
+    TranslationObjective,
+    label_smoothed_cross_entropy,
+    objective_for,
+)
+from attnkit.train.run_config import RunConfig
+from attnkit.train.trainer import Trainer, TrainResult
+
+__all__ = [
+    "LanguageModelObjective",
+    "LossTerms",
+    "MaskedLMObjective",
+    "Objective",
+    "RunConfig",
+    "TrainResult",
+    "Trainer",
+    "TranslationObjective",
+    "label_smoothed_cross_entropy",
+    "objective_for",
+]

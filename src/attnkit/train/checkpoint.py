@@ -1,0 +1,152 @@
+"""Checkpoints: a run folder that survives crashes and resumes exactly.
+
+    RUN_DIR/config.json, model.safetensors   the model to use (latest, or the final average)
+    RUN_DIR/trainer_state.pt                 optimizer, scheduler, scaler, step, RNG
+                                             states, data position, best metric
+    RUN_DIR/checkpoints/step-0000500/        the weights at each saved step (last K kept)
+    RUN_DIR/checkpoints/best/                the weights with the best validation metric
+
+Every file is written to a temporary name and renamed (`attnkit.run.atomic_write`),
+and the trainer state names the step whose weights it goes with, written only
+after those weights: a crash at any point leaves the previous checkpoint whole.
+Averaging the last N checkpoints (section 6.1: the base model averaged the
+last 5) takes the element-wise mean of their weights.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file, save_model
+from torch import Tensor
+
+from attnkit.errors import AttnkitError
+from attnkit.models import TransformerModel
+from attnkit.run import WEIGHTS_FILE, atomic_write, load_weights, save_pretrained
+
+STATE_FILE = "trainer_state.pt"
+CHECKPOINTS = "checkpoints"
+BEST = "best"
+
+
+def step_dir(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS / f"step-{step:07d}"
+
+
+def saved_steps(run_dir: str | Path) -> list[int]:
+    """Steps with saved weights, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    return sorted(
+        int(p.name[5:])
+        for p in root.glob("step-*")
+        if p.name[5:].isdigit() and (p / WEIGHTS_FILE).is_file()
+    )
+
+
+def rng_state() -> dict[str, Any]:
+    """Every random generator the training loop draws from, in a torch.load-safe form."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": (kind, torch.from_numpy(keys.copy()), pos, has_gauss, gauss),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy(), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    run_dir: str | Path, model: TransformerModel, state: dict[str, Any], keep_last: int
+) -> Path:
+    """Write the weights of `state["step"]`, then the trainer state, then the latest model.
+
+    Older step checkpoints beyond the newest `keep_last` are removed last.
+    """
+    run_dir = Path(run_dir)
+    step = state["step"]
+    target = step_dir(run_dir, step)
+    atomic_write(target / WEIGHTS_FILE, lambda p: save_model(model, str(p)))
+    atomic_write(run_dir / STATE_FILE, lambda p: torch.save(state, p))
+    save_pretrained(model, run_dir)
+    for old in saved_steps(run_dir)[:-keep_last]:
+        if old != step:
+            shutil.rmtree(step_dir(run_dir, old), ignore_errors=True)
+    return target
+
+
+def save_best(run_dir: str | Path, model: TransformerModel) -> Path:
+    return atomic_write(
+        Path(run_dir) / CHECKPOINTS / BEST / WEIGHTS_FILE, lambda p: save_model(model, str(p))
+    )
+
+
+def load_trainer_state(run_dir: str | Path) -> dict[str, Any]:
+    """The trainer state of a run folder; weights_only loading, so it runs no pickled code."""
+    path = Path(run_dir) / STATE_FILE
+    if not path.is_file():
+        raise AttnkitError(
+            f"{run_dir} has no {STATE_FILE} to resume from; start a new run without --resume"
+        )
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise AttnkitError(f"{path} cannot be read ({err}); it is not a trainer state") from None
+
+
+def load_checkpoint(run_dir: str | Path, model: TransformerModel) -> dict[str, Any]:
+    """Load the weights of the latest saved step into `model`; return its trainer state."""
+    state = load_trainer_state(run_dir)
+    weights = step_dir(run_dir, state["step"]) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise AttnkitError(
+            f"{run_dir} has a trainer state for step {state['step']} but no weights at {weights}; "
+            "the run folder is incomplete"
+        )
+    load_weights(model, weights)
+    return state
+
+
+def average_weights(paths: Sequence[str | Path]) -> dict[str, Tensor]:
+    """Element-wise mean of several safetensors files with the same tensors (in float64)."""
+    if not paths:
+        raise AttnkitError("checkpoint averaging needs at least one checkpoint")
+    total: dict[str, Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for path in paths:
+        tensors = load_file(str(path))
+        if total and tensors.keys() != total.keys():
+            raise AttnkitError(f"{path} holds other tensors than {paths[0]}; it cannot be averaged")
+        for name, t in tensors.items():
+            dtypes[name] = t.dtype
+            total[name] = total.get(name, 0) + t.double()
+    return {name: (t / len(paths)).to(dtypes[name]) for name, t in total.items()}
+
+
+def average_last(run_dir: str | Path, n: int) -> list[int]:
+    """Write the mean of the last `n` step checkpoints as RUN_DIR/model.safetensors.
+
+    Returns the steps averaged (fewer than `n` if fewer were saved).
+    """
+    run_dir = Path(run_dir)
+    steps = saved_steps(run_dir)[-n:]
+    if not steps:
+        raise AttnkitError(f"{run_dir} has no step checkpoints to average")
+    mean = average_weights([step_dir(run_dir, s) / WEIGHTS_FILE for s in steps])
+    atomic_write(run_dir / WEIGHTS_FILE, lambda p: save_file(mean, str(p)))
+    return steps

@@ -1,0 +1,341 @@
+"""A training run's configuration: one TOML file, one frozen dataclass per section.
+
+    [model]  a preset and `ModelConfig` fields       [data]  task, corpus, tokenizer, batching
+    [train]  optimisation, precision, checkpoints    [eval]  validation, metrics, early stopping
+
+Every key has a default and a check. Values from the file and from
+`--set section.key=value` overrides go through the same type check, and an
+unknown key is refused with the nearest valid key named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
+
+from attnkit.config import PRESETS, ModelConfig
+from attnkit.errors import AttnkitError
+
+TASKS = ("translation", "language-model", "masked-lm", "reverse")
+SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+TOKENIZER_KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char")
+LOWER_IS_BETTER = ("loss", "ppl")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise AttnkitError(message)
+
+
+def _choice(section: str, name: str, value: str, allowed: tuple[str, ...]) -> None:
+    _check(value in allowed, f"{section}.{name} {value!r} is not one of {', '.join(allowed)}")
+
+
+def _positive(section: str, obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        _check(value > 0, f"{section}.{name} must be positive, got {value!r}")
+
+
+def _non_negative(section: str, obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        _check(value >= 0, f"{section}.{name} must be zero or more, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """A named preset (see `attnkit.config.PRESETS`) with `ModelConfig` fields overriding it.
+
+    `vocab_size` (and `src_vocab_size`) come from the tokenizer when a task has one.
+    """
+
+    preset: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.preset is not None and self.preset not in PRESETS:
+            close = difflib.get_close_matches(self.preset, PRESETS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise AttnkitError(
+                f"model.preset {self.preset!r} is unknown; {hint}the presets are "
+                f"{', '.join(PRESETS)}"
+            )
+
+    def build(self, **resolved: Any) -> ModelConfig:
+        """The ModelConfig: preset, then the file's fields, then values the data dictates."""
+        base = PRESETS[self.preset] if self.preset else {}
+        return ModelConfig.from_dict({**base, **self.overrides, **resolved})
+
+
+@dataclass(frozen=True)
+class DataSection:
+    """What to learn from and how to batch it.
+
+    task: `translation` (encoder-decoder), `language-model` (decoder),
+        `masked-lm` (encoder) or `reverse` (the built-in digit-reversal demo).
+    corpus: a known corpus (`multi30k`, `tinyshakespeare`) or a path to text.
+    max_tokens: the token budget of one batch for sentence tasks.
+    batch_size: sequences per batch for the language model and the demo.
+    block_size: tokens of context per language-model example.
+    mask_prob: share of tokens the masked-LM objective hides (BERT: 0.15).
+    """
+
+    task: str = "translation"
+    corpus: str = "multi30k"
+    data_dir: str = "../shared/data"
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    train_split: str = "train"
+    valid_split: str = "val"
+    valid_fraction: float = 0.1
+    tokenizer: str = "bpe"
+    vocab_size: int = 8000
+    lowercase: bool = False
+    max_len: int = 128
+    max_tokens: int = 4096
+    batch_size: int = 64
+    block_size: int = 128
+    mask_prob: float = 0.15
+    num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        _choice("data", "task", self.task, TASKS)
+        _choice("data", "tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        _positive("data", self, "vocab_size", "max_len", "max_tokens", "batch_size", "block_size")
+        _non_negative("data", self, "num_workers")
+        _check(0 < self.valid_fraction < 1, "data.valid_fraction must be in (0, 1)")
+        _check(0 < self.mask_prob < 1, "data.mask_prob must be in (0, 1)")
+        _check(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
+
+
+@dataclass(frozen=True)
+class TrainSection:
+    """Optimisation, precision and checkpoints.
+
+    lr: the peak learning rate. With `inverse-sqrt` the rate is the paper's
+        d_model^-0.5 · min(step^-0.5, step · warmup^-1.5) scaled to peak at
+        `lr`; the paper's own peak is (d_model · warmup)^-0.5.
+    accumulate: micro-batches per optimizer step (gradient accumulation).
+    precision: `bf16` autocasts on CPU and CUDA; `fp16` (CUDA only) adds a
+        gradient scaler.
+    keep_last: step checkpoints kept on disk; `average_last` of them are
+        averaged into the final model (the paper averaged the last 5).
+    """
+
+    out_dir: str = "runs/run"
+    seed: int = 0
+    steps: int = 1000
+    lr: float = 1e-3
+    min_lr: float = 0.0
+    schedule: str = "inverse-sqrt"
+    warmup: int = 100
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.98
+    eps: float = 1e-9
+    clip_norm: float = 1.0
+    accumulate: int = 1
+    label_smoothing: float = 0.1
+    precision: str = "fp32"
+    compile: bool = False
+    device: str = "auto"
+    threads: int = 0
+    log_every: int = 10
+    save_every: int = 500
+    keep_last: int = 3
+    average_last: int = 1
+
+    def __post_init__(self) -> None:
+        _choice("train", "schedule", self.schedule, SCHEDULES)
+        _choice("train", "precision", self.precision, PRECISIONS)
+        _choice("train", "device", self.device, DEVICES)
+        _positive("train", self, "steps", "lr", "accumulate", "log_every", "save_every")
+        _positive("train", self, "keep_last", "average_last", "beta1", "eps")
+        _non_negative("train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
+        _non_negative("train", self, "threads")
+        _check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")
+        _check(self.beta1 < 1 and 0 < self.beta2 < 1, "train.beta1 and train.beta2 must be < 1")
+        _check(0 <= self.label_smoothing < 1, "train.label_smoothing must be in [0, 1)")
+        _check(
+            self.schedule != "inverse-sqrt" or self.warmup > 0,
+            "train.schedule 'inverse-sqrt' needs train.warmup > 0",
+        )
+        _check(
+            self.average_last <= self.keep_last,
+            f"train.average_last {self.average_last} needs at least as many kept checkpoints; "
+            f"raise train.keep_last (now {self.keep_last})",
+        )
+
+
+@dataclass(frozen=True)
+class EvalSection:
+    """Validation during training.
+
+    every: steps between evaluations (validation loss and perplexity).
+    metric: what picks the best checkpoint and drives early stopping: `loss`,
+        `ppl`, or a metric a task adds (`bleu` for translation, `exact_match`
+        for the demo); loss and ppl are better lower, the others higher.
+    patience: evaluations without improvement before stopping; 0 never stops.
+    bleu_examples: validation pairs decoded greedily for BLEU (translation).
+    max_batches: validation batches for the loss; 0 uses them all.
+    """
+
+    every: int = 500
+    metric: str = "loss"
+    patience: int = 0
+    bleu_examples: int = 200
+    max_batches: int = 0
+
+    def __post_init__(self) -> None:
+        _positive("eval", self, "every", "bleu_examples")
+        _non_negative("eval", self, "patience", "max_batches")
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric in LOWER_IS_BETTER
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelSection,
+    "data": DataSection,
+    "train": TrainSection,
+    "eval": EvalSection,
+}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    eval: EvalSection = field(default_factory=EvalSection)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The resolved config, every key explicit, as `from_dict` reads it back."""
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in ("data", "train", "eval")}
+        model = {"preset": self.model.preset} if self.model.preset else {}
+        return {"model": {**model, **self.model.overrides}, **out}
+
+    def to_toml(self) -> str:
+        lines: list[str] = []
+        for section, values in self.to_dict().items():
+            lines.append(f"[{section}]")
+            lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+            lines.append("")
+        return "\n".join(lines)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        for name, values in data.items():
+            if name not in SECTIONS:
+                raise AttnkitError(_unknown("section", name, list(SECTIONS)))
+            if not isinstance(values, dict):
+                raise AttnkitError(f"[{name}] must be a table of keys, got {values!r}")
+        model = dict(data.get("model", {}))
+        preset = model.pop("preset", None)
+        if preset is not None and not isinstance(preset, str):
+            raise AttnkitError(f"model.preset must be a string, got {preset!r}")
+        model_types = typing.get_type_hints(ModelConfig)
+        overrides = {
+            key: _coerce(f"model.{key}", value, _hint("model", key, model_types, ["preset"]))
+            for key, value in model.items()
+        }
+        sections = {"model": ModelSection(preset, overrides)}
+        for name in ("data", "train", "eval"):
+            cls_ = SECTIONS[name]
+            hints = typing.get_type_hints(cls_)
+            values = data.get(name, {})
+            sections[name] = cls_(
+                **{k: _coerce(f"{name}.{k}", v, _hint(name, k, hints)) for k, v in values.items()}
+            )
+        return cls(**sections)
+
+    @classmethod
+    def load(cls, path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+        """Read a TOML file, then apply `section.key=value` overrides."""
+        path = Path(path)
+        if not path.is_file():
+            raise AttnkitError(
+                f"no run config at {path}; pass a TOML file such as configs/demo.toml"
+            )
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise AttnkitError(f"{path} is not valid TOML: {err}") from None
+        return cls.from_dict(apply_overrides(data, overrides))
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """`section.key=value` strings merged into a parsed config; values are TOML literals.
+
+    A value that is not a TOML literal is taken as a string, so
+    `data.corpus=multi30k` needs no quotes.
+    """
+    data = {name: dict(values) for name, values in data.items()}
+    for item in overrides:
+        name, sep, text = item.partition("=")
+        section, dot, key = name.strip().partition(".")
+        if not sep or not dot or not key:
+            raise AttnkitError(
+                f"--set {item!r} is not section.key=value; for example --set train.lr=5e-4"
+            )
+        try:
+            value = tomllib.loads(f"v = {text.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text.strip()
+        data.setdefault(section, {})[key] = value
+    return data
+
+
+def _unknown(kind: str, name: str, valid: list[str]) -> str:
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}?" if close else f"the valid ones are {', '.join(valid)}"
+    return f"unknown {kind} {name!r}; {hint}"
+
+
+def _hint(section: str, key: str, hints: dict[str, Any], extra: list[str] = ()) -> Any:
+    if key not in hints:
+        valid = [f"{section}.{k}" for k in [*extra, *hints]]
+        raise AttnkitError(_unknown("key", f"{section}.{key}", valid))
+    return hints[key]
+
+
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    """`value` checked against the type `hint`; an int is accepted where a float is due."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for option in options:
+        if option is type(None) and value is None:
+            return None
+        if option is bool and isinstance(value, bool):
+            return value
+        if option is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if option is float and is_number and math.isfinite(value):
+            return float(value)
+        if option is str and isinstance(value, str):
+            return value
+    wanted = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
+    raise AttnkitError(f"{name} must be {wanted}, got {value!r}")
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)

@@ -1,0 +1,469 @@
+"""The training loop: one `Trainer` for the three model shapes.
+
+One optimizer step (section 5):
+
+    for each of `accumulate` micro-batches: loss_sum += objective(model, batch); backward
+    g <- g * world_size / (target tokens in the global batch)     (DDP averaged over ranks)
+    clip ||g|| to clip_norm;  AdamW step;  lr <- lr * schedule(step)
+
+Dividing the summed loss by the global token count, rather than averaging
+per micro-batch, makes accumulation and DDP give the gradient of one big batch.
+The loop checks the loss for NaN or infinity before each update (so the last
+checkpoint stays good), evaluates every `eval.every` steps, saves every
+`train.save_every` steps, and on Ctrl-C finishes the step, saves and returns.
+Everything needed to continue bit-for-bit is saved: weights, optimizer,
+scheduler, scaler, RNG states and the position in the data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from attnkit.data.batch import Batch
+from attnkit.errors import AttnkitError
+from attnkit.models import TransformerModel
+from attnkit.train import checkpoint as ckpt
+from attnkit.train import distributed as dist
+from attnkit.train.objectives import Objective, objective_for
+from attnkit.train.optim import build_optimizer, build_scheduler, schedule_factor
+from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+CURVES_FILE = "curves.png"
+RUN_CONFIG_FILE = "run_config.toml"
+
+Metric = Callable[[TransformerModel], dict[str, float]]
+"""An extra validation metric: the model (eval mode, no grad) -> named values, higher better."""
+
+
+@dataclass
+class TrainResult:
+    model: TransformerModel
+    step: int
+    stopped: str
+    """`finished`, `early-stopped` or `interrupted`."""
+    run_dir: Path
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best: float | None = None
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The plain model under DDP (`.module`) and torch.compile (`._orig_mod`)."""
+    while isinstance(model, DistributedDataParallel) or hasattr(model, "_orig_mod"):
+        model = model.module if isinstance(model, DistributedDataParallel) else model._orig_mod
+    return model
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise AttnkitError("train.device is 'cuda' but no CUDA device is available; use 'cpu'")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(f"cuda:{local_rank}" if name == "cuda" else "cpu")
+
+
+class Trainer:
+    """Trains `model` on `train_data`, an iterable of `Batch` re-iterated each epoch.
+
+    The data is this process's shard; if it (or its `batch_sampler`) has
+    `set_epoch`, it is called before each epoch so shuffling differs per epoch
+    but is reproducible. For an exact resume, iterating the data must not draw
+    from the global RNG (give a DataLoader its own `generator`). `metrics` are
+    computed on rank 0 at each evaluation. Under torchrun, `fit` joins the
+    process group; `attnkit.train.distributed.teardown()` leaves it.
+    """
+
+    def __init__(
+        self,
+        model: TransformerModel,
+        train_data: Iterable[Batch],
+        *,
+        train: TrainSection | None = None,
+        eval: EvalSection | None = None,
+        objective: Objective | None = None,
+        val_data: Iterable[Batch] | None = None,
+        metrics: Sequence[Metric] = (),
+        run_dir: str | Path | None = None,
+        tokenizer: Any = None,
+        run_config: RunConfig | None = None,
+        callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
+    ) -> None:
+        self.train_cfg = train or TrainSection()
+        self.eval_cfg = eval or EvalSection()
+        self.model = model
+        self.objective = objective or objective_for(
+            model.config.shape, self.train_cfg.label_smoothing, vocab_size=model.config.vocab_size
+        )
+        self.train_data, self.val_data = train_data, val_data
+        self.metrics, self.callbacks = list(metrics), list(callbacks)
+        self.run_dir = Path(run_dir if run_dir is not None else self.train_cfg.out_dir)
+        self.tokenizer, self.run_config = tokenizer, run_config
+        self.step = self.epoch = self.position = 0
+        self.best: float | None = None
+        self.bad_evals = 0
+        self.history: list[dict[str, Any]] = []
+        self._stop_requested = False
+        c = self.train_cfg
+        if c.precision == "fp16" and c.device == "cpu":
+            raise AttnkitError("train.precision 'fp16' needs CUDA; use 'bf16' on the CPU")
+
+    # -- public ---------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Finish the current step, save a checkpoint and return from `fit` (what Ctrl-C does)."""
+        self._stop_requested = True
+
+    def fit(self, resume: bool = False) -> TrainResult:
+        """Train to `train.steps` (from the saved state with `resume`); returns how it ended."""
+        c = self.train_cfg
+        if c.threads:
+            torch.set_num_threads(c.threads)
+        self.dist = dist.setup("cuda" if resolve_device(c.device).type == "cuda" else "cpu")
+        self.device = resolve_device(c.device, self.dist.local_rank)
+        torch.manual_seed(c.seed + self.dist.rank)
+        self.model.to(self.device)
+        self.optimizer = build_optimizer(
+            self.model, c.lr, c.weight_decay, (c.beta1, c.beta2), c.eps
+        )
+        factor = schedule_factor(
+            c.schedule, lr=c.lr, warmup=c.warmup, steps=c.steps, min_lr=c.min_lr
+        )
+        self.scheduler = build_scheduler(self.optimizer, factor)
+        self.scaler = torch.amp.GradScaler(
+            "cuda", enabled=c.precision == "fp16" and self.device.type == "cuda"
+        )
+        if resume:
+            self._resume()
+        else:
+            self._start()
+        forward = self.model
+        if self.dist.active:
+            forward = DistributedDataParallel(
+                forward, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            )
+        if c.compile:
+            forward = torch.compile(forward)
+        self.forward_model = forward
+        stopped = "finished"
+        with self._sigint_handler():
+            stopped = self._loop()
+        self._finish(stopped)
+        return TrainResult(
+            self.model.eval(), self.step, stopped, self.run_dir, self.history, self.best
+        )
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Validation loss and perplexity over `val_data`, plus the extra metrics."""
+        model = self.model
+        was_training = model.training
+        model.eval()
+        result: dict[str, float] = {}
+        # A fixed seed, forked so evaluation neither depends on nor disturbs the training RNG
+        # (the masked-LM objective draws its masks at random).
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+            torch.manual_seed(self.train_cfg.seed)
+            if self.val_data is not None:
+                sums = torch.zeros(2, dtype=torch.float64, device=self.device)
+                for i, batch in enumerate(self.val_data):
+                    if self.eval_cfg.max_batches and i >= self.eval_cfg.max_batches:
+                        break
+                    with self._autocast():
+                        terms = self.objective(model, batch.to(self.device))
+                    sums += torch.stack([terms.nll.double(), terms.tokens.double()])
+                nll, tokens = dist.all_reduce_sum(sums).tolist()
+                if tokens == 0:
+                    raise AttnkitError("the validation data yields no target tokens; check it")
+                result["val_loss"] = nll / tokens
+                result["val_ppl"] = math.exp(min(nll / tokens, 700.0))
+            extra: dict[str, float] = {}
+            if self.dist.is_main:
+                for metric in self.metrics:
+                    extra.update(metric(model))
+            result.update(dist.broadcast_object(extra))
+        model.train(was_training)
+        return result
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if (self.run_dir / ckpt.STATE_FILE).exists():
+            raise AttnkitError(
+                f"{self.run_dir} already holds a run; pass --resume to continue it or choose "
+                "another train.out_dir"
+            )
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / METRICS_FILE).write_text("")
+            if self.run_config is not None:
+                ckpt.atomic_write(
+                    self.run_dir / RUN_CONFIG_FILE,
+                    lambda p: p.write_text(self.run_config.to_toml()),
+                )
+            if self.tokenizer is not None:
+                self.tokenizer.save(self.run_dir / "tokenizer.json")
+
+    def _resume(self) -> None:
+        state = ckpt.load_trainer_state(self.run_dir)
+        saved, here = state["model_config"], self.model.config.to_dict()
+        diff = [k for k in here if saved.get(k) != here[k]]
+        if diff:
+            k = diff[0]
+            raise AttnkitError(
+                f"the config does not fit the checkpoint in {self.run_dir}: model.{k} is "
+                f"{saved.get(k)!r} there but {here[k]!r} here; resume with the same [model] "
+                "settings or start a new train.out_dir"
+            )
+        ckpt.load_checkpoint(self.run_dir, self.model)
+        self.model.to(self.device)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.best, self.bad_evals = state["best"], state["bad_evals"]
+        rngs = state["rng"]
+        if len(rngs) != self.dist.world_size:
+            log.warning(
+                "the run was saved by %d processes and resumes on %d: it continues, but not "
+                "bit-for-bit",
+                len(rngs),
+                self.dist.world_size,
+            )
+        ckpt.set_rng_state(rngs[self.dist.rank % len(rngs)])
+        if self.dist.is_main:
+            self.history = self._read_history()
+            # Records written after the checkpoint belong to steps that will run again.
+            self.history = [r for r in self.history if r["step"] <= self.step]
+            lines = "".join(json.dumps(r) + "\n" for r in self.history)
+            ckpt.atomic_write(self.run_dir / METRICS_FILE, lambda p: p.write_text(lines))
+        log.info("resumed %s at step %d", self.run_dir, self.step)
+
+    def _read_history(self) -> list[dict[str, Any]]:
+        path = self.run_dir / METRICS_FILE
+        if not path.is_file():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def _batches(self) -> Iterator[Batch]:
+        """Batches forever, epoch after epoch, starting at the saved data position."""
+        while True:
+            for target in (self.train_data, getattr(self.train_data, "batch_sampler", None)):
+                if hasattr(target, "set_epoch"):
+                    target.set_epoch(self.epoch)
+            seen = 0
+            for i, batch in enumerate(self.train_data):
+                seen += 1
+                if i < self.position:
+                    continue
+                self.position = i + 1
+                yield batch
+            if seen == 0:
+                raise AttnkitError(
+                    "the training data yields no batches; check the data files, the split and "
+                    "that one example fits in data.max_tokens"
+                )
+            self.epoch, self.position = self.epoch + 1, 0
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        precision = self.train_cfg.precision
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def _loop(self) -> str:
+        c = self.train_cfg
+        batches = self._batches()
+        self.model.train()
+        interval = {"loss": 0.0, "tokens": 0.0, "start": time.perf_counter()}
+        while self.step < c.steps:
+            loss_sum, nll_sum, tokens = self._accumulate(batches)
+            totals = torch.tensor(
+                [loss_sum, nll_sum, tokens, float(self._stop_requested)], dtype=torch.float64
+            )
+            loss_sum, nll_sum, tokens, stop = dist.all_reduce_sum(totals).tolist()
+            if not math.isfinite(loss_sum):
+                raise AttnkitError(
+                    f"the training loss became {loss_sum} at step {self.step + 1}, so the run "
+                    f"stopped before updating the weights; the last checkpoint in {self.run_dir} "
+                    "is intact: lower train.lr, keep train.clip_norm on or use bf16, then resume"
+                )
+            if tokens == 0:
+                raise AttnkitError("a training batch has no target tokens; check the data")
+            self._update(tokens)
+            self.step += 1
+            interval["loss"] += loss_sum
+            interval["tokens"] += tokens
+            info = {
+                "step": self.step,
+                "steps": c.steps,
+                "loss": loss_sum / tokens,
+                "lr": self.scheduler.get_last_lr()[0],
+                "tokens": tokens,
+            }
+            for callback in self.callbacks:
+                callback(info)
+            if self.step % c.log_every == 0 or self.step == c.steps:
+                self._log_interval(interval)
+            stopped = self._maybe_evaluate()
+            if stopped or stop or self.step % c.save_every == 0 or self.step == c.steps:
+                self._save()
+            if stopped:
+                return stopped
+            if stop:
+                log.info("stopped at step %d on request; resume with --resume", self.step)
+                return "interrupted"
+        return "finished"
+
+    def _accumulate(self, batches: Iterator[Batch]) -> tuple[float, float, float]:
+        """Forward and backward over `accumulate` micro-batches; summed loss, NLL and tokens."""
+        n = self.train_cfg.accumulate
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        for i in range(n):
+            batch = next(batches).to(self.device, non_blocking=True)
+            # DDP all-reduces on every backward unless told to wait for the last micro-batch.
+            sync = i == n - 1 or not self.dist.active
+            ctx = contextlib.nullcontext() if sync else self.forward_model.no_sync()
+            with ctx:
+                with self._autocast():
+                    terms = self.objective(self.forward_model, batch)
+                self.scaler.scale(terms.loss).backward()
+            sums += torch.stack([terms.loss.detach(), terms.nll.detach(), terms.tokens]).double()
+        loss_sum, nll_sum, tokens = sums.tolist()
+        return loss_sum, nll_sum, tokens
+
+    def _update(self, global_tokens: float) -> None:
+        c = self.train_cfg
+        self.scaler.unscale_(self.optimizer)
+        # DDP averaged the per-rank sums; this turns them into the mean over the global batch.
+        scale = self.dist.world_size / global_tokens
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        torch._foreach_mul_([p.grad for p in params], scale)
+        if c.clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, c.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _log_interval(self, interval: dict[str, float]) -> None:
+        elapsed = time.perf_counter() - interval["start"]
+        record = {
+            "step": self.step,
+            "train_loss": interval["loss"] / interval["tokens"],
+            "lr": self.scheduler.get_last_lr()[0],
+            "tokens_per_s": interval["tokens"] / max(elapsed, 1e-9),
+        }
+        self._record(record)
+        log.info(
+            "step %d/%d  loss %.4f  lr %.3g  %.0f tokens/s",
+            self.step,
+            self.train_cfg.steps,
+            record["train_loss"],
+            record["lr"],
+            record["tokens_per_s"],
+        )
+        interval.update(loss=0.0, tokens=0.0, start=time.perf_counter())
+
+    def _maybe_evaluate(self) -> str | None:
+        """Evaluate when due and track the best metric; 'early-stopped' when patience runs out."""
+        e = self.eval_cfg
+        due = self.step % e.every == 0 or self.step == self.train_cfg.steps
+        if not due or (self.val_data is None and not self.metrics):
+            return None
+        result = self.evaluate()
+        self._record({"step": self.step, **result})
+        if e.metric not in result:
+            raise AttnkitError(
+                f"eval.metric {e.metric!r} is not computed by this run; choose one of "
+                f"{', '.join(result)}"
+            )
+        value = result[e.metric]
+        log.info("step %d  %s", self.step, "  ".join(f"{k} {v:.4g}" for k, v in result.items()))
+        better = self.best is None or (
+            value < self.best if e.lower_is_better else value > self.best
+        )
+        if better:
+            self.best, self.bad_evals = value, 0
+            if self.dist.is_main:
+                ckpt.save_best(self.run_dir, self.model)
+        else:
+            self.bad_evals += 1
+        if e.patience and self.bad_evals >= e.patience:
+            log.info("early stop: no better %s in %d evaluations", e.metric, e.patience)
+            return "early-stopped"
+        return None
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self.history.append(record)
+        if self.dist.is_main:
+            with open(self.run_dir / METRICS_FILE, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _save(self) -> None:
+        rngs = dist.gather_objects(ckpt.rng_state())
+        if not self.dist.is_main:
+            return
+        state = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "position": self.position,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rngs,
+            "best": self.best,
+            "bad_evals": self.bad_evals,
+            "model_config": self.model.config.to_dict(),
+            "world_size": self.dist.world_size,
+        }
+        ckpt.save_checkpoint(self.run_dir, self.model, state, self.train_cfg.keep_last)
+        log.debug("saved step %d to %s", self.step, self.run_dir)
+
+    def _finish(self, stopped: str) -> None:
+        n = self.train_cfg.average_last
+        if self.dist.is_main and stopped != "interrupted":
+            if n > 1:
+                steps = ckpt.average_last(self.run_dir, n)
+                log.info("model.safetensors is the mean of the checkpoints of steps %s", steps)
+            if self.history:
+                from attnkit.viz import plot_curves
+
+                plot_curves(self.history, self.run_dir / CURVES_FILE)
+
+    @contextlib.contextmanager
+    def _sigint_handler(self) -> Iterator[None]:
+        """First Ctrl-C: stop after this step and save; a second one aborts at once."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            if self._stop_requested:
+                raise KeyboardInterrupt
+            log.warning("Ctrl-C: finishing step %d, saving, then stopping", self.step + 1)
+            self._stop_requested = True
+
+        previous = signal.signal(signal.SIGINT, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)

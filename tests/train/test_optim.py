@@ -1,0 +1,91 @@
+import itertools
+
+import pytest
+import torch
+
+from attnkit.train.optim import (
+    build_optimizer,
+    build_scheduler,
+    no_decay_names,
+    paper_rate,
+    parameter_groups,
+    schedule_factor,
+)
+
+from .tiny import tiny_model
+
+
+def expected_no_decay(model) -> set[str]:
+    """Biases, norm parameters and embedding tables, by name."""
+    return {
+        name
+        for name, _ in model.named_parameters()
+        if name.endswith(".bias")
+        or ".norm." in name
+        or name.endswith("token.weight")
+        or name.endswith("positions.table")
+    }
+
+
+@pytest.mark.parametrize(
+    ("shape", "changes"),
+    [
+        ("encoder-decoder", {}),
+        ("encoder-decoder", {"tie_embeddings": "none", "norm_position": "pre"}),
+        ("decoder", {"positional": "learned"}),
+        ("encoder", {"tie_embeddings": "none"}),
+    ],
+)
+def test_no_decay_groups_hold_exactly_biases_norms_and_embeddings(shape, changes):
+    model = tiny_model(shape, **changes)
+    names = no_decay_names(model)
+    assert names == expected_no_decay(model)
+    assert any(n.endswith(".bias") for n in names) and any("norm" in n for n in names)
+    assert any(n.endswith("token.weight") for n in names)
+    decayed, exempt = parameter_groups(model, 0.1)
+    assert decayed["weight_decay"] == 0.1 and exempt["weight_decay"] == 0.0
+    assert all(p.dim() == 2 for p in decayed["params"])
+    assert len(decayed["params"]) + len(exempt["params"]) == len(list(model.parameters()))
+
+
+def test_untied_output_projection_is_decayed():
+    model = tiny_model(tie_embeddings="none")
+    assert "head.weight" not in no_decay_names(model)
+    assert {"src_embed.token.weight", "tgt_embed.token.weight"} <= no_decay_names(model)
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")
+@pytest.mark.parametrize(("d_model", "warmup"), [(512, 4000), (256, 1000)])
+def test_warmup_schedule_is_the_papers_formula(d_model, warmup):
+    model = torch.nn.Linear(2, 2)
+    peak = (d_model * warmup) ** -0.5
+    optimizer = build_optimizer(model, lr=peak)
+    factor = schedule_factor("inverse-sqrt", lr=peak, warmup=warmup, steps=100_000)
+    scheduler = build_scheduler(optimizer, factor)
+    checkpoints = {1, 2, 100, warmup - 1, warmup, warmup + 1, 3 * warmup, 50_000}
+    for step in range(1, 50_001):
+        # The k-th update runs at the rate the optimizer holds before it.
+        if step in checkpoints:
+            lr = optimizer.param_groups[0]["lr"]
+            paper = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+            assert lr == pytest.approx(paper, rel=1e-12), step
+            assert paper_rate(step, d_model, warmup) == pytest.approx(paper, rel=1e-15)
+        scheduler.step()
+
+
+def test_cosine_schedule_warms_up_then_decays_to_min_lr():
+    f = schedule_factor("cosine", lr=1e-3, warmup=10, steps=110, min_lr=1e-4)
+    assert f(1) == pytest.approx(0.1) and f(10) == pytest.approx(1.0)
+    assert f(60) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert f(110) == pytest.approx(0.1) and f(500) == pytest.approx(0.1)
+    values = [f(s) for s in range(10, 111)]
+    assert all(a >= b for a, b in itertools.pairwise(values))
+
+
+def test_linear_and_constant_schedules():
+    linear = schedule_factor("linear", lr=1.0, warmup=4, steps=8)
+    assert [linear(s) for s in range(1, 9)] == pytest.approx(
+        [0.25, 0.5, 0.75, 1, 0.75, 0.5, 0.25, 0]
+    )
+    constant = schedule_factor("constant", lr=1.0, warmup=0, steps=8)
+    assert constant(1) == constant(100) == 1.0

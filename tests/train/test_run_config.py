@@ -1,0 +1,96 @@
+from pathlib import Path
+
+import pytest
+
+from attnkit.demo import demo_run_config
+from attnkit.errors import AttnkitError
+from attnkit.train.run_config import RunConfig
+
+CONFIGS = Path(__file__).parents[2] / "configs"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["demo.toml", "multi30k_de_en.toml", "tinyshakespeare_char.toml"])
+def test_shipped_configs_load_and_build_a_model(name):
+    config = RunConfig.load(CONFIGS / name)
+    model = config.model.build(vocab_size=100)
+    assert model.vocab_size == 100
+    assert RunConfig.from_dict(config.to_dict()) == config
+
+
+def test_demo_toml_is_the_demo_command_s_config():
+    assert RunConfig.load(CONFIGS / "demo.toml") == demo_run_config()
+
+
+def test_every_key_has_a_default():
+    config = RunConfig.from_dict({})
+    assert config.train.steps > 0 and config.data.task == "translation"
+
+
+def test_toml_round_trip(tmp_path):
+    config = RunConfig.load(CONFIGS / "multi30k_de_en.toml", ["train.lr=5e-4"])
+    again = RunConfig.load(write(tmp_path, config.to_toml()))
+    assert again == config and again.train.lr == 5e-4
+
+
+def test_overrides_are_parsed_to_the_field_type(tmp_path):
+    path = write(tmp_path, "[train]\nsteps = 10\n")
+    config = RunConfig.load(
+        path,
+        [
+            "train.steps=20",
+            "train.lr=3",
+            "train.compile=true",
+            "data.corpus=my_corpus",
+            "model.d_model=64",
+            'eval.metric="bleu"',
+        ],
+    )
+    assert config.train.steps == 20
+    assert config.train.lr == 3.0 and isinstance(config.train.lr, float)
+    assert config.train.compile is True
+    assert config.data.corpus == "my_corpus"
+    assert config.model.overrides == {"d_model": 64}
+    assert config.eval.metric == "bleu"
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "message"),
+    [
+        ("[train]\nstesp = 10\n", [], "unknown key 'train.stesp'; did you mean 'train.steps'"),
+        ("[trian]\nsteps = 10\n", [], "unknown section 'trian'; did you mean 'train'"),
+        ("[model]\nd_modle = 64\n", [], "did you mean 'model.d_model'"),
+        ("", ["train.warmpu=5"], "did you mean 'train.warmup'"),
+        ('[train]\nsteps = "ten"\n', [], "train.steps must be int, got 'ten'"),
+        ("", ["train.steps=1.5"], "train.steps must be int, got 1.5"),
+        ("", ["train.compile=yes"], "train.compile must be bool, got 'yes'"),
+        ("", ["train.lr=-1"], "train.lr must be positive"),
+        ("", ["train.schedule=cosin"], "train.schedule 'cosin' is not one of"),
+        ("", ["train.precision=fp8"], "train.precision 'fp8' is not one of"),
+        ("", ["data.task=summarise"], "data.task 'summarise' is not one of"),
+        ("", ["model.preset=paper-bse"], "did you mean 'paper-base'"),
+        ("", ["train.average_last=5"], "raise train.keep_last"),
+        ("", ["trainsteps=5"], "is not section.key=value"),
+        ("[train\n", [], "is not valid TOML"),
+    ],
+)
+def test_bad_configs_stop_with_one_sentence(tmp_path, text, overrides, message):
+    with pytest.raises(AttnkitError, match=message.replace("(", r"\(").replace(".", r"\.")) as err:
+        RunConfig.load(write(tmp_path, text), overrides)
+    assert "\n" not in str(err.value)
+
+
+def test_model_fields_are_checked_by_model_config():
+    config = RunConfig.from_dict({"model": {"d_model": 30, "n_heads": 4}})
+    with pytest.raises(AttnkitError, match="not divisible by n_heads"):
+        config.model.build()
+
+
+def test_missing_file():
+    with pytest.raises(AttnkitError, match="no run config at"):
+        RunConfig.load("nowhere.toml")
