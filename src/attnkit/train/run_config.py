@@ -32,7 +32,7 @@ SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 TOKENIZER_KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char")
-LOWER_IS_BETTER = ("loss", "ppl")
+LOWER_IS_BETTER = ("val_loss", "val_ppl")
 
 
 def _check(ok: bool, message: str) -> None:
@@ -186,16 +186,16 @@ class EvalSection:
     """Validation during training.
 
     every: steps between evaluations (validation loss and perplexity).
-    metric: what picks the best checkpoint and drives early stopping: `loss`,
-        `ppl`, or a metric a task adds (`bleu` for translation, `exact_match`
-        for the demo); loss and ppl are better lower, the others higher.
+    metric: what picks the best checkpoint and drives early stopping: `val_loss`,
+        `val_ppl`, or a metric a task adds (`bleu` for translation, `exact_match`
+        for the demo); the validation loss and perplexity are better lower, the rest higher.
     patience: evaluations without improvement before stopping; 0 never stops.
     bleu_examples: validation pairs decoded greedily for BLEU (translation).
     max_batches: validation batches for the loss; 0 uses them all.
     """
 
     every: int = 500
-    metric: str = "loss"
+    metric: str = "val_loss"
     patience: int = 0
     bleu_examples: int = 200
     max_batches: int = 0

@@ -296,10 +296,8 @@ class Trainer:
         interval = {"loss": 0.0, "tokens": 0.0, "start": time.perf_counter()}
         while self.step < c.steps:
             loss_sum, nll_sum, tokens = self._accumulate(batches)
-            totals = torch.tensor(
-                [loss_sum, nll_sum, tokens, float(self._stop_requested)], dtype=torch.float64
-            )
-            loss_sum, nll_sum, tokens, stop = dist.all_reduce_sum(totals).tolist()
+            totals = torch.tensor([loss_sum, nll_sum, tokens], dtype=torch.float64)
+            loss_sum, nll_sum, tokens = dist.all_reduce_sum(totals).tolist()
             if not math.isfinite(loss_sum):
                 raise AttnkitError(
                     f"the training loss became {loss_sum} at step {self.step + 1}, so the run "
@@ -324,6 +322,8 @@ class Trainer:
             if self.step % c.log_every == 0 or self.step == c.steps:
                 self._log_interval(interval)
             stopped = self._maybe_evaluate()
+            # Every rank must stop at the same step, whichever of them was asked to.
+            stop = dist.all_reduce_sum(torch.tensor([float(self._stop_requested)])).item() > 0
             if stopped or stop or self.step % c.save_every == 0 or self.step == c.steps:
                 self._save()
             if stopped:

@@ -1,0 +1,80 @@
+import random
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from attnkit.errors import AttnkitError
+from attnkit.run import WEIGHTS_FILE, load_pretrained
+from attnkit.train import checkpoint as ckpt
+
+from .tiny import tiny_model
+
+
+def state(step: int) -> dict:
+    return {"step": step, "payload": torch.full((3,), float(step))}
+
+
+def test_average_is_the_element_wise_mean(tmp_path):
+    models = [tiny_model(seed=s) for s in range(3)]
+    for step, model in enumerate(models, start=1):
+        ckpt.save_checkpoint(tmp_path, model, state(step), keep_last=3)
+    assert ckpt.saved_steps(tmp_path) == [1, 2, 3]
+    assert ckpt.average_last(tmp_path, 2) == [2, 3]
+    averaged = load_file(str(tmp_path / WEIGHTS_FILE))
+    for name, value in averaged.items():
+        expected = (models[1].state_dict()[name] + models[2].state_dict()[name]) / 2
+        torch.testing.assert_close(value, expected, rtol=0, atol=1e-7)
+    # The folder's model is now the average, loadable as any run folder.
+    model = load_pretrained(tmp_path)
+    torch.testing.assert_close(model.head.weight, averaged["head.weight"], rtol=0, atol=0)
+
+
+def test_keep_last_prunes_older_steps(tmp_path):
+    model = tiny_model()
+    for step in (10, 20, 30, 40):
+        ckpt.save_checkpoint(tmp_path, model, state(step), keep_last=2)
+    assert ckpt.saved_steps(tmp_path) == [30, 40]
+    assert ckpt.load_trainer_state(tmp_path)["step"] == 40
+
+
+def test_interrupted_write_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
+    good = tiny_model(seed=1)
+    ckpt.save_checkpoint(tmp_path, good, state(1), keep_last=3)
+
+    real_save = torch.save
+
+    def crash_midway(obj, f, *args, **kwargs):
+        real_save(obj, f, *args, **kwargs)
+        with open(f, "r+b") as handle:  # half the bytes reach the disk, then the process dies
+            handle.truncate(handle.seek(0, 2) // 2)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash_midway)
+    with pytest.raises(OSError, match="disk full"):
+        ckpt.save_checkpoint(tmp_path, tiny_model(seed=2), state(2), keep_last=3)
+    monkeypatch.undo()
+
+    fresh = tiny_model(seed=3)
+    restored = ckpt.load_checkpoint(tmp_path, fresh)
+    assert restored["step"] == 1 and torch.equal(restored["payload"], torch.full((3,), 1.0))
+    for (name, a), b in zip(good.state_dict().items(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_missing_or_broken_state_is_one_sentence(tmp_path):
+    with pytest.raises(AttnkitError, match=r"has no trainer_state\.pt to resume from"):
+        ckpt.load_trainer_state(tmp_path)
+    (tmp_path / ckpt.STATE_FILE).write_bytes(b"not a checkpoint")
+    with pytest.raises(AttnkitError, match="it is not a trainer state"):
+        ckpt.load_trainer_state(tmp_path)
+
+
+def test_rng_state_round_trip():
+    saved = ckpt.rng_state()
+    a = (torch.rand(3), random.random(), np.random.rand())
+    ckpt.set_rng_state(saved)
+    b = (torch.rand(3), random.random(), np.random.rand())
+    assert torch.equal(a[0], b[0]) and a[1:] == b[1:]

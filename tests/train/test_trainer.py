@@ -1,0 +1,201 @@
+import json
+import math
+import os
+import signal
+
+import pytest
+import torch
+
+from attnkit.data.batch import Batch
+from attnkit.errors import AttnkitError
+from attnkit.train import Trainer
+from attnkit.train.checkpoint import load_checkpoint, load_trainer_state, saved_steps
+from attnkit.train.run_config import EvalSection, TrainSection
+
+from .tiny import tiny_model, translation_batches
+
+
+def settings(tmp_path, **changes) -> TrainSection:
+    base = {
+        "out_dir": str(tmp_path),
+        "steps": 8,
+        "lr": 3e-3,
+        "schedule": "cosine",
+        "warmup": 2,
+        "weight_decay": 0.1,
+        "label_smoothing": 0.1,
+        "log_every": 2,
+        "save_every": 100,
+        "threads": 1,
+    }
+    return TrainSection(**{**base, **changes})
+
+
+def params(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_identical(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
+    """Stop at step 3 (mid-epoch, with dropout drawing randoms), resume, reach step 8."""
+    data = translation_batches(5)
+    evaluation = EvalSection(every=4)
+    val = translation_batches(2, seed=9)
+    straight = Trainer(
+        tiny_model(dropout=0.1),
+        data,
+        train=settings(tmp_path / "a"),
+        eval=evaluation,
+        val_data=val,
+    ).fit()
+    assert straight.step == 8 and straight.stopped == "finished"
+
+    first = Trainer(
+        tiny_model(dropout=0.1), data, train=settings(tmp_path / "b"), eval=evaluation, val_data=val
+    )
+    first.callbacks.append(lambda info: info["step"] == 3 and first.request_stop())
+    stopped = first.fit()
+    assert stopped.stopped == "interrupted" and stopped.step == 3
+    assert load_trainer_state(tmp_path / "b")["step"] == 3
+
+    # A different initialisation: everything must come from the checkpoint.
+    resumed = Trainer(
+        tiny_model(seed=5, dropout=0.1),
+        data,
+        train=settings(tmp_path / "b"),
+        eval=evaluation,
+        val_data=val,
+    ).fit(resume=True)
+    assert resumed.step == 8
+    assert_identical(params(straight.model), params(resumed.model))
+    a = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    assert [r.get("val_loss") for r in a] == [r.get("val_loss") for r in b]
+    assert (tmp_path / "b" / "curves.png").stat().st_size > 0
+
+
+def test_ctrl_c_saves_and_returns(tmp_path):
+    trainer = Trainer(tiny_model(), translation_batches(3), train=settings(tmp_path))
+    trainer.callbacks.append(lambda info: info["step"] == 2 and os.kill(os.getpid(), signal.SIGINT))
+    result = trainer.fit()
+    assert result.stopped == "interrupted" and result.step == 2
+    assert load_trainer_state(tmp_path)["step"] == 2 and saved_steps(tmp_path) == [2]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_accumulation_equals_one_big_batch(tmp_path):
+    """Two micro-batches of different token counts step exactly like their concatenation."""
+    small = translation_batches(4, batch_size=3)
+    merged = []
+    for a, b in zip(small[0::2], small[1::2], strict=True):
+        width_s = max(a.src.shape[1], b.src.shape[1])
+        width_t = max(a.tgt.shape[1], b.tgt.shape[1])
+
+        def cat(x, y, width):
+            pad = [torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in (x, y)]
+            return torch.cat(pad)
+
+        merged.append(
+            Batch(
+                cat(a.src, b.src, width_s),
+                cat(a.src_mask, b.src_mask, width_s),
+                cat(a.tgt, b.tgt, width_t),
+                cat(a.tgt_mask, b.tgt_mask, width_t),
+            )
+        )
+    # No biases: the key bias has an exactly zero gradient, whose rounding noise Adam would
+    # blow up to full-size steps.
+    no_dropout = {"dropout": 0.0, "embedding_dropout": 0.0, "bias": False}
+    one = Trainer(tiny_model(**no_dropout), merged, train=settings(tmp_path / "1", steps=4)).fit()
+    two = Trainer(
+        tiny_model(**no_dropout), small, train=settings(tmp_path / "2", steps=4, accumulate=2)
+    ).fit()
+    for name, value in params(one.model).items():
+        torch.testing.assert_close(value, params(two.model)[name], rtol=1e-5, atol=1e-6)
+
+
+def test_nan_loss_stops_and_keeps_the_last_checkpoint(tmp_path):
+    model = tiny_model()
+    trainer = Trainer(model, translation_batches(3), train=settings(tmp_path, save_every=2))
+
+    def poison(info):
+        if info["step"] == 5:
+            with torch.no_grad():
+                model.tgt_embed.token.weight[7] = float("nan")
+
+    trainer.callbacks.append(poison)
+    with pytest.raises(AttnkitError, match=r"training loss became nan at step 6.*intact") as err:
+        trainer.fit()
+    assert "\n" not in str(err.value)
+    assert load_trainer_state(tmp_path)["step"] == 4
+    restored = tiny_model(seed=3)
+    load_checkpoint(tmp_path, restored)
+    assert all(torch.isfinite(p).all() for p in restored.parameters())
+
+
+def test_empty_dataset_is_refused(tmp_path):
+    with pytest.raises(AttnkitError, match="the training data yields no batches"):
+        Trainer(tiny_model(), [], train=settings(tmp_path)).fit()
+
+
+def test_resume_with_a_config_that_does_not_fit(tmp_path):
+    Trainer(tiny_model(), translation_batches(2), train=settings(tmp_path, steps=2)).fit()
+    with pytest.raises(AttnkitError, match=r"model\.d_model is 16 there but 32 here"):
+        Trainer(
+            tiny_model(d_model=32), translation_batches(2), train=settings(tmp_path, steps=4)
+        ).fit(resume=True)
+
+
+def test_a_used_run_folder_needs_resume(tmp_path):
+    Trainer(tiny_model(), translation_batches(2), train=settings(tmp_path, steps=2)).fit()
+    with pytest.raises(AttnkitError, match="already holds a run; pass --resume"):
+        Trainer(tiny_model(), translation_batches(2), train=settings(tmp_path, steps=2)).fit()
+
+
+def test_early_stopping_and_best_checkpoint(tmp_path):
+    calls = iter([0.5, 0.7, 0.6, 0.4])
+
+    def metric(model):
+        return {"score": next(calls)}
+
+    result = Trainer(
+        tiny_model(),
+        translation_batches(2),
+        train=settings(tmp_path, steps=20),
+        eval=EvalSection(every=2, metric="score", patience=2),
+        metrics=[metric],
+    ).fit()
+    assert result.stopped == "early-stopped" and result.step == 8
+    assert result.best == 0.7
+    assert (tmp_path / "checkpoints" / "best" / "model.safetensors").is_file()
+
+
+def test_validation_loss_and_perplexity(tmp_path):
+    val = translation_batches(2, seed=4)
+    trainer = Trainer(
+        tiny_model(), translation_batches(2), train=settings(tmp_path, steps=2), val_data=val
+    )
+    result = trainer.fit()
+    record = [r for r in result.history if "val_loss" in r][-1]
+    assert record["val_ppl"] == pytest.approx(math.exp(record["val_loss"]))
+    assert 0 < record["val_loss"] < math.log(24) + 1
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path):
+    result = Trainer(
+        tiny_model(), translation_batches(2), train=settings(tmp_path, steps=3, precision="bf16")
+    ).fit()
+    assert all(
+        p.dtype == torch.float32 and torch.isfinite(p).all() for p in result.model.parameters()
+    )
+
+
+def test_fp16_needs_cuda(tmp_path):
+    with pytest.raises(AttnkitError, match="fp16' needs CUDA"):
+        Trainer(tiny_model(), [], train=settings(tmp_path, precision="fp16", device="cpu"))
