@@ -6,13 +6,12 @@ import signal
 import pytest
 import torch
 
-from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.train import Trainer
 from attnkit.train.checkpoint import load_checkpoint, load_trainer_state, saved_steps
 from attnkit.train.run_config import EvalSection, TrainSection
 
-from .tiny import tiny_model, translation_batches
+from .tiny import merge, tiny_model, translation_batches
 
 
 def settings(tmp_path, **changes) -> TrainSection:
@@ -92,23 +91,7 @@ def test_ctrl_c_saves_and_returns(tmp_path):
 def test_accumulation_equals_one_big_batch(tmp_path):
     """Two micro-batches of different token counts step exactly like their concatenation."""
     small = translation_batches(4, batch_size=3)
-    merged = []
-    for a, b in zip(small[0::2], small[1::2], strict=True):
-        width_s = max(a.src.shape[1], b.src.shape[1])
-        width_t = max(a.tgt.shape[1], b.tgt.shape[1])
-
-        def cat(x, y, width):
-            pad = [torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in (x, y)]
-            return torch.cat(pad)
-
-        merged.append(
-            Batch(
-                cat(a.src, b.src, width_s),
-                cat(a.src_mask, b.src_mask, width_s),
-                cat(a.tgt, b.tgt, width_t),
-                cat(a.tgt_mask, b.tgt_mask, width_t),
-            )
-        )
+    merged = [merge(a, b) for a, b in zip(small[0::2], small[1::2], strict=True)]
     # No biases: the key bias has an exactly zero gradient, whose rounding noise Adam would
     # blow up to full-size steps.
     no_dropout = {"dropout": 0.0, "embedding_dropout": 0.0, "bias": False}

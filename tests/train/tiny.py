@@ -38,3 +38,18 @@ def translation_batches(n: int, batch_size: int = 4, seed: int = 0) -> list[Batc
         tgt, tgt_mask = pad(tgts, 0)
         batches.append(Batch(src, src_mask, tgt, tgt_mask))
     return batches
+
+
+def merge(a: Batch, b: Batch) -> Batch:
+    """One batch holding the rows of `a` then `b`, padded to the longer of each side."""
+
+    def cat(x, y):
+        width = max(x.shape[1], y.shape[1])
+        return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in (x, y)])
+
+    return Batch(
+        cat(a.src, b.src),
+        cat(a.src_mask, b.src_mask),
+        cat(a.tgt, b.tgt),
+        cat(a.tgt_mask, b.tgt_mask),
+    )

@@ -52,23 +52,37 @@ def saved_steps(run_dir: str | Path) -> list[int]:
 
 
 def rng_state() -> dict[str, Any]:
-    """Every random generator the training loop draws from, in a torch.load-safe form."""
+    """Every random generator the training loop draws from, as plain Python values.
+
+    Plain values (bytes, lists) pass both `torch.load(weights_only=True)` and the
+    pickling of `all_gather_object`, which collects every rank's state.
+    """
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     return {
         "python": random.getstate(),
-        "numpy": (kind, torch.from_numpy(keys.copy()), pos, has_gauss, gauss),
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": (kind, keys.tolist(), pos, has_gauss, gauss),
+        "torch": _to_bytes(torch.get_rng_state()),
+        "cuda": [_to_bytes(s) for s in torch.cuda.get_rng_state_all()]
+        if torch.cuda.is_available()
+        else [],
     }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     kind, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((kind, keys.numpy(), pos, has_gauss, gauss))
-    torch.set_rng_state(state["torch"])
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(_from_bytes(state["torch"]))
     if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([_from_bytes(s) for s in state["cuda"]])
+
+
+def _to_bytes(t: Tensor) -> bytes:
+    return t.cpu().numpy().tobytes()
+
+
+def _from_bytes(b: bytes) -> Tensor:
+    return torch.frombuffer(bytearray(b), dtype=torch.uint8)
 
 
 def save_checkpoint(

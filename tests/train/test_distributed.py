@@ -1,0 +1,42 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from .tiny import tiny_model
+
+ROOT = Path(__file__).parents[2]
+
+
+def run(args: list[str], out: Path) -> dict[str, torch.Tensor]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        "OMP_NUM_THREADS": "1",
+    }
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    subprocess.run(
+        [sys.executable, *args, str(out)],
+        env=env,
+        check=True,
+        cwd=ROOT,
+        timeout=120,
+        capture_output=True,
+    )
+    return torch.load(out / "params.pt", weights_only=True)
+
+
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    """Each rank trains on half of every global batch (halves of unequal token counts)."""
+    worker = ["-m", "tests.train.ddp_worker"]
+    single = run(worker, tmp_path / "one")
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    double = run([*torchrun, "-m", "tests.train.ddp_worker"], tmp_path / "two")
+    assert single.keys() == double.keys()
+    for name, value in single.items():
+        torch.testing.assert_close(double[name], value, rtol=1e-5, atol=1e-6, msg=name)
+    initial = tiny_model(dropout=0.0, embedding_dropout=0.0, bias=False)
+    assert not torch.equal(initial.state_dict()["head.weight"], single["head.weight"])
