@@ -404,10 +404,30 @@ def stream(
         model.train(was_training)
 
 
+@torch.no_grad()
+def beam_search(
+    model: TransformerModel,
+    input_ids: Tensor,
+    attention_mask: Tensor | None = None,
+    config: GenerationConfig | None = None,
+    **options,
+) -> GenerateOutput:
+    """Batched beam search with HF's candidate selection, scoring and stopping rules.
+
+    `generate` calls it when num_beams > 1; called directly it also runs with one beam.
+    """
+    cfg = _config(config, options)
+    was_training = model.training
+    model.eval()
+    try:
+        return _beam_search(model, input_ids, attention_mask, cfg)
+    finally:
+        model.train(was_training)
+
+
 def _beam_search(
     model: TransformerModel, input_ids: Tensor, attention_mask: Tensor | None, cfg: GenerationConfig
 ) -> GenerateOutput:
-    """Batched beam search with HF's candidate selection, scoring and stopping rules."""
     state, prefix, prefix_mask, max_new = _start(model, input_ids, attention_mask, cfg)
     pad = model.config.pad_id if cfg.pad_token_id is None else cfg.pad_token_id
     n_sent, start = prefix.shape
@@ -519,14 +539,9 @@ def generate(
     default, sampling with `do_sample=True`, beam search with `num_beams > 1`.
     """
     cfg = _config(config, options)
-    was_training = model.training
-    model.eval()
-    try:
-        if cfg.num_beams > 1:
-            return _beam_search(model, input_ids, attention_mask, cfg)
-        steps = list(_token_steps(model, input_ids, attention_mask, cfg))
-    finally:
-        model.train(was_training)
+    if cfg.num_beams > 1:
+        return beam_search(model, input_ids, attention_mask, cfg)
+    steps = list(stream(model, input_ids, attention_mask, cfg))
     rows = input_ids.shape[0] * cfg.num_return_sequences
     prefix = _prefix_for_output(model, input_ids, attention_mask, cfg, rows)
     return GenerateOutput(
