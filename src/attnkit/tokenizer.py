@@ -13,11 +13,11 @@ Text becomes ids and ids become text again. Five kinds are trained here:
 A tokenizer trained here always has the same five special tokens at the same
 ids, so models, data and decoders agree without asking:
 
-    PAD_ID = 0  <pad>   padding, ignored by attention and the loss
-    BOS_ID = 1  <s>     begin of sequence, the decoder's first input
-    EOS_ID = 2  </s>    end of sequence, where decoding stops
-    UNK_ID = 3  <unk>   a piece the vocabulary lacks (never produced by byte-bpe)
-    MASK_ID = 4 <mask>  the masked-language-model token for encoders
+    PAD_ID  = 0  <pad>   padding, ignored by attention and the loss
+    BOS_ID  = 1  <s>     begin of sequence, the decoder's first input
+    EOS_ID  = 2  </s>    end of sequence, where decoding stops
+    UNK_ID  = 3  <unk>   a piece the vocabulary lacks (never produced by byte-bpe)
+    MASK_ID = 4  <mask>  the masked-language-model token for encoders
 
 Any Hugging Face `tokenizer.json` loads too; its own special tokens (`[PAD]`,
 `[CLS]`, `[SEP]`, `[UNK]`, `[MASK]`, `<|endoftext|>`, ...) are found by name,
