@@ -114,10 +114,12 @@ def test_saved_and_loaded_tokenizer_encodes_identically(
     trained: dict[str, Tokenizer], lines: list[str], kind: str, tmp_path: Path
 ) -> None:
     tok = trained[kind]
-    written = tok.save(tmp_path)
-    assert written == tmp_path / "tokenizer.json"
-    assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.json"]
+    written = tok.save(tmp_path / "run")
+    assert written == tmp_path / "run" / "tokenizer.json"
+    assert [p.name for p in written.parent.iterdir()] == ["tokenizer.json"]
+    assert tok.save(tmp_path / "named.json") == tmp_path / "named.json"
     loaded = Tokenizer.load(written)
+    assert Tokenizer.load(written.parent).backend.to_str() == loaded.backend.to_str()
     sample = [*lines[::97], "Ünïcödé 😀 <s> text"]
     assert loaded.encode_batch(sample, add_bos=True, add_eos=True) == tok.encode_batch(
         sample, add_bos=True, add_eos=True

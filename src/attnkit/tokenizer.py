@@ -174,9 +174,13 @@ class Tokenizer:
         return cls(backend)
 
     def save(self, path: PathLike) -> Path:
-        """Write `tokenizer.json` to a file path or into a folder; returns the file written."""
+        """Write to a `.json` path, or else into that folder as `tokenizer.json`; returns the file.
+
+        A run folder holds its tokenizer as `tokenizer.json`, so `save(run_dir)`
+        and `load(run_dir)` agree.
+        """
         path = Path(path)
-        if path.is_dir():
+        if path.suffix != ".json":
             path = path / "tokenizer.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written beside the target, then renamed: a crash never leaves half a file.
