@@ -39,16 +39,19 @@ logger = logging.getLogger(__name__)
 CHUNK = 8192
 
 
-class _Packed:
-    """Many id sequences in one flat int32 array plus offsets."""
+def _pack(chunk: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk of id lists as (flat ids, lengths)."""
+    flat = np.fromiter(itertools.chain.from_iterable(chunk), dtype=np.int32)
+    return flat, np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk))
 
-    def __init__(self, chunks: Iterable[list[list[int]]]) -> None:
-        flat, lengths = [], []
-        for chunk in chunks:
-            lengths.extend(len(ids) for ids in chunk)
-            flat.append(np.fromiter(itertools.chain.from_iterable(chunk), dtype=np.int32))
-        self.ids = np.concatenate(flat) if flat else np.zeros(0, dtype=np.int32)
-        self.lengths = np.asarray(lengths, dtype=np.int64)
+
+class _Packed:
+    """Many id sequences in one flat int32 array plus offsets, built from packed chunks."""
+
+    def __init__(self, parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
+        parts = list(parts)
+        self.ids = np.concatenate([np.zeros(0, dtype=np.int32), *(ids for ids, _ in parts)])
+        self.lengths = np.concatenate([np.zeros(0, dtype=np.int64), *(n for _, n in parts)])
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])
 
     def __len__(self) -> int:
@@ -72,7 +75,9 @@ class _SentencesDataset(Dataset):
         name: str,
     ) -> None:
         self.skipped = {"empty": 0, "too_long": 0}
-        kept: list[list[list[list[int]]]] = [[] for _ in encoders]
+        # Each chunk is packed as soon as it is encoded, so the peak memory is
+        # the packed corpus plus one chunk of Python lists.
+        kept: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in encoders]
         rows = iter(rows)
         while chunk := list(itertools.islice(rows, CHUNK)):
             full = [row for row in chunk if all(text.strip() for text in row)]
@@ -84,7 +89,7 @@ class _SentencesDataset(Dataset):
             ]
             self.skipped["too_long"] += keep.count(False)
             for side, out in zip(sides, kept, strict=True):
-                out.append(list(itertools.compress(side, keep)))
+                out.append(_pack(list(itertools.compress(side, keep))))
         self.sides = [_Packed(chunks) for chunks in kept]
         if len(self) == 0:
             raise AttnkitError(
@@ -223,7 +228,7 @@ class LanguageModelDataset(Dataset):
             raise AttnkitError(f"val_fraction must be between 0 and 1, got {val_fraction!r}")
         paths = [paths] if isinstance(paths, str | Path) else list(paths)
         stream = _Packed(
-            tokenizer.encode_batch(chunk)
+            _pack(tokenizer.encode_batch(chunk))
             for path in paths
             for chunk in _joined_chunks(read_lines(path, keepends=True))
         ).ids
