@@ -214,6 +214,24 @@ def test_tinyshakespeare_loads_through_attnkit_data(
     assert len(val) == (len(val.stream) - 1) // 256
 
 
+def test_data_dir_comes_before_attnkit_data_which_comes_before_the_cache(
+    tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    places = {name: tmp_path / name / "tinyshakespeare" for name in ("given", "env")}
+    places["cache"] = isolated_cache / "tinyshakespeare"
+    for folder in places.values():
+        folder.mkdir(parents=True)
+        (folder / "input.txt").write_text("text")
+    monkeypatch.setenv("ATTNKIT_DATA", str(tmp_path / "env"))
+    given_dir = tmp_path / "given"
+    assert corpus_files("tinyshakespeare", "train", data_dir=given_dir) == [
+        places["given"] / "input.txt"
+    ]
+    assert corpus_files("tinyshakespeare", "train") == [places["env"] / "input.txt"]
+    monkeypatch.delenv("ATTNKIT_DATA")
+    assert corpus_files("tinyshakespeare", "train") == [places["cache"] / "input.txt"]
+
+
 def test_without_files_or_network_the_error_names_files_and_place(
     tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

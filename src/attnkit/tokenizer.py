@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as Backend
 
 from attnkit.data.text import read_lines
@@ -343,7 +343,8 @@ def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any
         backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         backend.decoder = decoders.WordPiece()
     elif kind == "char":
-        backend.pre_tokenizer = pre_tokenizers.FixedLength(length=1)
+        # Every code point alone, newlines included (`.` would skip them).
+        backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
         backend.decoder = decoders.Fuse()
     else:
         # Spaces become part of the following piece (`▁`), so decoding puts
