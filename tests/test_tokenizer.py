@@ -72,6 +72,16 @@ def test_decode_restores_training_text_exactly(
     assert tok.decode_batch(ids) == sample
 
 
+@pytest.mark.parametrize("kind", ["bpe", "byte-bpe", "unigram", "char"])
+def test_newlines_of_running_text_are_not_unknown(data_dir: Path, kind: str) -> None:
+    # Training files are read a line at a time, so no line holds a newline.
+    tok = Tokenizer.train(kind, files=[data_dir / "multi30k" / "val.en.gz"], vocab_size=VOCAB[kind])
+    text = "A dog runs.\nTwo men sit.\n\nA girl."
+    ids = tok.encode(text)
+    assert UNK_ID not in ids
+    assert tok.decode(ids) == text
+
+
 def test_wordpiece_decode_joins_continuation_pieces(trained: dict[str, Tokenizer]) -> None:
     tok = trained["wordpiece"]
     text = "a man in a blue shirt is playing guitar"

@@ -117,7 +117,9 @@ class Tokenizer:
         backend, trainer = _build(kind, vocab_size, min_frequency)
         if normalization != "none":
             backend.normalizer = getattr(normalizers, normalization.upper())()
-        lines = _CountingLines(files, texts)
+        # A character vocabulary learns the newline as the character it is; the
+        # subword kinds learn from sentences and get it in their alphabet.
+        lines = _CountingLines(files, texts, keepends=kind == "char")
         backend.train_from_iterator(lines, trainer)
         if lines.count == 0:
             raise AttnkitError(
@@ -315,9 +317,12 @@ def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any
     """An untrained backend and its trainer for one kind."""
     specials = [AddedToken(token, special=True, normalized=False) for token in SPECIAL_TOKENS]
     common = {"vocab_size": vocab_size, "special_tokens": specials, "show_progress": False}
+    # Sentences are learnt one a line without their newline, yet running text
+    # for a language model has newlines: keep them out of <unk>.
+    newline = {"initial_alphabet": ["\n"]}
     if kind == "bpe":
         backend = Backend(models.BPE(unk_token="<unk>"))
-        trainer = trainers.BpeTrainer(min_frequency=min_frequency, **common)
+        trainer = trainers.BpeTrainer(min_frequency=min_frequency, **newline, **common)
     elif kind == "byte-bpe":
         backend = Backend(models.BPE())
         # All 256 bytes are in the alphabet from the start, so nothing is unknown.
@@ -331,7 +336,7 @@ def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any
         trainer = trainers.WordPieceTrainer(min_frequency=min_frequency, **common)
     elif kind == "unigram":
         backend = Backend(models.Unigram())
-        trainer = trainers.UnigramTrainer(unk_token="<unk>", **common)
+        trainer = trainers.UnigramTrainer(unk_token="<unk>", **newline, **common)
     else:
         backend = Backend(models.WordLevel(unk_token="<unk>"))
         trainer = trainers.WordLevelTrainer(min_frequency=min_frequency, **common)
@@ -357,13 +362,13 @@ def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any
 class _CountingLines:
     """The training text as one stream of lines, counted so an empty corpus is caught."""
 
-    def __init__(self, files: Sequence[PathLike], texts: Iterable[str]) -> None:
+    def __init__(self, files: Sequence[PathLike], texts: Iterable[str], keepends: bool) -> None:
         if isinstance(files, str | Path):
             files = [files]
-        self.files, self.texts, self.count = list(files), texts, 0
+        self.files, self.texts, self.keepends, self.count = list(files), texts, keepends, 0
 
     def __iter__(self) -> Iterator[str]:
-        for source in [*(read_lines(f) for f in self.files), self.texts]:
+        for source in [*(read_lines(f, keepends=self.keepends) for f in self.files), self.texts]:
             for line in source:
                 if line.strip():
                     self.count += 1
