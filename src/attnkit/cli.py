@@ -1,4 +1,4 @@
-"""The command line: `attnkit demo | train | ...`.
+"""The command line: `attnkit demo | train | translate | generate | eval`.
 
 Only wiring lives here: each command parses its options, calls the library,
 and shows progress and results. Bad input from anywhere below arrives as an
@@ -144,6 +144,226 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_run(args: argparse.Namespace):
+    """The model and tokenizer of RUN_DIR, on the asked device, with the asked threads."""
+    import torch
+
+    from attnkit.run import load_pretrained
+    from attnkit.tokenizer import Tokenizer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run_dir = Path(args.run_dir)
+    model = load_pretrained(run_dir, device=args.device)
+    if not (run_dir / "tokenizer.json").is_file():
+        raise AttnkitError(
+            f"{run_dir} has no tokenizer.json; train the run with a tokenizer or copy one there"
+        )
+    return model, Tokenizer.load(run_dir / "tokenizer.json")
+
+
+def _generation_config(args: argparse.Namespace, model):
+    """GenerationConfig from the decoding options common to translate, generate and eval."""
+    from attnkit.generate import GenerationConfig
+
+    options = {
+        "max_new_tokens": args.max_new_tokens or model.config.max_len - 1,
+        "num_beams": getattr(args, "beam", 1),
+        "length_penalty": getattr(args, "length_penalty", 1.0),
+        "no_repeat_ngram_size": args.no_repeat_ngram_size,
+        "repetition_penalty": args.repetition_penalty,
+    }
+    if getattr(args, "sample", False):
+        options.update(
+            do_sample=True,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+        )
+    return GenerationConfig(**options)
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="line",
+        disable=not enabled or total < 64,
+        dynamic_ncols=True,
+        file=sys.stderr,
+    )
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    """Translate lines from --input (or stdin), one output line per input line, in order."""
+    from attnkit.inference import translate
+
+    model, tokenizer = _load_run(args)
+    if args.input:
+        path = Path(args.input)
+        if not path.is_file():
+            raise AttnkitError(f"no input file at {path}")
+        lines = path.read_text(encoding="utf-8").splitlines()
+    else:
+        lines = sys.stdin.read().splitlines()
+    config = _generation_config(args, model)
+    with _progress(len(lines), "translating", not args.no_progress) as bar:
+        outputs = translate(
+            model,
+            tokenizer,
+            lines,
+            config,
+            batch_size=args.batch_size,
+            refuse_long=args.refuse_long,
+            progress=bar.update,
+        )
+    text = "".join(f"{line}\n" for line in outputs)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if args.attention_plot and lines:
+        picture = _attention_plot(model, tokenizer, lines[0], outputs[0], args.attention_plot)
+        print(f"cross-attention of the first input: {picture}", file=sys.stderr)
+    return 0
+
+
+def _attention_plot(model, tokenizer, source: str, translation: str, path: str) -> Path:
+    """Cross-attention of every decoder layer (mean of heads) for one source and its output."""
+    import torch
+
+    from attnkit.viz import plot_attention
+
+    src = tokenizer.encode(source, add_eos=True)[: model.config.max_len]
+    tgt = tokenizer.encode(translation, add_bos=True)[: model.config.max_len]
+    with torch.no_grad():
+        out = model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
+    layers = [w[0].mean(0) for w in out.attentions["cross"]]
+    pieces = tokenizer.backend.id_to_token
+    return plot_attention(
+        layers,
+        path,
+        queries=[pieces(i) or "?" for i in tgt],
+        keys=[pieces(i) or "?" for i in src],
+        titles=[f"decoder layer {i + 1}, mean of heads" for i in range(len(layers))],
+        suptitle="cross-attention",
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Continue --prompt with a language model, streaming the text as it is produced."""
+    from attnkit.inference import complete
+
+    model, tokenizer = _load_run(args)
+    config = _generation_config(args, model)
+    sys.stdout.write(args.prompt)
+    sys.stdout.flush()
+    for piece in complete(model, tokenizer, args.prompt, config):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def _run_data_defaults(run_dir: Path) -> dict:
+    """The [data] section of the run's saved training config, if the trainer left one."""
+    import tomllib
+
+    path = run_dir / "run_config.toml"
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text()).get("data", {})
+    except tomllib.TOMLDecodeError as err:
+        raise AttnkitError(f"{path} is not valid TOML ({err}); fix or remove it") from None
+
+
+def _split_name(corpus: str, split: str) -> str:
+    """A split by its name or an unambiguous prefix (`test` is Multi30k's `test_2016_flickr`)."""
+    from attnkit.data import CORPORA
+
+    if corpus not in CORPORA or split in CORPORA[corpus].splits:
+        return split
+    matches = [s for s in CORPORA[corpus].splits if s.startswith(split)]
+    return matches[0] if len(matches) == 1 else split
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Score a run on a corpus split: BLEU and chrF for translation, perplexity for a LM."""
+    from attnkit.data import corpus_files, read_lines
+
+    model, tokenizer = _load_run(args)
+    saved = _run_data_defaults(Path(args.run_dir))
+    corpus = args.corpus or saved.get("corpus") or "multi30k"
+    data_dir = args.data_dir or saved.get("data_dir")
+    split = _split_name(corpus, args.split)
+    rows: list[tuple[str, str, str]] = []
+    if model.config.shape == "encoder-decoder":
+        from attnkit.evaluate import bleu, chrf
+        from attnkit.inference import translate
+
+        langs = (
+            args.src_lang or saved.get("src_lang") or "de",
+            args.tgt_lang or saved.get("tgt_lang") or "en",
+        )
+        src_path, ref_path = corpus_files(corpus, split, langs=langs, data_dir=data_dir)
+        sources, references = list(read_lines(src_path)), list(read_lines(ref_path))
+        if args.limit:
+            sources, references = sources[: args.limit], references[: args.limit]
+        config = _generation_config(args, model)
+        with _progress(len(sources), "translating", not args.no_progress) as bar:
+            hypotheses = translate(
+                model, tokenizer, sources, config, batch_size=args.batch_size, progress=bar.update
+            )
+        if args.output:
+            Path(args.output).write_text("".join(f"{h}\n" for h in hypotheses), encoding="utf-8")
+        for score in (bleu(hypotheses, references), chrf(hypotheses, references)):
+            rows.append((score.name, f"{score.value:.2f}", score.signature))
+        what = f"{corpus} {split} {langs[0]}->{langs[1]}, {len(sources)} sentences"
+    else:
+        from torch.utils.data import DataLoader
+
+        from attnkit.data import load_corpus
+        from attnkit.evaluate import perplexity
+
+        block = min(model.config.max_len - 1, args.block_size)
+        dataset = load_corpus(
+            corpus, split, tokenizer=tokenizer, data_dir=data_dir, block_size=block
+        )
+        loader = DataLoader(dataset, batch_size=args.batch_size, collate_fn=dataset.collate)
+        batches = list(loader)[: args.limit or None]
+        score = perplexity(model, batches)
+        rows.append((score.name, f"{score.value:.2f}", score.signature))
+        what = f"{corpus} {split}, {len(batches)} batches of {block + 1}-token blocks"
+    print(f"attnkit eval {args.run_dir}: {what}")
+    width = max(len(name) for name, _, _ in rows)
+    print(f"{'metric':<{width}}  {'score':>8}  signature")
+    for name, value, signature in rows:
+        print(f"{name:<{width}}  {value:>8}  {signature}")
+    return 0
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (config, weights, tokenizer)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument(
+        "--max-new-tokens", type=int, default=0, help="most new tokens (default: max_len - 1)"
+    )
+    p.add_argument("--no-repeat-ngram-size", type=int, default=0, help="forbid repeated n-grams")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 is off")
+
+
+def _add_beam_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
+    p.add_argument("--length-penalty", type=float, default=1.0, help="beam score / length^this")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences decoded together")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -167,6 +387,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--resume", action="store_true", help="continue the run in train.out_dir")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("translate", help="translate lines with an encoder-decoder run")
+    _add_run_options(p)
+    _add_beam_options(p)
+    p.add_argument("--input", help="a text file, one sentence a line (default: stdin)")
+    p.add_argument("--output", help="write the translations here (default: stdout)")
+    p.add_argument(
+        "--refuse-long", action="store_true", help="stop on inputs over max_len, not cut them"
+    )
+    p.add_argument("--attention-plot", metavar="PNG", help="draw the first input's cross-attention")
+    p.set_defaults(func=cmd_translate)
+
+    p = sub.add_parser("generate", help="continue a prompt with a language-model run, streaming")
+    _add_run_options(p)
+    p.add_argument("--prompt", required=True, help="the text to continue")
+    p.add_argument("--greedy", dest="sample", action="store_false", help="argmax, not sampling")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest (0: all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
+    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("eval", help="BLEU/chrF (translation) or perplexity (language model)")
+    _add_run_options(p)
+    _add_beam_options(p)
+    p.add_argument("--split", default="test", help="corpus split (default test)")
+    p.add_argument(
+        "--corpus", help="multi30k or tinyshakespeare (default: the run's, else multi30k)"
+    )
+    p.add_argument("--src-lang", help="source language (default: the run's, else de)")
+    p.add_argument("--tgt-lang", help="target language (default: the run's, else en)")
+    p.add_argument("--data-dir", help="folder holding <corpus>/<files> (see attnkit.data)")
+    p.add_argument("--limit", type=int, default=0, help="score only the first N sentences/batches")
+    p.add_argument("--block-size", type=int, default=256, help="language-model context per block")
+    p.add_argument("--output", help="also write the translations here")
+    p.set_defaults(func=cmd_eval)
     return parser
 
 

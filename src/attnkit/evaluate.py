@@ -1,0 +1,108 @@
+"""Evaluation: how good the outputs are.
+
+    BLEU = BP * exp(sum_n 1/4 log p_n),  BP = min(1, exp(1 - r / c))     (sacreBLEU)
+    chrF = F_beta over character n-gram precision and recall, beta = 2   (sacreBLEU)
+    perplexity = exp(-1/N sum_t log p(y_t | y_<t, x))  over the N real target tokens
+    exact match = share of hypotheses equal to their reference
+
+BLEU and chrF come from sacreBLEU on detokenized text, and every score
+carries sacreBLEU's signature, so numbers are comparable across papers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from attnkit.data.batch import Batch
+from attnkit.errors import AttnkitError
+from attnkit.models import TransformerModel
+
+
+@dataclass(frozen=True)
+class Score:
+    """One corpus-level metric: its name, its value and how it was computed."""
+
+    name: str
+    value: float
+    signature: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.name} = {self.value:.2f}"
+        return f"{text}  ({self.signature})" if self.signature else text
+
+
+def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
+    if len(hypotheses) != len(references):
+        raise AttnkitError(
+            f"there are {len(hypotheses)} hypotheses but {len(references)} references; "
+            "give one hypothesis per reference line"
+        )
+    if not hypotheses:
+        raise AttnkitError("there is nothing to score: the hypotheses are empty")
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> Score:
+    """Corpus BLEU of detokenized hypotheses against one reference each, via sacreBLEU."""
+    from sacrebleu.metrics import BLEU
+
+    _check_pairs(hypotheses, references)
+    metric = BLEU(tokenize=tokenize)
+    result = metric.corpus_score(list(hypotheses), [list(references)])
+    return Score("BLEU", result.score, str(metric.get_signature()))
+
+
+def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
+    """Corpus chrF (character 6-grams, beta 2) against one reference each, via sacreBLEU."""
+    from sacrebleu.metrics import CHRF
+
+    _check_pairs(hypotheses, references)
+    metric = CHRF()
+    result = metric.corpus_score(list(hypotheses), [list(references)])
+    return Score("chrF", result.score, str(metric.get_signature()))
+
+
+def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
+    """Percentage of hypotheses identical to their reference (surrounding spaces ignored)."""
+    _check_pairs(hypotheses, references)
+    same = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True))
+    return Score("exact match", 100.0 * same / len(hypotheses))
+
+
+@torch.no_grad()
+def perplexity(model: TransformerModel, batches: Iterable[Batch]) -> Score:
+    """exp of the mean negative log-likelihood per real target token, padding excluded.
+
+    Each batch's `tgt` starts with <s> and is predicted from position 1 on; an
+    encoder-decoder also reads `src`. The model runs in eval mode.
+    """
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        for batch in batches:
+            batch = batch.to(model.device)
+            tgt, tgt_mask = batch.tgt, batch.tgt_mask
+            if tgt is None:
+                raise AttnkitError("perplexity needs batches with a target (tgt)")
+            if tgt_mask is None:
+                tgt_mask = torch.ones_like(tgt, dtype=torch.bool)
+            if model.config.shape == "encoder-decoder":
+                logits = model(batch.src, tgt[:, :-1], batch.src_mask, tgt_mask[:, :-1]).logits
+            else:
+                logits = model(tgt[:, :-1], tgt_mask[:, :-1]).logits
+            labels = tgt[:, 1:].masked_fill(~tgt_mask[:, 1:].bool(), -100)
+            nll = F.cross_entropy(
+                logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
+            )
+            total += nll.item()
+            count += int((labels != -100).sum())
+    finally:
+        model.train(was_training)
+    if count == 0:
+        raise AttnkitError("perplexity needs at least one target token after <s>")
+    return Score("perplexity", math.exp(total / count), f"{count} tokens")

@@ -1,0 +1,125 @@
+"""Text in, text out: tokenize, batch by length, decode, detokenize, keep the order.
+
+    source line -> ids + </s> -> batches of similar length -> generate -> ids -> text
+
+Sorting by length before batching keeps padding small; results return in the
+order of the input. Empty lines give empty outputs without running the model,
+and inputs over the model's max_len are cut (counted, with a warning) or
+refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+
+from attnkit.data.batch import pad
+from attnkit.errors import AttnkitError
+from attnkit.generate import GenerationConfig, generate, stream
+from attnkit.models import TransformerModel
+from attnkit.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def encode_sources(
+    tokenizer: Tokenizer, texts: Sequence[str], max_len: int, refuse_long: bool = False
+) -> list[list[int]]:
+    """Source ids ending in </s> (as in training), cut to `max_len` or refused when longer."""
+    if not refuse_long:
+        return tokenizer.encode_batch(texts, add_eos=True, max_length=max_len)
+    encoded = tokenizer.encode_batch(texts, add_eos=True)
+    for line, ids in enumerate(encoded, start=1):
+        if len(ids) > max_len:
+            raise AttnkitError(
+                f"input line {line} has {len(ids)} tokens, over the model's max_len {max_len}; "
+                "shorten it, or allow truncation"
+            )
+    return encoded
+
+
+def translate(
+    model: TransformerModel,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    config: GenerationConfig | None = None,
+    *,
+    batch_size: int = 32,
+    refuse_long: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> list[str]:
+    """One output line per input line, in order; `progress(n)` is told of each n lines done."""
+    if model.config.shape != "encoder-decoder":
+        raise AttnkitError(
+            f"translation needs an encoder-decoder model, but this one is a {model.config.shape} "
+            "model; use `attnkit generate` for a language model"
+        )
+    if batch_size < 1:
+        raise AttnkitError(f"batch_size must be at least 1, got {batch_size}")
+    config = dataclasses.replace(
+        config or GenerationConfig(),
+        eos_token_id=tokenizer.eos_id,
+        pad_token_id=tokenizer.pad_id,
+        decoder_start_token_id=tokenizer.bos_id,
+        num_return_sequences=1,
+    )
+    outputs = [""] * len(texts)
+    todo = [i for i, text in enumerate(texts) if text.strip()]
+    if progress is not None and len(todo) < len(texts):
+        progress(len(texts) - len(todo))
+    if not todo:
+        return outputs
+    ids = encode_sources(tokenizer, [texts[i] for i in todo], model.config.max_len, refuse_long)
+    order = sorted(range(len(todo)), key=lambda j: len(ids[j]), reverse=True)
+    device = model.device
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        src, src_mask = pad([ids[j] for j in chunk], tokenizer.pad_id)
+        result = generate(model, src.to(device), src_mask.to(device), config)
+        for j, text in zip(chunk, tokenizer.decode_batch(result.new_tokens()), strict=True):
+            outputs[todo[j]] = text
+        if progress is not None:
+            progress(len(chunk))
+    return outputs
+
+
+def complete(
+    model: TransformerModel,
+    tokenizer: Tokenizer,
+    prompt: str,
+    config: GenerationConfig | None = None,
+) -> Iterator[str]:
+    """Continue `prompt` with a language model, yielding the new text piece by piece.
+
+    A piece is yielded whenever the decoded text grows, so byte-level tokens
+    that split a character appear once the character is complete.
+    """
+    if model.config.shape != "decoder":
+        raise AttnkitError(
+            f"text completion needs a decoder (language) model, but this one is a "
+            f"{model.config.shape} model; use `attnkit translate` for translation"
+        )
+    ids = tokenizer.encode(prompt) or [tokenizer.bos_id]
+    if len(ids) >= model.config.max_len:
+        kept = model.config.max_len - 1
+        log.warning("the prompt has %d tokens; keeping its last %d", len(ids), kept)
+        ids = ids[-kept:]
+    eos = tokenizer.eos_id if tokenizer.has("eos") else None
+    config = dataclasses.replace(
+        config or GenerationConfig(), eos_token_id=eos, pad_token_id=tokenizer.pad_id
+    )
+    prompt_ids = torch.tensor([ids], device=model.device)
+    new: list[int] = []
+    shown = ""
+    for step in stream(model, prompt_ids, None, config):
+        token = int(step[0])
+        if eos is not None and token == eos:
+            break
+        new.append(token)
+        text = tokenizer.decode(new)
+        if text.startswith(shown) and len(text) > len(shown) and not text.endswith("\ufffd"):
+            yield text[len(shown) :]
+            shown = text

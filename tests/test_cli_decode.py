@@ -1,0 +1,167 @@
+"""`attnkit translate | generate | eval` on small run folders built here."""
+
+import logging
+
+import pytest
+import torch
+
+from attnkit import ModelConfig, build_model
+from attnkit.cli import main
+from attnkit.generate import GenerationConfig
+from attnkit.inference import translate
+from attnkit.run import load_pretrained, save_pretrained
+from attnkit.tokenizer import Tokenizer
+
+LINES = ["ein hund läuft", "zwei kinder spielen im park", "a dog runs", "the cat sleeps"]
+
+
+def make_run(path, shape: str, max_len: int = 40):
+    tokenizer = Tokenizer.train("char", texts=LINES * 3)
+    torch.manual_seed(0)
+    extra = {"n_encoder_layers": 1, "tie_embeddings": "all"} if shape == "encoder-decoder" else {}
+    config = ModelConfig(
+        shape=shape,
+        vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_decoder_layers=1,
+        max_len=max_len,
+        dropout=0.0,
+        embedding_dropout=0.0,
+        **({"tie_embeddings": "decoder"} if shape == "decoder" else extra),
+    )
+    save_pretrained(build_model(config), path)
+    tokenizer.save(path / "tokenizer.json")
+    return path
+
+
+@pytest.fixture(scope="module")
+def mt_run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("mt"), "encoder-decoder")
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("lm"), "decoder")
+
+
+def test_translate_keeps_order_and_empty_lines_and_counts_truncations(
+    mt_run, tmp_path, capsys, caplog
+):
+    long_line = "zwei kinder spielen im park " * 3
+    lines = [LINES[0], "", LINES[1], "   ", long_line, LINES[2]]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n")
+    with caplog.at_level(logging.WARNING):
+        code = main(
+            [
+                "translate",
+                str(mt_run),
+                "--input",
+                str(source),
+                "--max-new-tokens",
+                "6",
+                "--batch-size",
+                "2",
+                "--beam",
+                "2",
+            ]
+        )
+    assert code == 0
+    out = capsys.readouterr().out.split("\n")
+    assert len(out) == len(lines) + 1 and out[-1] == ""
+    assert out[1] == "" and out[3] == ""
+    assert "truncated 1 of 4 sequences" in caplog.text
+    model, tokenizer = load_pretrained(mt_run), Tokenizer.load(mt_run / "tokenizer.json")
+    config = GenerationConfig(max_new_tokens=6, num_beams=2)
+    alone = [translate(model, tokenizer, [line], config)[0] for line in lines]
+    assert out[:-1] == alone
+
+
+def test_translate_refuses_long_inputs_when_asked(mt_run, tmp_path, capsys):
+    source = tmp_path / "in.txt"
+    source.write_text(LINES[0] + "\n" + "x" * 80 + "\n")
+    code = main(["translate", str(mt_run), "--input", str(source), "--refuse-long"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "input line 2 has 81 tokens, over the model's max_len 40" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--top-p", "1.5"], "top_p must be in (0, 1]"),
+        (["--temperature", "0"], "temperature must be positive"),
+    ],
+)
+def test_generate_rejects_invalid_options_in_one_sentence(lm_run, capsys, args, message):
+    assert main(["generate", str(lm_run), "--prompt", "a dog", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_generate_streams_a_reproducible_continuation(lm_run, capsys):
+    args = ["generate", str(lm_run), "--prompt", "a dog", "--max-new-tokens", "8", "--seed", "3"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert main(args) == 0
+    assert capsys.readouterr().out == first
+    assert first.startswith("a dog")
+
+
+def test_wrong_shape_is_a_clear_error(lm_run, mt_run, tmp_path, capsys):
+    source = tmp_path / "in.txt"
+    source.write_text("a dog\n")
+    assert main(["translate", str(lm_run), "--input", str(source)]) == 2
+    assert "translation needs an encoder-decoder model" in capsys.readouterr().err
+    assert main(["generate", str(mt_run), "--prompt", "x"]) == 2
+    assert "needs a decoder (language) model" in capsys.readouterr().err
+
+
+def test_eval_translation_prints_bleu_and_chrf_with_signatures(mt_run, data_dir, capsys):
+    if not (data_dir / "multi30k" / "test_2016_flickr.de.gz").is_file():
+        pytest.skip("Multi30k is not in ../shared/data")
+    code = main(
+        [
+            "eval",
+            str(mt_run),
+            "--split",
+            "test",
+            "--data-dir",
+            str(data_dir),
+            "--limit",
+            "4",
+            "--max-new-tokens",
+            "5",
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "multi30k test_2016_flickr de->en, 4 sentences" in out
+    assert "BLEU" in out and "nrefs:1|case:mixed" in out and "chrF" in out
+
+
+def test_eval_language_model_prints_perplexity(lm_run, data_dir, capsys):
+    if not (data_dir / "tinyshakespeare" / "input.txt").is_file():
+        pytest.skip("Tiny Shakespeare is not in ../shared/data")
+    code = main(
+        [
+            "eval",
+            str(lm_run),
+            "--corpus",
+            "tinyshakespeare",
+            "--split",
+            "val",
+            "--data-dir",
+            str(data_dir),
+            "--limit",
+            "1",
+            "--batch-size",
+            "2",
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "perplexity" in out and "tokens" in out

@@ -1,0 +1,99 @@
+"""A cached decode equals an uncached one, step by step, for both decoding shapes."""
+
+import pytest
+import torch
+
+from attnkit import AttnkitError, ModelConfig, build_model
+from attnkit.generate import left_pad
+
+
+def tiny(shape: str, **overrides) -> torch.nn.Module:
+    torch.manual_seed(0)
+    layers = {"n_encoder_layers": 2} if shape == "encoder-decoder" else {}
+    tie = {"tie_embeddings": "decoder"} if shape == "decoder" else {}
+    config = ModelConfig(
+        shape=shape,
+        vocab_size=40,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_decoder_layers=2,
+        dropout=0.0,
+        embedding_dropout=0.0,
+        max_len=48,
+        **layers,
+        **tie,
+        **overrides,
+    )
+    return build_model(config).eval()
+
+
+def padded_batch(lengths: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(5, 40, (len(lengths), width))
+    mask = torch.arange(width)[None] < torch.tensor(lengths)[:, None]
+    return ids.masked_fill(~mask, 0), mask
+
+
+@pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 2}, {"norm_position": "pre"}])
+@torch.no_grad()
+def test_decoder_only_cache_matches_full_forward_with_left_padding(overrides):
+    model = tiny("decoder", **overrides)
+    prompt, mask = left_pad(*padded_batch([6, 3, 1], 6))
+    cache = model.new_cache(prompt, mask, capacity=16)
+    logits = model.decode_step(prompt, cache, mask)
+    ids = prompt
+    for _ in range(8):
+        full = model(ids, mask).logits[:, -1]
+        torch.testing.assert_close(logits, full, atol=1e-5, rtol=0)
+        next_ids = torch.randint(5, 40, (3, 1))
+        ids, mask = (
+            torch.cat([ids, next_ids], 1),
+            torch.cat([mask, torch.ones(3, 1, dtype=torch.bool)], 1),
+        )
+        logits = model.decode_step(next_ids, cache)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 1}])
+@torch.no_grad()
+def test_encoder_decoder_cache_matches_full_forward_with_source_padding(overrides):
+    model = tiny("encoder-decoder", **overrides)
+    src, src_mask = padded_batch([7, 4, 2], 7)
+    cache = model.new_cache(src, src_mask, capacity=12)
+    tgt = torch.ones(3, 1, dtype=torch.long)
+    logits = model.decode_step(tgt, cache)
+    for _ in range(8):
+        full = model(src, tgt, src_mask).logits[:, -1]
+        torch.testing.assert_close(logits, full, atol=1e-5, rtol=0)
+        next_ids = torch.randint(5, 40, (3, 1))
+        tgt = torch.cat([tgt, next_ids], 1)
+        logits = model.decode_step(next_ids, cache)
+
+
+@torch.no_grad()
+def test_reorder_follows_rows_and_memory():
+    model = tiny("encoder-decoder")
+    src, src_mask = padded_batch([7, 4, 2], 7)
+    cache = model.new_cache(src, src_mask, capacity=12)
+    tgt = torch.tensor([[1, 7, 9], [1, 8, 5], [1, 6, 6]])
+    model.decode_step(tgt, cache)
+    index = torch.tensor([2, 0, 2, 1])
+    cache.reorder(index)
+    step = torch.tensor([[11], [12], [13], [14]])
+    logits = model.decode_step(step, cache)
+    full = model(src[index], torch.cat([tgt[index], step], 1), src_mask[index]).logits[:, -1]
+    torch.testing.assert_close(logits, full, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_cache_overflow_and_batch_mismatch_are_clear_errors():
+    model = tiny("decoder")
+    prompt = torch.randint(5, 40, (2, 4))
+    cache = model.new_cache(prompt, capacity=5)
+    model.decode_step(prompt, cache)
+    with pytest.raises(AttnkitError, match="rows but the cache holds"):
+        model.decode_step(torch.ones(3, 1, dtype=torch.long), cache)
+    model.decode_step(torch.ones(2, 1, dtype=torch.long), cache)
+    with pytest.raises(AttnkitError, match="KV cache holds 5 positions"):
+        model.decode_step(torch.ones(2, 1, dtype=torch.long), cache)
+    with pytest.raises(AttnkitError, match="max_len"):
+        model.new_cache(prompt, capacity=1000)
