@@ -118,6 +118,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         setup.train_data,
         train=config.train,
         eval=config.eval,
+        objective=setup.objective,
         val_data=setup.val_data,
         metrics=setup.metrics,
         tokenizer=setup.tokenizer,

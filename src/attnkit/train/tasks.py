@@ -1,22 +1,59 @@
-"""From a run config to what the `Trainer` needs: model, data, objective and metrics.
+"""From a run config to what the `Trainer` needs: model, data, metrics and tokenizer.
 
-Each task of `data.task` pairs a model shape with an objective and a data
-pipeline: `translation` (encoder-decoder, parallel text, BLEU), `language-model`
-(decoder, blocks of text), `masked-lm` (encoder, sentences) and `reverse`
-(the built-in demo).
+Each `data.task` pairs a model shape with a data pipeline and an objective:
+
+    translation     encoder-decoder   sentence pairs, teacher forcing, greedy BLEU on validation
+    language-model  decoder           blocks of block_size + 1 tokens of running text
+    masked-lm       encoder           sentences, 15% of tokens masked (BERT)
+    reverse         encoder-decoder   the built-in digit-reversal demo
+
+Text comes from a known corpus (`multi30k`, `tinyshakespeare`, found under
+`data.data_dir`) or from your files: for translation a folder holding
+`{split}.{src_lang}` and `{split}.{tgt_lang}` (`.gz` too), for the other
+tasks one text file whose last `valid_fraction` is held out. The tokenizer
+is trained on the training text (one joint vocabulary for both languages, as
+the paper's shared BPE) unless the run folder already holds one, as on resume.
+Batches are cut by a token budget (`TokenBudgetSampler`), sharded per rank.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from attnkit.data import (
+    CORPORA,
+    LanguageModelDataset,
+    ParallelDataset,
+    SentenceDataset,
+    TokenBudgetSampler,
+    corpus_files,
+    read_aligned,
+    read_lines,
+)
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
-from attnkit.models import TransformerModel
+from attnkit.models import TransformerModel, build_model
+from attnkit.tokenizer import Tokenizer
+from attnkit.train import distributed as dist
+from attnkit.train.objectives import MaskedLMObjective, Objective
 from attnkit.train.run_config import RunConfig
 from attnkit.train.trainer import Metric
+
+log = logging.getLogger(__name__)
+
+SHAPE_OF_TASK = {
+    "translation": "encoder-decoder",
+    "language-model": "decoder",
+    "masked-lm": "encoder",
+    "reverse": "encoder-decoder",
+}
 
 
 @dataclass
@@ -26,12 +63,221 @@ class TaskSetup:
     val_data: Iterable[Batch] | None
     metrics: Sequence[Metric]
     tokenizer: Any
+    objective: Objective | None = None
 
 
 def build_task(config: RunConfig) -> TaskSetup:
     """The model, data and metrics that `config.data.task` names."""
-    if config.data.task == "reverse":
+    task = config.data.task
+    if task == "reverse":
         from attnkit.demo import reverse_setup
 
         return reverse_setup(config)
-    raise AttnkitError(f"data.task {config.data.task!r} is not available in this build")
+    builders = {
+        "translation": _translation,
+        "language-model": _language_model,
+        "masked-lm": _masked_lm,
+    }
+    return builders[task](config)
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+def _text(config: RunConfig, split: str, langs: Sequence[str]) -> list[list[str]]:
+    """The lines of one split, one list per language (lowercased if asked)."""
+    d = config.data
+    if d.corpus in CORPORA:
+        paths = corpus_files(d.corpus, split, langs=langs, data_dir=d.data_dir)
+    else:
+        folder = Path(d.corpus)
+        paths = []
+        for lang in langs:
+            candidates = (folder / f"{split}.{lang}", folder / f"{split}.{lang}.gz")
+            path = next((p for p in candidates if p.is_file()), None)
+            if path is None:
+                raise AttnkitError(
+                    f"data.corpus {d.corpus!r} is neither a known corpus ({', '.join(CORPORA)}) "
+                    f"nor a folder holding {split}.{lang}; check data.corpus and data.*_split"
+                )
+            paths.append(path)
+    if len(paths) == 2:
+        pairs = list(read_aligned(*paths))
+        sides = [[s for s, _ in pairs], [t for _, t in pairs]]
+    else:
+        sides = [list(read_lines(paths[0]))]
+    return [[line.lower() for line in side] for side in sides] if d.lowercase else sides
+
+
+def _text_file(config: RunConfig) -> list[Path]:
+    """The files of a monolingual corpus: a known one, or a file given as data.corpus."""
+    d = config.data
+    if d.corpus in CORPORA and not CORPORA[d.corpus].langs:
+        return corpus_files(d.corpus, "train", data_dir=d.data_dir)
+    path = Path(d.corpus)
+    if not path.is_file():
+        raise AttnkitError(
+            f"data.corpus {d.corpus!r} is neither a known monolingual corpus nor a text file; "
+            "give a path to your text or use tinyshakespeare"
+        )
+    return [path]
+
+
+def _tokenizer(
+    config: RunConfig, texts: Iterable[str] = (), files: Sequence[Path] = ()
+) -> Tokenizer:
+    saved = Path(config.train.out_dir) / "tokenizer.json"
+    if saved.is_file():
+        log.info("using the tokenizer of the run folder, %s", saved)
+        return Tokenizer.load(saved)
+    d = config.data
+    return Tokenizer.train(d.tokenizer, texts=texts, files=files, vocab_size=d.vocab_size)
+
+
+def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
+    task = config.data.task
+    model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
+    if model_config.shape != SHAPE_OF_TASK[task]:
+        raise AttnkitError(
+            f"data.task {task!r} trains a {SHAPE_OF_TASK[task]} model, but the [model] section "
+            f"describes a {model_config.shape} one; set model.shape or choose another preset"
+        )
+    torch.manual_seed(config.train.seed)
+    return build_model(model_config)
+
+
+# -- batches ------------------------------------------------------------------------------------
+
+
+def _loader(
+    config: RunConfig, dataset: Dataset, *, train: bool, max_batch_size: int | None = None
+) -> DataLoader:
+    """Token-budget batches of this rank's shard; the order depends only on seed and epoch."""
+    d, info = config.data, dist.from_env()
+    max_tokens = d.max_tokens
+    if max_batch_size is not None:
+        max_tokens = max_batch_size * int(dataset.lengths.max())
+    sampler = TokenBudgetSampler(
+        dataset.lengths,
+        max_tokens,
+        max_batch_size=max_batch_size,
+        shuffle=train,
+        seed=config.train.seed,
+        rank=info.rank,
+        world_size=info.world_size,
+    )
+    # Its own generator keeps the loader off the global RNG, which a resume restores exactly.
+    return DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=dataset.collate,
+        num_workers=d.num_workers,
+        generator=torch.Generator().manual_seed(config.train.seed),
+    )
+
+
+# -- the tasks ----------------------------------------------------------------------------------
+
+
+def _translation(config: RunConfig) -> TaskSetup:
+    d = config.data
+    langs = (d.src_lang, d.tgt_lang)
+    src, tgt = _text(config, d.train_split, langs)
+    val_src, val_tgt = _text(config, d.valid_split, langs)
+    tokenizer = _tokenizer(config, [*src, *tgt])
+    model = _model(config, tokenizer)
+    max_len = min(d.max_len, model.config.max_len)
+    train = ParallelDataset(zip(src, tgt, strict=True), tokenizer, max_len=max_len, name="train")
+    val = ParallelDataset(
+        zip(val_src, val_tgt, strict=True), tokenizer, max_len=max_len, name="validation"
+    )
+    n = min(config.eval.bleu_examples, len(val_src))
+    metrics = [bleu_metric(tokenizer, val_src[:n], val_tgt[:n], max_new_tokens=max_len)]
+    return TaskSetup(
+        model,
+        _loader(config, train, train=True),
+        _loader(config, val, train=False),
+        metrics,
+        tokenizer,
+    )
+
+
+def _language_model(config: RunConfig) -> TaskSetup:
+    d = config.data
+    files = _text_file(config)
+    tokenizer = _tokenizer(config, files=files)
+    model = _model(config, tokenizer)
+    if d.block_size > model.config.max_len:
+        raise AttnkitError(
+            f"data.block_size {d.block_size} is over model.max_len {model.config.max_len}; "
+            "lower the one or raise the other"
+        )
+    splits = [
+        LanguageModelDataset.from_files(
+            files,
+            tokenizer=tokenizer,
+            block_size=d.block_size,
+            split=split,
+            val_fraction=d.valid_fraction,
+        )
+        for split in ("train", "val")
+    ]
+    train, val = (
+        _loader(config, ds, train=i == 0, max_batch_size=d.batch_size)
+        for i, ds in enumerate(splits)
+    )
+    return TaskSetup(model, train, val, [], tokenizer)
+
+
+def _masked_lm(config: RunConfig) -> TaskSetup:
+    d = config.data
+    if d.corpus in CORPORA and CORPORA[d.corpus].langs:
+        lines = _text(config, d.train_split, [d.src_lang])[0]
+        val_lines = _text(config, d.valid_split, [d.src_lang])[0]
+    else:
+        text = [line for f in _text_file(config) for line in read_lines(f)]
+        cut = int(len(text) * (1 - d.valid_fraction))
+        lines, val_lines = text[:cut], text[cut:]
+    tokenizer = _tokenizer(config, lines)
+    if not tokenizer.has("mask"):
+        raise AttnkitError("the masked-LM task needs a tokenizer with a <mask> token")
+    model = _model(config, tokenizer)
+    max_len = min(d.max_len, model.config.max_len)
+    train = SentenceDataset(lines, tokenizer, max_len=max_len, name="train")
+    val = SentenceDataset(val_lines, tokenizer, max_len=max_len, name="validation")
+    objective = MaskedLMObjective(
+        tokenizer.mask_id,
+        tokenizer.vocab_size,
+        d.mask_prob,
+        label_smoothing=config.train.label_smoothing,
+    )
+    return TaskSetup(
+        model,
+        _loader(config, train, train=True),
+        _loader(config, val, train=False),
+        [],
+        tokenizer,
+        objective,
+    )
+
+
+def bleu_metric(
+    tokenizer: Tokenizer,
+    sources: Sequence[str],
+    references: Sequence[str],
+    *,
+    max_new_tokens: int = 128,
+    batch_size: int = 64,
+) -> Metric:
+    """Corpus BLEU (sacreBLEU) of greedy translations of `sources`, as a validation metric."""
+    from attnkit.evaluate import bleu
+    from attnkit.generate import GenerationConfig
+    from attnkit.inference import translate
+
+    generation = GenerationConfig(max_new_tokens=max_new_tokens)
+
+    def metric(model: TransformerModel) -> dict[str, float]:
+        hypotheses = translate(model, tokenizer, sources, generation, batch_size=batch_size)
+        return {"bleu": bleu(hypotheses, references).value}
+
+    return metric
