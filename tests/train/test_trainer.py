@@ -5,6 +5,7 @@ import signal
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from attnkit.errors import AttnkitError
 from attnkit.train import Trainer
@@ -182,3 +183,27 @@ def test_bf16_autocast_trains_on_cpu(tmp_path):
 def test_fp16_needs_cuda(tmp_path):
     with pytest.raises(AttnkitError, match="fp16' needs CUDA"):
         Trainer(tiny_model(), [], train=settings(tmp_path, precision="fp16", device="cpu"))
+
+
+def test_compiled_training_saves_plain_parameter_names(tmp_path, monkeypatch):
+    """torch.compile wraps the model as `_orig_mod`; checkpoints never carry that prefix."""
+    real_compile = torch.compile
+    compiled = []
+
+    def eager_compile(model, **kwargs):  # dynamo without inductor: fast, same wrapper
+        compiled.append(model)
+        return real_compile(model, backend="eager", **kwargs)
+
+    monkeypatch.setattr(torch, "compile", eager_compile)
+    no_dropout = {"dropout": 0.0, "embedding_dropout": 0.0}
+    data = translation_batches(2)
+    plain = Trainer(tiny_model(**no_dropout), data, train=settings(tmp_path / "a", steps=3)).fit()
+    result = Trainer(
+        tiny_model(**no_dropout), data, train=settings(tmp_path / "b", steps=3, compile=True)
+    ).fit()
+    assert compiled
+    names = set(load_file(str(tmp_path / "b" / "model.safetensors")))
+    assert names and not any("_orig_mod" in n for n in names)
+    assert names == set(load_file(str(tmp_path / "a" / "model.safetensors")))
+    for name, value in params(plain.model).items():
+        torch.testing.assert_close(params(result.model)[name], value, rtol=1e-4, atol=1e-5)

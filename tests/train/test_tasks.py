@@ -1,0 +1,160 @@
+import json
+import random
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.errors import AttnkitError
+from attnkit.train import Trainer
+from attnkit.train.checkpoint import load_trainer_state
+from attnkit.train.run_config import RunConfig
+from attnkit.train.tasks import build_task
+
+WORDS = {"ein": "a", "hund": "dog", "katze": "cat", "rennt": "runs", "schläft": "sleeps"}
+TINY_MODEL = """
+[model]
+d_model = 16
+n_heads = 2
+d_ff = 32
+n_encoder_layers = 1
+n_decoder_layers = 1
+max_len = 32
+"""
+
+
+def write_corpus(folder, split: str, n: int, seed: int) -> None:
+    rng = random.Random(seed)
+    de, en = [], []
+    for _ in range(n):
+        words = ["ein", rng.choice(["hund", "katze"]), rng.choice(["rennt", "schläft"])]
+        de.append(" ".join(words))
+        en.append(" ".join(WORDS[w] for w in words))
+    folder.mkdir(exist_ok=True)
+    (folder / f"{split}.de").write_text("\n".join(de) + "\n")
+    (folder / f"{split}.en").write_text("\n".join(en) + "\n")
+
+
+def translation_config(tmp_path) -> str:
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, "train", 60, 0)
+    write_corpus(corpus, "val", 8, 1)
+    path = tmp_path / "mt.toml"
+    path.write_text(
+        TINY_MODEL
+        + f"""
+[data]
+task = "translation"
+corpus = "{corpus}"
+tokenizer = "char"
+vocab_size = 100
+max_tokens = 200
+
+[train]
+out_dir = "{tmp_path / "run"}"
+steps = 4
+save_every = 2
+log_every = 2
+threads = 1
+average_last = 2
+
+[eval]
+every = 2
+metric = "bleu"
+bleu_examples = 4
+"""
+    )
+    return str(path)
+
+
+def test_cli_trains_translation_then_resumes(tmp_path, capsys):
+    config = translation_config(tmp_path)
+    assert main(["train", config]) == 0
+    run = tmp_path / "run"
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "trainer_state.pt",
+        "metrics.jsonl",
+        "curves.png",
+        "run_config.toml",
+    ):
+        assert (run / name).is_file(), name
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "bleu" in r] == [2, 4]
+    assert RunConfig.load(run / "run_config.toml") == RunConfig.load(config)
+
+    assert main(["train", config, "--set", "train.steps=6", "--resume"]) == 0
+    assert load_trainer_state(run)["step"] == 6
+    assert "finished at step 6" in capsys.readouterr().out
+
+    assert main(["train", config]) == 2
+    assert "already holds a run; pass --resume" in capsys.readouterr().err
+
+
+def test_cli_names_the_nearest_key(tmp_path, capsys):
+    assert main(["train", translation_config(tmp_path), "--set", "train.lr_rate=1"]) == 2
+    assert "did you mean 'train.lr'" in capsys.readouterr().err
+
+
+def test_language_model_on_a_text_file(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be, that is the question\n" * 40)
+    config = RunConfig.from_dict(
+        {
+            "model": {
+                "preset": "gpt-tiny",
+                "d_model": 16,
+                "n_heads": 2,
+                "d_ff": 32,
+                "n_decoder_layers": 1,
+                "max_len": 16,
+            },
+            "data": {
+                "task": "language-model",
+                "corpus": str(text),
+                "tokenizer": "char",
+                "block_size": 16,
+                "batch_size": 4,
+            },
+            "train": {"out_dir": str(tmp_path / "run"), "steps": 3, "threads": 1},
+        }
+    )
+    setup = build_task(config)
+    batch = next(iter(setup.train_data))
+    assert batch.tgt.shape == (4, 17) and batch.src is None
+    result = Trainer(
+        setup.model, setup.train_data, train=config.train, val_data=setup.val_data
+    ).fit()
+    assert result.step == 3 and "val_loss" in result.history[-1]
+
+
+def test_task_and_model_shape_must_agree(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("some text to learn from\n" * 20)
+    config = RunConfig.from_dict(
+        {"data": {"task": "language-model", "corpus": str(text), "tokenizer": "char"}}
+    )
+    with pytest.raises(AttnkitError, match="trains a decoder model, but the \\[model\\] section"):
+        build_task(config)
+
+
+def test_empty_training_text_is_refused(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("train.de", "train.en", "val.de", "val.en"):
+        (corpus / name).write_text("")
+    config = RunConfig.from_dict(
+        {
+            "data": {"corpus": str(corpus), "tokenizer": "char"},
+            "train": {"out_dir": str(tmp_path / "run")},
+        }
+    )
+    with pytest.raises(AttnkitError, match="no text to train the tokenizer on"):
+        build_task(config)
+
+
+def test_unknown_corpus_names_what_is_expected(tmp_path):
+    config = RunConfig.from_dict({"data": {"corpus": str(tmp_path / "nowhere")}})
+    with pytest.raises(AttnkitError, match="neither a known corpus"):
+        build_task(config)
