@@ -102,32 +102,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train the model a run config describes; the run folder is its train.out_dir."""
-    from attnkit.train import Trainer
     from attnkit.train import distributed as dist
     from attnkit.train.run_config import RunConfig
-    from attnkit.train.tasks import build_task
+    from attnkit.train.tasks import train
 
     config = RunConfig.load(args.config, args.set or [])
     info = dist.from_env()
     if not info.is_main:
         logging.getLogger().setLevel(logging.WARNING)  # only rank 0 talks
-    setup = build_task(config)
     progress = _Progress(config.train.steps, "training") if info.is_main else None
-    trainer = Trainer(
-        setup.model,
-        setup.train_data,
-        train=config.train,
-        eval=config.eval,
-        objective=setup.objective,
-        val_data=setup.val_data,
-        metrics=setup.metrics,
-        tokenizer=setup.tokenizer,
-        run_config=config,
-        callbacks=[progress] if progress else [],
-    )
     try:
         with progress.redirect_logging() if progress else contextlib.nullcontext():
-            result = trainer.fit(resume=args.resume)
+            result = train(config, resume=args.resume, callbacks=[progress] if progress else [])
     finally:
         if progress:
             progress.close()

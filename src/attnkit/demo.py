@@ -20,7 +20,7 @@ from torch import Tensor
 from attnkit.config import ModelConfig
 from attnkit.data.batch import Batch, pad
 from attnkit.models import EncoderDecoder, TransformerModel
-from attnkit.train import Trainer, TrainResult
+from attnkit.train import TrainResult
 from attnkit.train import distributed as dist
 from attnkit.train.run_config import RunConfig, apply_overrides
 from attnkit.train.tasks import TaskSetup
@@ -138,18 +138,9 @@ def train_reverser(
     callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
 ) -> TrainResult:
     """Train the demo model with the `Trainer`; the run folder is `train.out_dir`."""
-    config = config or demo_run_config()
-    setup = reverse_setup(config)
-    trainer = Trainer(
-        setup.model,
-        setup.train_data,
-        train=config.train,
-        eval=config.eval,
-        metrics=setup.metrics,
-        run_config=config,
-        callbacks=callbacks,
-    )
-    return trainer.fit()
+    from attnkit.train.tasks import train
+
+    return train(config or demo_run_config(), callbacks=callbacks)
 
 
 @torch.no_grad()

@@ -45,12 +45,7 @@ def plot_attention(
         ax.set_ylabel("query (target)" if i == 0 else "", fontsize=8)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_curves(records: Sequence[dict[str, float]], path: str | Path) -> Path:
@@ -72,6 +67,10 @@ def plot_curves(records: Sequence[dict[str, float]], path: str | Path) -> Path:
         ax.set_title("loss (nats per token)" if keys[0] == "train_loss" else keys[0], fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig: plt.Figure, path: str | Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ Batches are cut by a token budget (`TokenBudgetSampler`), sharded per rank.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from attnkit.tokenizer import Tokenizer
 from attnkit.train import distributed as dist
 from attnkit.train.objectives import MaskedLMObjective, Objective
 from attnkit.train.run_config import RunConfig
-from attnkit.train.trainer import Metric
+from attnkit.train.trainer import Metric, Trainer, TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,29 @@ class TaskSetup:
     metrics: Sequence[Metric]
     tokenizer: Any
     objective: Objective | None = None
+
+
+def train(
+    config: RunConfig,
+    *,
+    resume: bool = False,
+    callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
+) -> TrainResult:
+    """Build the task of `config` and train it into the run folder `train.out_dir`."""
+    setup = build_task(config)
+    trainer = Trainer(
+        setup.model,
+        setup.train_data,
+        train=config.train,
+        eval=config.eval,
+        objective=setup.objective,
+        val_data=setup.val_data,
+        metrics=setup.metrics,
+        tokenizer=setup.tokenizer,
+        run_config=config,
+        callbacks=callbacks,
+    )
+    return trainer.fit(resume=resume)
 
 
 def build_task(config: RunConfig) -> TaskSetup:
