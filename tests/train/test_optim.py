@@ -54,7 +54,7 @@ def test_untied_output_projection_is_decayed():
     assert {"src_embed.token.weight", "tgt_embed.token.weight"} <= no_decay_names(model)
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step()`")
+@pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize(("d_model", "warmup"), [(512, 4000), (256, 1000)])
 def test_warmup_schedule_is_the_papers_formula(d_model, warmup):
     model = torch.nn.Linear(2, 2)
