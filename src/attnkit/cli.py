@@ -55,13 +55,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Train the digit-reversal model, print held-out examples, draw its attention."""
     import shutil
 
-    import torch
-
     from attnkit import demo
     from attnkit.train.checkpoint import STATE_FILE
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     c = demo.demo_config()
     print(
         f"attnkit demo: teach a {c.n_encoder_layers}+{c.n_decoder_layers}-layer Transformer "
@@ -71,9 +67,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     run_dir = out / "run"
     if (run_dir / STATE_FILE).exists():  # the demo starts afresh each time
         shutil.rmtree(run_dir)
-    config = demo.demo_run_config(
-        **{"train.steps": args.steps, "train.seed": args.seed, "train.out_dir": str(run_dir)}
-    )
+    overrides = {"train.steps": args.steps, "train.seed": args.seed, "train.out_dir": str(run_dir)}
+    if args.threads:
+        overrides["train.threads"] = args.threads
+    config = demo.demo_run_config(**overrides)
     if not args.verbose:
         logging.getLogger("attnkit.train").setLevel(logging.WARNING)  # the bar says enough
     start = time.perf_counter()
@@ -336,7 +333,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (config, weights, tokenizer)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: 1)")
     p.add_argument(
         "--max-new-tokens", type=int, default=0, help="most new tokens (default: max_len - 1)"
     )
@@ -361,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-examples", type=int, default=1000, help="held-out strings to score")
     p.add_argument("--out", default="attnkit-demo", help="folder for the heat map")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: 1)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("train", help="train a model from a run config (TOML)")

@@ -76,6 +76,8 @@ DEMO_RUN = {
         "log_every": 50,
         "save_every": 1500,
         "keep_last": 1,
+        # A model this small runs fastest on one thread; more threads only contend.
+        "threads": 1,
     },
     "eval": {"every": 500, "metric": "exact_match", "bleu_examples": 200},
 }

@@ -119,7 +119,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self._stop_requested = False
         c = self.train_cfg
-        if c.precision == "fp16" and c.device == "cpu":
+        if c.precision == "fp16" and resolve_device(c.device).type != "cuda":
             raise AttnkitError("train.precision 'fp16' needs CUDA; use 'bf16' on the CPU")
 
     # -- public ---------------------------------------------------------------------------------
@@ -159,7 +159,6 @@ class Trainer:
         if c.compile:
             forward = torch.compile(forward)
         self.forward_model = forward
-        stopped = "finished"
         with self._sigint_handler():
             stopped = self._loop()
         self._finish(stopped)
@@ -295,9 +294,8 @@ class Trainer:
         self.model.train()
         interval = {"loss": 0.0, "tokens": 0.0, "start": time.perf_counter()}
         while self.step < c.steps:
-            loss_sum, nll_sum, tokens = self._accumulate(batches)
-            totals = torch.tensor([loss_sum, nll_sum, tokens], dtype=torch.float64)
-            loss_sum, nll_sum, tokens = dist.all_reduce_sum(totals).tolist()
+            # One all-reduce gives every rank the global sums (NCCL wants them on the device).
+            loss_sum, tokens = dist.all_reduce_sum(self._accumulate(batches)).tolist()
             if not math.isfinite(loss_sum):
                 raise AttnkitError(
                     f"the training loss became {loss_sum} at step {self.step + 1}, so the run "
@@ -323,7 +321,8 @@ class Trainer:
                 self._log_interval(interval)
             stopped = self._maybe_evaluate()
             # Every rank must stop at the same step, whichever of them was asked to.
-            stop = dist.all_reduce_sum(torch.tensor([float(self._stop_requested)])).item() > 0
+            flag = torch.tensor([float(self._stop_requested)], device=self.device)
+            stop = dist.all_reduce_sum(flag).item() > 0
             if stopped or stop or self.step % c.save_every == 0 or self.step == c.steps:
                 self._save()
             if stopped:
@@ -333,10 +332,10 @@ class Trainer:
                 return "interrupted"
         return "finished"
 
-    def _accumulate(self, batches: Iterator[Batch]) -> tuple[float, float, float]:
-        """Forward and backward over `accumulate` micro-batches; summed loss, NLL and tokens."""
+    def _accumulate(self, batches: Iterator[Batch]) -> torch.Tensor:
+        """Forward and backward over `accumulate` micro-batches; the summed loss and tokens."""
         n = self.train_cfg.accumulate
-        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)
         for i in range(n):
             batch = next(batches).to(self.device, non_blocking=True)
             # DDP all-reduces on every backward unless told to wait for the last micro-batch.
@@ -346,9 +345,8 @@ class Trainer:
                 with self._autocast():
                     terms = self.objective(self.forward_model, batch)
                 self.scaler.scale(terms.loss).backward()
-            sums += torch.stack([terms.loss.detach(), terms.nll.detach(), terms.tokens]).double()
-        loss_sum, nll_sum, tokens = sums.tolist()
-        return loss_sum, nll_sum, tokens
+            sums += torch.stack([terms.loss.detach(), terms.tokens]).double()
+        return sums
 
     def _update(self, global_tokens: float) -> None:
         c = self.train_cfg
