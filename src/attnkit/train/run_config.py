@@ -129,6 +129,8 @@ class TrainSection:
     lr: the peak learning rate. With `inverse-sqrt` the rate is the paper's
         d_model^-0.5 · min(step^-0.5, step · warmup^-1.5) scaled to peak at
         `lr`; the paper's own peak is (d_model · warmup)^-0.5.
+    max_minutes: a wall-clock budget for this session's training; the run
+        stops, saves and finishes (averaging, curves) when it is spent; 0 is none.
     accumulate: micro-batches per optimizer step (gradient accumulation).
     precision: `bf16` autocasts on CPU and CUDA; `fp16` (CUDA only) adds a
         gradient scaler.
@@ -139,6 +141,7 @@ class TrainSection:
     out_dir: str = "runs/run"
     seed: int = 0
     steps: int = 1000
+    max_minutes: float = 0.0
     lr: float = 1e-3
     min_lr: float = 0.0
     schedule: str = "inverse-sqrt"
@@ -166,7 +169,7 @@ class TrainSection:
         _positive("train", self, "steps", "lr", "accumulate", "log_every", "save_every")
         _positive("train", self, "keep_last", "average_last", "beta1", "eps")
         _non_negative("train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
-        _non_negative("train", self, "threads")
+        _non_negative("train", self, "threads", "max_minutes")
         _check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")
         _check(self.beta1 < 1 and 0 < self.beta2 < 1, "train.beta1 and train.beta2 must be < 1")
         _check(0 <= self.label_smoothing < 1, "train.label_smoothing must be in [0, 1)")

@@ -10,7 +10,8 @@ Dividing the summed loss by the global token count, rather than averaging
 per micro-batch, makes accumulation and DDP give the gradient of one big batch.
 The loop checks the loss for NaN or infinity before each update (so the last
 checkpoint stays good), evaluates every `eval.every` steps, saves every
-`train.save_every` steps, and on Ctrl-C finishes the step, saves and returns.
+`train.save_every` steps, and on Ctrl-C (or when `train.max_minutes` is spent)
+finishes the step, saves and returns.
 Everything needed to continue bit-for-bit is saved: weights, optimizer,
 scheduler, scaler, RNG states and the position in the data.
 """
@@ -56,7 +57,7 @@ class TrainResult:
     model: TransformerModel
     step: int
     stopped: str
-    """`finished`, `early-stopped` or `interrupted`."""
+    """`finished`, `early-stopped`, `time-limit` or `interrupted`."""
     run_dir: Path
     history: list[dict[str, Any]] = field(default_factory=list)
     best: float | None = None
@@ -292,7 +293,8 @@ class Trainer:
         c = self.train_cfg
         batches = self._batches()
         self.model.train()
-        interval = {"loss": 0.0, "tokens": 0.0, "start": time.perf_counter()}
+        start = time.perf_counter()
+        interval = {"loss": 0.0, "tokens": 0.0, "start": start}
         while self.step < c.steps:
             # One all-reduce gives every rank the global sums (NCCL wants them on the device).
             loss_sum, tokens = dist.all_reduce_sum(self._accumulate(batches)).tolist()
@@ -320,16 +322,23 @@ class Trainer:
             if self.step % c.log_every == 0 or self.step == c.steps:
                 self._log_interval(interval)
             stopped = self._maybe_evaluate()
-            # Every rank must stop at the same step, whichever of them was asked to.
-            flag = torch.tensor([float(self._stop_requested)], device=self.device)
-            stop = dist.all_reduce_sum(flag).item() > 0
-            if stopped or stop or self.step % c.save_every == 0 or self.step == c.steps:
+            # Every rank must stop at the same step, whichever of them was asked to or ran out
+            # of time first.
+            time_up = c.max_minutes > 0 and time.perf_counter() - start > 60 * c.max_minutes
+            flags = torch.tensor([float(self._stop_requested), float(time_up)], device=self.device)
+            stop, time_up = (dist.all_reduce_sum(flags) > 0).tolist()
+            if stop:
+                stopped = "interrupted"
+                log.info("stopped at step %d on request; resume with --resume", self.step)
+            elif time_up and not stopped:
+                stopped = "time-limit"
+                log.info("train.max_minutes %g spent at step %d", c.max_minutes, self.step)
+            if stopped or self.step % c.save_every == 0 or self.step == c.steps:
                 self._save()
             if stopped:
+                if interval["tokens"]:
+                    self._log_interval(interval)  # the curves end where the run ends
                 return stopped
-            if stop:
-                log.info("stopped at step %d on request; resume with --resume", self.step)
-                return "interrupted"
         return "finished"
 
     def _accumulate(self, batches: Iterator[Batch]) -> torch.Tensor:
