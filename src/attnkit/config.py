@@ -80,26 +80,20 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _choice("shape", self.shape, SHAPES)
-        has_encoder = self.shape != "decoder"
-        has_decoder = self.shape != "encoder"
-        resolved = {
-            "n_kv_heads": self.n_heads if self.n_kv_heads is None else self.n_kv_heads,
-            "n_encoder_layers": (6 if has_encoder else 0)
-            if self.n_encoder_layers is None
-            else self.n_encoder_layers,
-            "n_decoder_layers": (6 if has_decoder else 0)
-            if self.n_decoder_layers is None
-            else self.n_decoder_layers,
-            "final_norm": self.norm_position == "pre"
-            if self.final_norm is None
-            else self.final_norm,
-            "src_vocab_size": (self.vocab_size if self.shape == "encoder-decoder" else None)
-            if self.src_vocab_size is None
-            else self.src_vocab_size,
-        }
-        for name, value in resolved.items():
-            object.__setattr__(self, name, value)
+        for name, value in self._derived().items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
         self._validate()
+
+    def _derived(self) -> dict[str, Any]:
+        """What each field left as None becomes, given the others."""
+        return {
+            "n_kv_heads": self.n_heads,
+            "n_encoder_layers": 0 if self.shape == "decoder" else 6,
+            "n_decoder_layers": 0 if self.shape == "encoder" else 6,
+            "final_norm": self.norm_position == "pre",
+            "src_vocab_size": self.vocab_size if self.shape == "encoder-decoder" else None,
+        }
 
     def _validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "n_kv_heads", "d_ff", "max_len"):
@@ -173,7 +167,14 @@ class ModelConfig:
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise AttnkitError(_unknown_field_message(sorted(unknown)[0]))
-        return dataclasses.replace(self, **changes)
+        # A field still at the value derived from the others is derived again
+        # (n_heads=4 -> 2 keeps multi-head attention rather than breaking n_kv_heads).
+        rederive = {
+            name: None
+            for name, value in self._derived().items()
+            if name not in changes and getattr(self, name) == value
+        }
+        return dataclasses.replace(self, **rederive, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
