@@ -1,7 +1,17 @@
-"""Shared test settings: deterministic, single-threaded torch for small fast tests."""
+"""Shared test settings and fixtures: deterministic small runs, the corpora in ../shared/data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 import torch
+
+
+def pytest_configure() -> None:
+    # Tiny models gain nothing from threads; one thread keeps runs steady on a shared machine.
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
@@ -9,6 +19,18 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
-def pytest_configure() -> None:
-    # Tiny models gain nothing from threads; one thread keeps runs steady on a shared machine.
-    torch.set_num_threads(1)
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """../shared/data beside the repository, or $ATTNKIT_TEST_DATA."""
+    return Path(
+        os.environ.get("ATTNKIT_TEST_DATA") or Path(__file__).parents[2] / "shared" / "data"
+    )
+
+
+@pytest.fixture
+def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty corpus cache, with no $ATTNKIT_DATA, so only what a test sets up is found."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ATTNKIT_CACHE", str(cache))
+    monkeypatch.delenv("ATTNKIT_DATA", raising=False)
+    return cache / "data"
