@@ -2,6 +2,7 @@
 
 from attnkit.config import PRESETS, ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.interop import from_pretrained
 from attnkit.models import DecoderOnly, EncoderDecoder, EncoderOnly, Output, build_model
 
 __version__ = "0.1.0"
@@ -16,4 +17,5 @@ __all__ = [
     "Output",
     "__version__",
     "build_model",
+    "from_pretrained",
 ]

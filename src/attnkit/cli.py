@@ -58,6 +58,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_hf(args: argparse.Namespace) -> int:
+    """Turn a Hugging Face folder into an attnkit run folder."""
+    from attnkit.interop import import_hf
+
+    imported = import_hf(args.src_dir, args.run_dir)
+    c = imported.model.config
+    print(
+        f"imported {imported.model_type} as an attnkit {c.shape} model "
+        f"({imported.model.num_parameters():,} parameters) into {args.run_dir}"
+    )
+    if imported.tokenizer is not None:
+        print(f"copied {imported.tokenizer.name}")
+    if imported.unused:
+        print(f"not used by attnkit ({len(imported.unused)} tensors): {', '.join(imported.unused)}")
+    return 0
+
+
+def cmd_export_hf(args: argparse.Namespace) -> int:
+    """Turn an attnkit run folder into a Hugging Face folder."""
+    from attnkit.interop import export_hf
+
+    out = export_hf(args.run_dir, args.out_dir)
+    print(f"exported {args.run_dir} to {out} (config.json, model.safetensors)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -70,6 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="attnkit-demo", help="folder for the heat map")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("import", help="import a model from another library's format")
+    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    q = formats.add_parser("hf", help="a Hugging Face folder (gpt2, bert, marian)")
+    q.add_argument("src_dir", help="folder with config.json and model.safetensors")
+    q.add_argument("run_dir", help="attnkit run folder to write")
+    q.set_defaults(func=cmd_import_hf)
+
+    p = sub.add_parser("export", help="export a model to another library's format")
+    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    q = formats.add_parser("hf", help="a Hugging Face folder that transformers loads")
+    q.add_argument("run_dir", help="attnkit run folder to read")
+    q.add_argument("out_dir", help="folder to write config.json and model.safetensors into")
+    q.set_defaults(func=cmd_export_hf)
     return parser
 
 
