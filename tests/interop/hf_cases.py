@@ -52,20 +52,23 @@ def _bert() -> BertConfig:
 
 
 def marian_config(**extra) -> MarianConfig:
-    return MarianConfig(
-        vocab_size=VOCAB,
-        d_model=TINY["d_model"],
-        encoder_layers=TINY["n_layers"],
-        decoder_layers=TINY["n_layers"],
-        encoder_attention_heads=TINY["n_heads"],
-        decoder_attention_heads=TINY["n_heads"],
-        encoder_ffn_dim=TINY["d_ff"],
-        decoder_ffn_dim=TINY["d_ff"],
-        max_position_embeddings=TINY["max_len"],
-        activation_function="swish",
-        scale_embedding=True,
-        **{"pad_token_id": 50, "decoder_start_token_id": 50, "eos_token_id": 0, **extra},
-    )
+    options = {
+        "vocab_size": VOCAB,
+        "d_model": TINY["d_model"],
+        "encoder_layers": TINY["n_layers"],
+        "decoder_layers": TINY["n_layers"],
+        "encoder_attention_heads": TINY["n_heads"],
+        "decoder_attention_heads": TINY["n_heads"],
+        "encoder_ffn_dim": TINY["d_ff"],
+        "decoder_ffn_dim": TINY["d_ff"],
+        "max_position_embeddings": TINY["max_len"],
+        "activation_function": "swish",
+        "scale_embedding": True,
+        "pad_token_id": 50,
+        "decoder_start_token_id": 50,
+        "eos_token_id": 0,
+    }
+    return MarianConfig(**{**options, **extra})
 
 
 # Each family, and the variants that take another path through its mapping.

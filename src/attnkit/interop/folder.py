@@ -9,7 +9,6 @@ SRC_DIR/tokenizer.json                     the tokenizer, when there is one
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,6 @@ SHARD_INDEX = "model.safetensors.index.json"
 TORCH_WEIGHTS = "pytorch_model.bin"
 
 
-@dataclass
-class Checkpoint:
-    """What a Hugging Face folder holds: config.json's dict, the tensors, the tokenizer path."""
-
-    config: dict[str, Any]
-    tensors: dict[str, Tensor]
-    weights: Path
-    tokenizer: Path | None
-
-
 def is_hf_folder(path: str | Path) -> bool:
     """A folder whose config.json names a `model_type` (an attnkit run names a `shape`)."""
     config = Path(path) / CONFIG_FILE
@@ -46,21 +35,26 @@ def is_hf_folder(path: str | Path) -> bool:
         return False
 
 
-def read_folder(path: str | Path) -> Checkpoint:
+def read_config(path: str | Path) -> dict[str, Any]:
+    """config.json of a Hugging Face folder as a dict."""
     folder = Path(path)
     config_path = folder / CONFIG_FILE
     if not config_path.is_file():
         raise AttnkitError(f"{folder} is not a Hugging Face model folder: it has no config.json")
     try:
-        config = json.loads(config_path.read_text())
+        return json.loads(config_path.read_text())
     except json.JSONDecodeError as err:
         raise AttnkitError(f"{config_path} is not valid JSON: {err}") from None
-    weights, tensors = _read_weights(folder)
-    tokenizer = folder / TOKENIZER_FILE
-    return Checkpoint(config, tensors, weights, tokenizer if tokenizer.is_file() else None)
 
 
-def _read_weights(folder: Path) -> tuple[Path, dict[str, Tensor]]:
+def tokenizer_file(path: str | Path) -> Path | None:
+    tokenizer = Path(path) / TOKENIZER_FILE
+    return tokenizer if tokenizer.is_file() else None
+
+
+def read_weights(path: str | Path) -> tuple[Path, dict[str, Tensor]]:
+    """The weights file (or shard index) of a Hugging Face folder, and its tensors by name."""
+    folder = Path(path)
     single, index, torch_file = folder / WEIGHTS_FILE, folder / SHARD_INDEX, folder / TORCH_WEIGHTS
     try:
         if single.is_file():

@@ -19,7 +19,13 @@ import torch
 
 from attnkit.errors import AttnkitError
 from attnkit.interop.bert import BERT
-from attnkit.interop.folder import is_hf_folder, read_folder, write_folder
+from attnkit.interop.folder import (
+    is_hf_folder,
+    read_config,
+    read_weights,
+    tokenizer_file,
+    write_folder,
+)
 from attnkit.interop.gpt2 import GPT2
 from attnkit.interop.mapping import Family, dump_tensors, load_tensors
 from attnkit.interop.marian import MARIAN
@@ -61,19 +67,20 @@ def load_hf(src_dir: str | Path, device: str | torch.device = "cpu") -> Imported
     Tensors the model does not use (BERT's pooler, a masked-LM head) are
     listed in `Imported.unused` and logged as a warning.
     """
-    checkpoint = read_folder(src_dir)
-    family = family_for(checkpoint.config.get("model_type"))
-    model = build_model(family.config_from_hf(checkpoint.config))
-    unused = load_tensors(model, family, checkpoint.tensors, str(checkpoint.weights))
+    hf_config = read_config(src_dir)
+    family = family_for(hf_config.get("model_type"))
+    model = build_model(family.config_from_hf(hf_config))
+    weights, tensors = read_weights(src_dir)
+    unused = load_tensors(model, family, tensors, str(weights))
     if unused:
         log.warning(
             "%d tensors of %s are not used by attnkit's %s model: %s",
             len(unused),
-            checkpoint.weights,
+            weights,
             family.model_type,
             ", ".join(unused),
         )
-    return Imported(model.to(device).eval(), family.model_type, unused, checkpoint.tokenizer)
+    return Imported(model.to(device).eval(), family.model_type, unused, tokenizer_file(src_dir))
 
 
 def save_hf(
