@@ -97,19 +97,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("import", help="import a model from another library's format")
-    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
-    q = formats.add_parser("hf", help="a Hugging Face folder (gpt2, bert, marian)")
-    q.add_argument("src_dir", help="folder with config.json and model.safetensors")
-    q.add_argument("run_dir", help="attnkit run folder to write")
-    q.set_defaults(func=cmd_import_hf)
-
-    p = sub.add_parser("export", help="export a model to another library's format")
-    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
-    q = formats.add_parser("hf", help="a Hugging Face folder that transformers loads")
-    q.add_argument("run_dir", help="attnkit run folder to read")
-    q.add_argument("out_dir", help="folder to write config.json and model.safetensors into")
-    q.set_defaults(func=cmd_export_hf)
+    hf_folder = "a Hugging Face folder (config.json, model.safetensors): gpt2, bert or marian"
+    for name, func, folders in (
+        ("import", cmd_import_hf, (("src_dir", hf_folder), ("run_dir", "attnkit run folder"))),
+        ("export", cmd_export_hf, (("run_dir", "attnkit run folder"), ("out_dir", hf_folder))),
+    ):
+        p = sub.add_parser(name, help=f"{name} a model as a Hugging Face folder: {name} hf ...")
+        formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+        q = formats.add_parser("hf", help=hf_folder)
+        for folder, text in folders:
+            q.add_argument(folder, help=text)
+        q.set_defaults(func=func)
     return parser
 
 

@@ -17,6 +17,7 @@ from transformers import (
     GPT2LMHeadModel,
     MarianConfig,
     MarianMTModel,
+    PretrainedConfig,
     PreTrainedModel,
 )
 
@@ -27,48 +28,43 @@ VOCAB = 61
 TINY = {"n_layers": 2, "d_model": 32, "n_heads": 4, "d_ff": 64, "max_len": 32}
 
 
+def tiny(cls: type[PretrainedConfig], names: dict[str, str], **extra) -> PretrainedConfig:
+    """A config of `cls` with the TINY sizes under that family's names for them."""
+    sizes = {theirs: TINY[ours] for theirs, ours in names.items()}
+    return cls(**{"vocab_size": VOCAB, **sizes, **extra})
+
+
+GPT2_NAMES = {"n_embd": "d_model", "n_layer": "n_layers", "n_head": "n_heads", "n_inner": "d_ff"}
+BERT_NAMES = {
+    "hidden_size": "d_model",
+    "num_hidden_layers": "n_layers",
+    "num_attention_heads": "n_heads",
+    "intermediate_size": "d_ff",
+    "max_position_embeddings": "max_len",
+}
+MARIAN_NAMES = {
+    "d_model": "d_model",
+    "max_position_embeddings": "max_len",
+    **{f"{side}_layers": "n_layers" for side in ("encoder", "decoder")},
+    **{f"{side}_attention_heads": "n_heads" for side in ("encoder", "decoder")},
+    **{f"{side}_ffn_dim": "d_ff" for side in ("encoder", "decoder")},
+}
+
+
 def _gpt2(**extra) -> GPT2Config:
-    return GPT2Config(
-        vocab_size=VOCAB,
-        n_positions=TINY["max_len"],
-        n_embd=TINY["d_model"],
-        n_layer=TINY["n_layers"],
-        n_head=TINY["n_heads"],
-        bos_token_id=VOCAB - 1,
-        eos_token_id=VOCAB - 1,
-        **extra,
-    )
-
-
-def _bert() -> BertConfig:
-    return BertConfig(
-        vocab_size=VOCAB,
-        hidden_size=TINY["d_model"],
-        num_hidden_layers=TINY["n_layers"],
-        num_attention_heads=TINY["n_heads"],
-        intermediate_size=TINY["d_ff"],
-        max_position_embeddings=TINY["max_len"],
-    )
+    ids = {"bos_token_id": VOCAB - 1, "eos_token_id": VOCAB - 1}
+    return tiny(GPT2Config, GPT2_NAMES, n_positions=TINY["max_len"], **ids, **extra)
 
 
 def marian_config(**extra) -> MarianConfig:
     options = {
-        "vocab_size": VOCAB,
-        "d_model": TINY["d_model"],
-        "encoder_layers": TINY["n_layers"],
-        "decoder_layers": TINY["n_layers"],
-        "encoder_attention_heads": TINY["n_heads"],
-        "decoder_attention_heads": TINY["n_heads"],
-        "encoder_ffn_dim": TINY["d_ff"],
-        "decoder_ffn_dim": TINY["d_ff"],
-        "max_position_embeddings": TINY["max_len"],
         "activation_function": "swish",
         "scale_embedding": True,
         "pad_token_id": 50,
         "decoder_start_token_id": 50,
         "eos_token_id": 0,
     }
-    return MarianConfig(**{**options, **extra})
+    return tiny(MarianConfig, MARIAN_NAMES, **{**options, **extra})
 
 
 # Each family, and the variants that take another path through its mapping.
@@ -78,7 +74,7 @@ CASES = {
         GPT2LMHeadModel,
         lambda: _gpt2(tie_word_embeddings=False, activation_function="gelu"),
     ),
-    "bert": (BertModel, _bert),
+    "bert": (BertModel, lambda: tiny(BertConfig, BERT_NAMES)),
     "marian": (MarianMTModel, marian_config),
     "marian-separate": (
         MarianMTModel,

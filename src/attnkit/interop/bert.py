@@ -14,24 +14,16 @@ from __future__ import annotations
 from typing import Any
 
 from attnkit.config import ModelConfig
-from attnkit.interop.mapping import (
-    ACTIVATIONS_TO_HF,
-    Family,
-    Rule,
-    activation_from_hf,
-    module,
-    require,
-    special_id,
-)
+from attnkit.interop.hfconfig import activation_from_hf, activation_to_hf, require, special_id
+from attnkit.interop.mapping import Family, Rule, module
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
-    for key, supported, default in (
-        ("position_embedding_type", "absolute", "absolute"),
-        ("is_decoder", False, False),
-        ("add_cross_attention", False, False),
-    ):
-        require(hf, key, supported, default, "bert")
+    require(
+        hf,
+        "bert",
+        {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False},
+    )
     vocab_size, dropout = hf.get("vocab_size", 30522), hf.get("hidden_dropout_prob", 0.1)
     return ModelConfig(
         shape="encoder",
@@ -66,7 +58,7 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
         "intermediate_size": c.d_ff,
         "hidden_dropout_prob": c.dropout,
         "attention_probs_dropout_prob": c.attention_dropout,
-        "hidden_act": ACTIVATIONS_TO_HF[c.activation],
+        "hidden_act": activation_to_hf(c.activation),
         "layer_norm_eps": c.norm_eps,
         "max_position_embeddings": c.max_len,
         "pad_token_id": c.pad_id,

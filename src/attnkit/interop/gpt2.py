@@ -13,24 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 from attnkit.config import ModelConfig
-from attnkit.interop.mapping import (
-    ACTIVATIONS_TO_HF,
-    Family,
-    Rule,
-    activation_from_hf,
-    module,
-    require,
-    special_id,
-)
+from attnkit.interop.hfconfig import activation_from_hf, activation_to_hf, require, special_id
+from attnkit.interop.mapping import Family, Rule, module
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
-    for key, supported, default in (
-        ("add_cross_attention", False, False),
-        ("scale_attn_weights", True, True),
-        ("scale_attn_by_inverse_layer_idx", False, False),
-    ):
-        require(hf, key, supported, default, "gpt2")
+    require(
+        hf,
+        "gpt2",
+        {
+            "add_cross_attention": False,
+            "scale_attn_weights": True,
+            "scale_attn_by_inverse_layer_idx": False,
+        },
+    )
     d_model, vocab_size = hf.get("n_embd", 768), hf.get("vocab_size", 50257)
     return ModelConfig(
         shape="decoder",
@@ -65,7 +61,7 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
         "resid_pdrop": c.dropout,
         "attn_pdrop": c.attention_dropout,
         "embd_pdrop": c.embedding_dropout,
-        "activation_function": ACTIVATIONS_TO_HF[c.activation],
+        "activation_function": activation_to_hf(c.activation),
         "layer_norm_epsilon": c.norm_eps,
         "n_positions": c.max_len,
         "tie_word_embeddings": c.tie_embeddings == "decoder",

@@ -36,17 +36,6 @@ log = logging.getLogger(__name__)
 
 KINDS = ("copy", "transpose", "concat", "row", "fixed")
 
-# Hugging Face activation names -> attnkit's; the first name of each is written on export.
-ACTIVATIONS_FROM_HF = {
-    "relu": "relu",
-    "gelu": "gelu",
-    "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "swish": "silu",
-    "silu": "silu",
-}
-ACTIVATIONS_TO_HF = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "swish"}
-
 
 @dataclass(frozen=True)
 class Rule:
@@ -251,35 +240,3 @@ def dump_tensors(model: TransformerModel, family: Family) -> dict[str, Tensor]:
             # A fresh contiguous copy: safetensors refuses views that share storage.
             out[name] = part.to("cpu", copy=True).contiguous()
     return out
-
-
-def require(hf: dict[str, Any], key: str, supported: object, default: object, family: str) -> None:
-    """Refuse a config option that changes the computation in a way attnkit does not."""
-    value = hf.get(key, default)
-    if value != supported:
-        raise AttnkitError(
-            f"{family} option {key}={value!r} is not supported by attnkit, which computes "
-            f"{key}={supported!r}"
-        )
-
-
-def activation_from_hf(name: str) -> str:
-    if name not in ACTIVATIONS_FROM_HF:
-        raise AttnkitError(
-            f"activation {name!r} is not supported; the supported ones are "
-            f"{', '.join(ACTIVATIONS_FROM_HF)}"
-        )
-    return ACTIVATIONS_FROM_HF[name]
-
-
-def special_id(hf: dict[str, Any], key: str, vocab_size: int) -> int | None:
-    """A special token id from config.json; a list gives its first, an id out of range None."""
-    value = hf.get(key)
-    if isinstance(value, list):
-        value = value[0] if value else None
-    if value is None:
-        return None
-    if not 0 <= value < vocab_size:
-        log.warning("ignored %s %s: it is outside the vocabulary of %d", key, value, vocab_size)
-        return None
-    return value

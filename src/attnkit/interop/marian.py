@@ -16,29 +16,21 @@ from typing import Any
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.interop.mapping import (
-    ACTIVATIONS_TO_HF,
-    Family,
-    Rule,
-    activation_from_hf,
-    module,
-    require,
-    special_id,
-)
+from attnkit.interop.hfconfig import activation_from_hf, activation_to_hf, require, special_id
+from attnkit.interop.mapping import Family, Rule, module
 
 # Options of older Marian configs that switch on BART-like variants attnkit does not compute.
-VARIANTS = (
-    ("normalize_before", False),
-    ("normalize_embedding", False),
-    ("add_final_layer_norm", False),
-    ("add_bias_logits", False),
-    ("static_position_embeddings", True),
-)
+VARIANTS = {
+    "normalize_before": False,
+    "normalize_embedding": False,
+    "add_final_layer_norm": False,
+    "add_bias_logits": False,
+    "static_position_embeddings": True,
+}
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
-    for key, supported in VARIANTS:
-        require(hf, key, supported, supported, "marian")
+    require(hf, "marian", VARIANTS)
     for ours, encoder, decoder, default in (
         ("n_heads", "encoder_attention_heads", "decoder_attention_heads", 16),
         ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim", 4096),
@@ -100,7 +92,7 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
         "decoder_ffn_dim": c.d_ff,
         "dropout": c.dropout,
         "attention_dropout": c.attention_dropout,
-        "activation_function": ACTIVATIONS_TO_HF[c.activation],
+        "activation_function": activation_to_hf(c.activation),
         "max_position_embeddings": c.max_len,
         "scale_embedding": c.scale_embeddings,
         "pad_token_id": c.pad_id,
