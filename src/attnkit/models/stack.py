@@ -20,6 +20,7 @@ from attnkit.nn import (
     self_attention_mask,
 )
 from attnkit.nn.embedding import check_ids
+from attnkit.nn.kv_cache import KVCache
 
 
 class Embed(nn.Module):
@@ -85,13 +86,21 @@ class Stack(nn.Module):
         memory_key_mask: Tensor | None = None,
         positions: Tensor | None = None,
         need_weights: bool = False,
+        cache: KVCache | None = None,
     ) -> tuple[Tensor, list[Weights]]:
-        """x: (batch, length, d_model); masks are (batch, length) with True for real tokens."""
+        """x: (batch, length, d_model); masks are (batch, length) with True for real tokens.
+
+        With a `cache` (already extended by `KVCache.extend` for these
+        positions) the masks come from the cache and `key_mask` is unused.
+        """
         # Masks are built once here, not once per layer.
-        mask = self_attention_mask(key_mask, x.shape[1], self.causal)
-        memory_mask = None if memory_key_mask is None else padding_mask(memory_key_mask)
+        if cache is None:
+            mask = self_attention_mask(key_mask, x.shape[1], self.causal)
+            memory_mask = None if memory_key_mask is None else padding_mask(memory_key_mask)
+        else:
+            mask, memory_mask = cache.mask, cache.memory_mask
         weights = []
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             x, w = block(
                 x,
                 mask=mask,
@@ -99,6 +108,7 @@ class Stack(nn.Module):
                 memory_mask=memory_mask,
                 positions=positions,
                 need_weights=need_weights,
+                cache=None if cache is None else cache.layers[i],
             )
             weights.append(w)
         if self.norm is not None:
