@@ -1,7 +1,7 @@
 """Tiny Hugging Face models with random weights, and how to run them beside attnkit's.
 
-Every parameter is drawn at random (not left at HF's initial ones and zeros),
-so a bias or a norm mapped to the wrong place shows in the outputs.
+Every parameter gets random noise (none is left at HF's initial ones and
+zeros), so a bias or a norm mapped to the wrong place shows in the outputs.
 """
 
 from __future__ import annotations
@@ -83,20 +83,33 @@ CASES = {
 }
 
 
-def randomize(model: PreTrainedModel, seed: int) -> PreTrainedModel:
-    """Draw every weight (and Marian's logits bias) at random, keeping sinusoidal tables."""
+def randomize(model: PreTrainedModel, seed: int, scale: float = 0.2) -> PreTrainedModel:
+    """Add noise to every weight (and Marian's logits bias), keeping sinusoidal tables.
+
+    Noise on top of the initial values keeps norm weights near 1, so the
+    signal survives the layers and a misplaced tensor cannot hide.
+    """
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
             if tensor.is_floating_point() and "embed_positions" not in name:
-                tensor.copy_(torch.randn(tensor.shape, generator=generator) * 0.2)
+                tensor.add_(torch.randn(tensor.shape, generator=generator) * scale)
     return model
 
 
-def save_random(case: str, path: Path, seed: int = 0) -> PreTrainedModel:
-    """Save a random model of `case` to `path`; return it reloaded in eval mode, eager attention."""
-    cls, config = CASES[case]
-    randomize(cls(config()), seed).save_pretrained(path)
+def save_random(
+    case: str, path: Path, seed: int = 0, scale: float = 0.2, **changes
+) -> PreTrainedModel:
+    """Save a random model of `case` (config fields `changes`) to `path`.
+
+    Returns it reloaded in eval mode with eager attention.
+    """
+    cls, make_config = CASES[case]
+    config = make_config()
+    for name, value in changes.items():
+        setattr(config, name, value)
+    torch.manual_seed(seed)
+    randomize(cls(config), seed, scale).save_pretrained(path)
     return cls.from_pretrained(path, attn_implementation="eager").eval()
 
 
