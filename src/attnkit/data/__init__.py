@@ -1,5 +1,35 @@
-"""Text to batches: datasets, known corpora, token-budget batching."""
+"""Text to batches: readers, datasets, known corpora, token-budget batching, collation."""
 
 from attnkit.data.batch import Batch, pad
+from attnkit.data.collate import (
+    collate_encoder,
+    collate_lm,
+    collate_translation,
+    padding_efficiency,
+)
+from attnkit.data.corpora import CORPORA, Corpus, cache_dir, corpus_files, load_corpus
+from attnkit.data.datasets import LanguageModelDataset, ParallelDataset, SentenceDataset
+from attnkit.data.sampler import TokenBudgetSampler
+from attnkit.data.text import read_aligned, read_lines, read_pairs, read_parallel
 
-__all__ = ["Batch", "pad"]
+__all__ = [
+    "CORPORA",
+    "Batch",
+    "Corpus",
+    "LanguageModelDataset",
+    "ParallelDataset",
+    "SentenceDataset",
+    "TokenBudgetSampler",
+    "cache_dir",
+    "collate_encoder",
+    "collate_lm",
+    "collate_translation",
+    "corpus_files",
+    "load_corpus",
+    "pad",
+    "padding_efficiency",
+    "read_aligned",
+    "read_lines",
+    "read_pairs",
+    "read_parallel",
+]

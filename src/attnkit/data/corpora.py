@@ -1,0 +1,197 @@
+"""Known corpora: Multi30k and Tiny Shakespeare, found on disk or downloaded and checked.
+
+Each file is looked up in `<dir>/<corpus>/<file>` for the directories, in
+order: the `data_dir` argument (the CLI's `--data-dir`), `$ATTNKIT_DATA`, and
+the cache (`$ATTNKIT_CACHE`, else `$XDG_CACHE_HOME/attnkit`, else
+`~/.cache/attnkit`, each + `/data`). A file found nowhere is downloaded from
+its public address into the cache, to a temporary file that is renamed only
+once its SHA-256 matches the table below. Without network the error names the
+files needed and where to put them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.request import urlopen
+
+from attnkit.data.datasets import LanguageModelDataset, ParallelDataset
+from attnkit.data.text import PathLike
+from attnkit.errors import AttnkitError
+
+if TYPE_CHECKING:
+    from attnkit.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A public corpus: its splits, languages (none for monolingual text) and checked files."""
+
+    name: str
+    splits: tuple[str, ...]
+    langs: tuple[str, ...]
+    url: str
+    sha256: dict[str, str]
+
+    def file_names(self, split: str, langs: Sequence[str] = ()) -> list[str]:
+        if split not in self.splits:
+            raise AttnkitError(
+                f"{self.name} has no split {split!r}; its splits are {', '.join(self.splits)}"
+            )
+        if not self.langs:
+            return list(self.sha256)
+        unknown = [lang for lang in langs if lang not in self.langs]
+        if unknown or not langs:
+            raise AttnkitError(
+                f"{self.name} has no language {(unknown or ['(none given)'])[0]!r}; "
+                f"choose from {', '.join(self.langs)}"
+            )
+        return [f"{split}.{lang}.gz" for lang in langs]
+
+
+# The SHA-256 of each file as published (Multi30k task 1 raw text, gzipped;
+# Tiny Shakespeare from char-rnn).
+CORPORA: dict[str, Corpus] = {
+    "multi30k": Corpus(
+        name="multi30k",
+        splits=("train", "val", "test_2016_flickr"),
+        langs=("de", "en", "fr"),
+        url="https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{file}",
+        sha256={
+            "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+            "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+            "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+            "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+            "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+            "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+            "test_2016_flickr.de.gz": (
+                "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8"
+            ),
+            "test_2016_flickr.en.gz": (
+                "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9"
+            ),
+            "test_2016_flickr.fr.gz": (
+                "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90"
+            ),
+        },
+    ),
+    "tinyshakespeare": Corpus(
+        name="tinyshakespeare",
+        splits=("train", "val"),
+        langs=(),
+        url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/{file}",
+        sha256={"input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"},
+    ),
+}
+
+
+def cache_dir() -> Path:
+    """Where downloaded corpora are kept."""
+    if os.environ.get("ATTNKIT_CACHE"):
+        return Path(os.environ["ATTNKIT_CACHE"]) / "data"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "attnkit" / "data"
+
+
+def search_dirs(data_dir: PathLike | None = None) -> list[Path]:
+    """The directories searched for corpora, in order."""
+    dirs = [data_dir, os.environ.get("ATTNKIT_DATA") or None, cache_dir()]
+    return [Path(d) for d in dirs if d is not None]
+
+
+def _corpus(name: str) -> Corpus:
+    if name not in CORPORA:
+        raise AttnkitError(f"unknown corpus {name!r}; the known corpora are {', '.join(CORPORA)}")
+    return CORPORA[name]
+
+
+def corpus_files(
+    name: str,
+    split: str,
+    *,
+    langs: Sequence[str] = (),
+    data_dir: PathLike | None = None,
+    download: bool = True,
+) -> list[Path]:
+    """The local paths of one split's files (one per language), downloading what is missing."""
+    corpus = _corpus(name)
+    dirs = search_dirs(data_dir)
+    found: dict[str, Path] = {}
+    for file in corpus.file_names(split, langs):
+        found[file] = next(
+            (d / name / file for d in dirs if (d / name / file).is_file()),
+            cache_dir() / name / file,
+        )
+    missing = [file for file, path in found.items() if not path.is_file()]
+    reason = "downloads are off"
+    for file in missing if download else []:
+        try:
+            _download(corpus.url.format(file=file), found[file], corpus.sha256[file])
+        except OSError as err:  # URLError and socket timeouts are OSErrors
+            reason = f"the download failed: {getattr(err, 'reason', err)}"
+            break
+    missing = [file for file, path in found.items() if not path.is_file()]
+    if missing:
+        where = Path(data_dir) if data_dir is not None else Path("DIR")
+        raise AttnkitError(
+            f"{name} needs {', '.join(missing)}, which are not in {', '.join(map(str, dirs))} "
+            f"and {reason}; put them in {where / name}/ and pass --data-dir {where} "
+            "(or set $ATTNKIT_DATA)"
+        )
+    return [found[file] for file in found]
+
+
+def _download(url: str, dest: Path, sha256: str) -> None:
+    """Fetch `url` to `dest` through a temporary file, kept only if its SHA-256 matches."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("downloading %s to %s", url, dest)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}-", suffix=".part")
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out, urlopen(url, timeout=60) as response:
+            while block := response.read(1 << 20):
+                digest.update(block)
+                out.write(block)
+        if digest.hexdigest() != sha256:
+            raise AttnkitError(
+                f"the download of {url} has SHA-256 {digest.hexdigest()}, not the expected "
+                f"{sha256}; try again later or put a good copy at {dest}"
+            )
+        os.replace(tmp, dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def load_corpus(
+    name: str,
+    split: str = "train",
+    *,
+    tokenizer: Tokenizer,
+    langs: Sequence[str] = ("de", "en"),
+    data_dir: PathLike | None = None,
+    download: bool = True,
+    **options: Any,
+) -> ParallelDataset | LanguageModelDataset:
+    """A known corpus as the same dataset that its files would give.
+
+    multi30k: a `ParallelDataset` from `langs` = (source, target); options go
+        to `ParallelDataset.from_files` (`tgt_tokenizer`, `max_len`).
+    tinyshakespeare: a `LanguageModelDataset` (splits train and val); options
+        go to `LanguageModelDataset.from_files` (`block_size`, `val_fraction`).
+    """
+    corpus = _corpus(name)
+    if corpus.langs:
+        if len(langs) != 2:
+            raise AttnkitError(f"{name} is parallel: give langs as (source, target), not {langs!r}")
+        files = corpus_files(name, split, langs=langs, data_dir=data_dir, download=download)
+        return ParallelDataset.from_files(*files, tokenizer=tokenizer, **options)
+    files = corpus_files(name, split, data_dir=data_dir, download=download)
+    return LanguageModelDataset.from_files(files, tokenizer=tokenizer, split=split, **options)

@@ -1,0 +1,267 @@
+"""Datasets: text encoded once into ids, for translation, encoders and language models.
+
+- `ParallelDataset`: sentence pairs; the source ends with </s>, the target is
+  <s> ... </s> (the trainer feeds tgt[:, :-1] and predicts tgt[:, 1:]).
+- `SentenceDataset`: single sentences as <s> ... </s> ([CLS] ... [SEP] with a
+  BERT vocabulary), for encoder-only models.
+- `LanguageModelDataset`: the text as one token stream, cut into blocks of
+  block_size + 1 tokens that overlap by one, so every token but the first is
+  a label once; the last `val_fraction` of the stream is the `val` split.
+
+Sentences that are empty or longer than `max_len` ids are skipped, counted in
+`skipped` and logged; none is cut silently. Ids are stored packed in one flat
+array per side, so a corpus of millions of sentences stays small in memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from attnkit.data.collate import collate_encoder, collate_lm, collate_translation
+from attnkit.data.text import PathLike, read_lines, read_parallel
+from attnkit.errors import AttnkitError
+
+if TYPE_CHECKING:
+    from attnkit.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+# Sentences are encoded this many at a time: large enough for the Rust
+# backend to use every core, small enough to bound the memory of a big corpus.
+CHUNK = 8192
+
+
+def _pack(chunk: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk of id lists as (flat ids, lengths)."""
+    flat = np.fromiter(itertools.chain.from_iterable(chunk), dtype=np.int32)
+    return flat, np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk))
+
+
+class _Packed:
+    """Many id sequences in one flat int32 array plus offsets, built from packed chunks."""
+
+    def __init__(self, parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
+        parts = list(parts)
+        self.ids = np.concatenate([np.zeros(0, dtype=np.int32), *(ids for ids, _ in parts)])
+        self.lengths = np.concatenate([np.zeros(0, dtype=np.int64), *(n for _, n in parts)])
+        self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.ids[self.offsets[index] : self.offsets[index + 1]]
+
+
+Encoder = Callable[[list[str]], list[list[int]]]
+
+
+class _SentencesDataset(Dataset):
+    """Rows of one or more aligned sentences, encoded side by side and filtered together."""
+
+    def __init__(
+        self,
+        rows: Iterable[tuple[str, ...]],
+        encoders: Sequence[Encoder],
+        max_len: int | None,
+        name: str,
+    ) -> None:
+        self.skipped = {"empty": 0, "too_long": 0}
+        # Each chunk is packed as soon as it is encoded, so the peak memory is
+        # the packed corpus plus one chunk of Python lists.
+        kept: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in encoders]
+        rows = iter(rows)
+        while chunk := list(itertools.islice(rows, CHUNK)):
+            full = [row for row in chunk if all(text.strip() for text in row)]
+            self.skipped["empty"] += len(chunk) - len(full)
+            sides = [encode([row[i] for row in full]) for i, encode in enumerate(encoders)]
+            keep = [
+                max_len is None or all(len(side[j]) <= max_len for side in sides)
+                for j in range(len(full))
+            ]
+            self.skipped["too_long"] += keep.count(False)
+            for side, out in zip(sides, kept, strict=True):
+                out.append(_pack(list(itertools.compress(side, keep))))
+        self.sides = [_Packed(chunks) for chunks in kept]
+        if len(self) == 0:
+            raise AttnkitError(
+                f"{name} has no usable sentences ({self.skipped['empty']} empty, "
+                f"{self.skipped['too_long']} over max_len {max_len}); "
+                "check the file or raise max_len"
+            )
+        if any(self.skipped.values()):
+            logger.warning(
+                "%s: kept %d, skipped %d empty and %d longer than max_len %s",
+                name,
+                len(self),
+                self.skipped["empty"],
+                self.skipped["too_long"],
+                max_len,
+            )
+
+    def __len__(self) -> int:
+        return len(self.sides[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Ids per example, shape (examples, sides): what `TokenBudgetSampler` batches by."""
+        return np.stack([side.lengths for side in self.sides], axis=1)
+
+
+class ParallelDataset(_SentencesDataset):
+    """Sentence pairs as ids; example i is (source ids ending in </s>, target ids <s> ... </s>).
+
+    tokenizer: the source tokenizer, and the target one too unless
+        `tgt_tokenizer` is given (one joint vocabulary, as in the paper).
+    max_len: the most ids a side may have; longer pairs are skipped and counted.
+    """
+
+    def __init__(
+        self,
+        pairs: Iterable[tuple[str, str]],
+        tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer | None = None,
+        *,
+        max_len: int | None = None,
+        name: str = "parallel text",
+    ) -> None:
+        tgt_tokenizer = tgt_tokenizer or tokenizer
+        encoders = [
+            partial(tokenizer.encode_batch, add_eos=True),
+            partial(tgt_tokenizer.encode_batch, add_bos=True, add_eos=True),
+        ]
+        super().__init__(pairs, encoders, max_len, name)
+        self.collate = partial(
+            collate_translation, src_pad_id=tokenizer.pad_id, tgt_pad_id=tgt_tokenizer.pad_id
+        )
+        """`collate_fn` for a DataLoader: examples to a `Batch`."""
+
+    @classmethod
+    def from_files(
+        cls,
+        src_path: PathLike,
+        tgt_path: PathLike | None = None,
+        *,
+        tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer | None = None,
+        max_len: int | None = None,
+    ) -> ParallelDataset:
+        """Pairs from two aligned files, or from one `.tsv`/`.jsonl` file of pairs."""
+        name = f"{src_path} + {tgt_path}" if tgt_path is not None else str(src_path)
+        pairs = read_parallel(src_path, tgt_path)
+        return cls(pairs, tokenizer, tgt_tokenizer, max_len=max_len, name=name)
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.sides[0][index], self.sides[1][index]
+
+
+class SentenceDataset(_SentencesDataset):
+    """Single sentences as <s> ... </s> ids, one a line, for encoder-only models."""
+
+    def __init__(
+        self,
+        sentences: Iterable[str],
+        tokenizer: Tokenizer,
+        *,
+        max_len: int | None = None,
+        name: str = "sentences",
+    ) -> None:
+        encoders = [partial(tokenizer.encode_batch, add_bos=True, add_eos=True)]
+        super().__init__(((s,) for s in sentences), encoders, max_len, name)
+        self.collate = partial(collate_encoder, pad_id=tokenizer.pad_id)
+        """`collate_fn` for a DataLoader: examples to a `Batch`."""
+
+    @classmethod
+    def from_file(
+        cls, path: PathLike, *, tokenizer: Tokenizer, max_len: int | None = None
+    ) -> SentenceDataset:
+        return cls(read_lines(path), tokenizer, max_len=max_len, name=str(path))
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.sides[0][index]
+
+
+SPLITS = ("train", "val")
+
+
+class LanguageModelDataset(Dataset):
+    """A token stream cut into blocks: example i is stream[i*B : i*B + B + 1], B = block_size."""
+
+    def __init__(self, stream: Sequence[int] | np.ndarray, block_size: int, *, pad_id: int) -> None:
+        if block_size < 1:
+            raise AttnkitError(f"block_size must be a positive integer, got {block_size}")
+        self.stream = np.asarray(stream, dtype=np.int32)
+        self.block_size = block_size
+        if len(self) == 0:
+            raise AttnkitError(
+                f"the token stream has {len(self.stream)} tokens, too few for one block of "
+                f"block_size + 1 = {block_size + 1}; use more text or a smaller block_size"
+            )
+        self.collate = partial(collate_lm, pad_id=pad_id)
+        """`collate_fn` for a DataLoader: examples to a `Batch`."""
+
+    @classmethod
+    def from_files(
+        cls,
+        paths: PathLike | Sequence[PathLike],
+        *,
+        tokenizer: Tokenizer,
+        block_size: int,
+        split: str = "train",
+        val_fraction: float = 0.1,
+    ) -> LanguageModelDataset:
+        """One split of the text of `paths`, read in order as a single stream.
+
+        Newlines and empty lines are kept: in running text they are content.
+        """
+        if split not in SPLITS:
+            raise AttnkitError(f"split {split!r} is not one of {', '.join(SPLITS)}")
+        if not 0.0 < val_fraction < 1.0:
+            raise AttnkitError(f"val_fraction must be between 0 and 1, got {val_fraction!r}")
+        paths = [paths] if isinstance(paths, str | Path) else list(paths)
+        stream = _Packed(
+            _pack(tokenizer.encode_batch(chunk))
+            for path in paths
+            for chunk in _joined_chunks(read_lines(path, keepends=True))
+        ).ids
+        cut = int(len(stream) * (1.0 - val_fraction))
+        part = stream[:cut] if split == "train" else stream[cut:]
+        if len(part) < block_size + 1:
+            raise AttnkitError(
+                f"the {split} split of {', '.join(map(str, paths))} has {len(part)} tokens, "
+                f"fewer than block_size + 1 = {block_size + 1}; "
+                "lower block_size or change val_fraction"
+            )
+        return cls(part, block_size, pad_id=tokenizer.pad_id)
+
+    def __len__(self) -> int:
+        return max(0, (len(self.stream) - 1) // self.block_size)
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        start = index * self.block_size
+        return self.stream[start : start + self.block_size + 1]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.full((len(self), 1), self.block_size + 1, dtype=np.int64)
+
+
+def _joined_chunks(lines: Iterable[str], lines_per_piece: int = 64) -> Iterable[list[str]]:
+    # Lines are encoded as pieces of running text rather than one by one, so
+    # a word-level pre-tokenizer sees them as it would see the whole text;
+    # many pieces per call keep the Rust backend's threads busy.
+    lines = iter(lines)
+    while chunk := list(itertools.islice(lines, CHUNK)):
+        yield [
+            "".join(chunk[i : i + lines_per_piece]) for i in range(0, len(chunk), lines_per_piece)
+        ]

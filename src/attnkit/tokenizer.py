@@ -1,0 +1,395 @@
+"""Tokens: one `Tokenizer` facade over Hugging Face `tokenizers` (the Rust implementation).
+
+Text becomes ids and ids become text again. Five kinds are trained here:
+
+- `bpe`: byte-pair encoding over characters, words marked by a leading `▁`
+  (as sentencepiece), so decoding restores the spaces exactly;
+- `byte-bpe`: byte-pair encoding over UTF-8 bytes (GPT-2): every string
+  round-trips, there are no unknown tokens;
+- `wordpiece`: BERT's greedy longest-match subwords, continuations marked `##`;
+- `unigram`: the unigram language model of sentencepiece, over `▁`-marked words;
+- `char`: one token per Unicode character.
+
+A tokenizer trained here always has the same five special tokens at the same
+ids, so models, data and decoders agree without asking:
+
+    PAD_ID  = 0  <pad>   padding, ignored by attention and the loss
+    BOS_ID  = 1  <s>     begin of sequence, the decoder's first input
+    EOS_ID  = 2  </s>    end of sequence, where decoding stops
+    UNK_ID  = 3  <unk>   a piece the vocabulary lacks (never produced by byte-bpe)
+    MASK_ID = 4  <mask>  the masked-language-model token for encoders
+
+Any Hugging Face `tokenizer.json` loads too; its own special tokens (`[PAD]`,
+`[CLS]`, `[SEP]`, `[UNK]`, `[MASK]`, `<|endoftext|>`, ...) are found by name,
+so `pad_id` and the others are right for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer as Backend
+
+from attnkit.data.text import read_lines
+from attnkit.errors import AttnkitError
+
+logger = logging.getLogger(__name__)
+
+PAD_ID, BOS_ID, EOS_ID, UNK_ID, MASK_ID = 0, 1, 2, 3, 4
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>")
+KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char")
+NORMALIZATIONS = ("none", "nfc", "nfd", "nfkc", "nfkd")
+
+# Names under which the usual tokenizer families spell each role: attnkit and
+# fairseq/RoBERTa (`<s>`), BERT (`[CLS]`), GPT-2 (`<|endoftext|>` for both ends).
+_ROLE_NAMES = {
+    "pad": ("<pad>", "[PAD]", "<|pad|>", "<|padding|>"),
+    "bos": ("<s>", "[CLS]", "<bos>", "<|startoftext|>", "<|begin_of_text|>", "<|endoftext|>"),
+    "eos": ("</s>", "[SEP]", "<eos>", "<|end_of_text|>", "<|endoftext|>"),
+    "unk": ("<unk>", "[UNK]", "<|unk|>"),
+    "mask": ("<mask>", "[MASK]"),
+}
+
+PathLike = str | Path
+
+
+class Tokenizer:
+    """Text to ids and back, batched; see the module docstring for the special ids."""
+
+    def __init__(self, backend: Backend) -> None:
+        # Padding and truncation are done here, counted and visible, never by
+        # settings hidden inside a loaded tokenizer.json.
+        backend.no_padding()
+        backend.no_truncation()
+        self.backend = backend
+        self._special = _find_special_ids(backend)
+        self.n_truncated = 0
+        """How many sequences `encode` and `encode_batch` have truncated so far."""
+
+    # -- training ---------------------------------------------------------
+
+    @classmethod
+    def train(
+        cls,
+        kind: str = "bpe",
+        *,
+        files: Sequence[PathLike] = (),
+        texts: Iterable[str] = (),
+        vocab_size: int = 8000,
+        min_frequency: int | None = None,
+        normalization: str = "none",
+    ) -> Tokenizer:
+        """Learn a vocabulary of `vocab_size` tokens (the five specials included).
+
+        files: text files, one sentence or paragraph a line (`.gz` is read too).
+        texts: strings, for text already in memory; used together with `files`.
+        min_frequency: the fewest occurrences a merge or token needs; defaults
+            to 2, and to 1 for `char`. Unigram prunes by likelihood, not by
+            count, so it takes none.
+        normalization: the Unicode normal form applied before tokenizing
+            (`nfc`, `nfd`, `nfkc`, `nfkd`) or `none`, which keeps the text as
+            it is and so lets byte-level BPE round-trip any string exactly.
+        """
+        if kind not in KINDS:
+            raise AttnkitError(f"tokenizer kind {kind!r} is not one of {', '.join(KINDS)}")
+        if normalization not in NORMALIZATIONS:
+            raise AttnkitError(
+                f"normalization {normalization!r} is not one of {', '.join(NORMALIZATIONS)}"
+            )
+        if kind == "unigram" and min_frequency is not None:
+            raise AttnkitError(
+                "unigram tokenizers prune by likelihood and take no min_frequency; leave it unset"
+            )
+        smallest = len(SPECIAL_TOKENS) + (256 if kind == "byte-bpe" else 1)
+        if vocab_size < smallest:
+            raise AttnkitError(
+                f"vocab_size {vocab_size} is too small for a {kind} tokenizer; "
+                f"use at least {smallest}"
+            )
+        if min_frequency is None:
+            min_frequency = 1 if kind == "char" else 2
+        backend, trainer = _build(kind, vocab_size, min_frequency)
+        if normalization != "none":
+            backend.normalizer = getattr(normalizers, normalization.upper())()
+        # A character vocabulary learns the newline as the character it is; the
+        # subword kinds learn from sentences and get it in their alphabet.
+        lines = _CountingLines(files, texts, keepends=kind == "char")
+        backend.train_from_iterator(lines, trainer)
+        if lines.count == 0:
+            raise AttnkitError(
+                "there is no text to train the tokenizer on; give files or texts that are not empty"
+            )
+        tokenizer = cls(backend)
+        logger.info(
+            "trained a %s tokenizer of %d tokens on %d lines",
+            kind,
+            tokenizer.vocab_size,
+            lines.count,
+        )
+        return tokenizer
+
+    @classmethod
+    def train_pair(
+        cls,
+        kind: str = "bpe",
+        *,
+        src_files: Sequence[PathLike],
+        tgt_files: Sequence[PathLike],
+        joint: bool = True,
+        **options: Any,
+    ) -> tuple[Tokenizer, Tokenizer]:
+        """Source and target tokenizers for translation.
+
+        joint: one vocabulary learned from both sides and shared by them (the
+            paper's shared BPE, needed to tie all embeddings); otherwise one
+            vocabulary per side, each of `vocab_size` tokens.
+        """
+        if joint:
+            shared = cls.train(kind, files=[*src_files, *tgt_files], **options)
+            return shared, shared
+        return cls.train(kind, files=src_files, **options), cls.train(
+            kind, files=tgt_files, **options
+        )
+
+    # -- files ------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: PathLike) -> Tokenizer:
+        """Read a `tokenizer.json` (attnkit's or any Hugging Face one), or a folder holding one."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        if not path.is_file():
+            raise AttnkitError(f"no tokenizer at {path}; give a tokenizer.json or its folder")
+        try:
+            backend = Backend.from_file(str(path))
+        except Exception as err:  # the Rust side raises a bare Exception
+            raise AttnkitError(
+                f"{path} is not a tokenizer.json that Hugging Face tokenizers can read ({err})"
+            ) from None
+        return cls(backend)
+
+    def save(self, path: PathLike) -> Path:
+        """Write to a `.json` path, or else into that folder as `tokenizer.json`; returns the file.
+
+        A run folder holds its tokenizer as `tokenizer.json`, so `save(run_dir)`
+        and `load(run_dir)` agree.
+        """
+        path = Path(path)
+        if path.suffix != ".json":
+            path = path / "tokenizer.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written beside the target, then renamed: a crash never leaves half a file.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tokenizer-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(self.backend.to_str(pretty=True))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    # -- encoding ---------------------------------------------------------
+
+    def encode(
+        self,
+        text: str,
+        *,
+        add_bos: bool = False,
+        add_eos: bool = False,
+        max_length: int | None = None,
+    ) -> list[int]:
+        """The ids of one text; see `encode_batch`."""
+        return self.encode_batch([text], add_bos=add_bos, add_eos=add_eos, max_length=max_length)[0]
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        *,
+        add_bos: bool = False,
+        add_eos: bool = False,
+        max_length: int | None = None,
+        padding: bool = False,
+    ) -> list[list[int]]:
+        """The ids of many texts, encoded in parallel by the Rust backend.
+
+        add_bos, add_eos: put `bos_id` first and `eos_id` last.
+        max_length: cut longer sequences to this many ids, the added BOS/EOS
+            kept; each cut is counted in `n_truncated` and logged as a warning.
+        padding: right-pad every sequence with `pad_id` to the longest.
+        """
+        prefix = [self.bos_id] if add_bos else []
+        suffix = [self.eos_id] if add_eos else []
+        room = None
+        if max_length is not None:
+            room = max_length - len(prefix) - len(suffix)
+            if room < 1:
+                raise AttnkitError(
+                    f"max_length {max_length} leaves no room for text after BOS/EOS; raise it"
+                )
+        encoded = self.backend.encode_batch_fast(list(texts), add_special_tokens=False)
+        out = []
+        truncated = 0
+        for encoding in encoded:
+            ids = encoding.ids
+            if room is not None and len(ids) > room:
+                ids = ids[:room]
+                truncated += 1
+            out.append(prefix + ids + suffix)
+        if truncated:
+            self.n_truncated += truncated
+            logger.warning(
+                "truncated %d of %d sequences to max_length %d", truncated, len(out), max_length
+            )
+        if padding:
+            longest = max((len(ids) for ids in out), default=0)
+            out = [ids + [self.pad_id] * (longest - len(ids)) for ids in out]
+        return out
+
+    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        """Clean text from ids (a list or a 1-D tensor); special tokens dropped unless asked."""
+        return self.decode_batch([ids], skip_special=skip_special)[0]
+
+    def decode_batch(self, batch: Sequence[Sequence[int]], skip_special: bool = True) -> list[str]:
+        """`decode` for many sequences (a list of lists or a 2-D tensor)."""
+        rows = [_as_list(ids) for ids in _as_list(batch)]
+        return self.backend.decode_batch(rows, skip_special_tokens=skip_special)
+
+    # -- vocabulary -------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of ids, special and added tokens included (the embedding's row count)."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def pad_id(self) -> int:
+        return self._role("pad")
+
+    @property
+    def bos_id(self) -> int:
+        return self._role("bos")
+
+    @property
+    def eos_id(self) -> int:
+        return self._role("eos")
+
+    @property
+    def unk_id(self) -> int:
+        return self._role("unk")
+
+    @property
+    def mask_id(self) -> int:
+        return self._role("mask")
+
+    def has(self, role: str) -> bool:
+        """Whether the tokenizer has a token for `role` (pad, bos, eos, unk, mask)."""
+        return self._special.get(role) is not None
+
+    def _role(self, role: str) -> int:
+        found = self._special.get(role)
+        if found is None:
+            raise AttnkitError(
+                f"this tokenizer has no {role} token (looked for {', '.join(_ROLE_NAMES[role])}); "
+                f"use a tokenizer that has one, or add it with backend.add_special_tokens"
+            )
+        return found
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def id_to_token(self, id: int) -> str | None:
+        return self.backend.id_to_token(id)
+
+    def __repr__(self) -> str:
+        model = type(self.backend.model).__name__
+        return f"Tokenizer({model}, vocab_size={self.vocab_size})"
+
+
+def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any]:
+    """An untrained backend and its trainer for one kind."""
+    specials = [AddedToken(token, special=True, normalized=False) for token in SPECIAL_TOKENS]
+    common = {"vocab_size": vocab_size, "special_tokens": specials, "show_progress": False}
+    # Sentences are learnt one a line without their newline, yet running text
+    # for a language model has newlines: keep them out of <unk>.
+    newline = {"initial_alphabet": ["\n"]}
+    if kind == "bpe":
+        backend = Backend(models.BPE(unk_token="<unk>"))
+        trainer = trainers.BpeTrainer(min_frequency=min_frequency, **newline, **common)
+    elif kind == "byte-bpe":
+        backend = Backend(models.BPE())
+        # All 256 bytes are in the alphabet from the start, so nothing is unknown.
+        trainer = trainers.BpeTrainer(
+            min_frequency=min_frequency,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            **common,
+        )
+    elif kind == "wordpiece":
+        backend = Backend(models.WordPiece(unk_token="<unk>"))
+        trainer = trainers.WordPieceTrainer(min_frequency=min_frequency, **common)
+    elif kind == "unigram":
+        backend = Backend(models.Unigram())
+        trainer = trainers.UnigramTrainer(unk_token="<unk>", **newline, **common)
+    else:
+        backend = Backend(models.WordLevel(unk_token="<unk>"))
+        trainer = trainers.WordLevelTrainer(min_frequency=min_frequency, **common)
+
+    if kind == "byte-bpe":
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        backend.decoder = decoders.ByteLevel()
+    elif kind == "wordpiece":
+        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        backend.decoder = decoders.WordPiece()
+    elif kind == "char":
+        # Every code point alone, newlines included (`.` would skip them).
+        backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        backend.decoder = decoders.Fuse()
+    else:
+        # Spaces become part of the following piece (`▁`), so decoding puts
+        # every space back where it was.
+        backend.pre_tokenizer = pre_tokenizers.Metaspace()
+        backend.decoder = decoders.Metaspace()
+    return backend, trainer
+
+
+class _CountingLines:
+    """The training text as one stream of lines, counted so an empty corpus is caught."""
+
+    def __init__(self, files: Sequence[PathLike], texts: Iterable[str], keepends: bool) -> None:
+        if isinstance(files, str | Path):
+            files = [files]
+        self.files, self.texts, self.keepends, self.count = list(files), texts, keepends, 0
+
+    def __iter__(self) -> Iterator[str]:
+        for source in [*(read_lines(f, keepends=self.keepends) for f in self.files), self.texts]:
+            for line in source:
+                if line.strip():
+                    self.count += 1
+                    yield line
+
+
+def _find_special_ids(backend: Backend) -> dict[str, int | None]:
+    # Special added tokens are searched first, so a plain vocabulary entry that
+    # happens to be spelt `<s>` does not shadow the real one.
+    special = {t.content: i for i, t in backend.get_added_tokens_decoder().items() if t.special}
+    found: dict[str, int | None] = {}
+    for role, names in _ROLE_NAMES.items():
+        ids = [special.get(n) for n in names] + [backend.token_to_id(n) for n in names]
+        found[role] = next((i for i in ids if i is not None), None)
+    if found["pad"] is None and found["eos"] is not None:
+        # GPT-2 style vocabularies have no padding token; padding is masked
+        # anyway, so the end token serves (the usual Hugging Face practice).
+        logger.info("the tokenizer has no padding token; padding with the end token")
+        found["pad"] = found["eos"]
+    return found
+
+
+def _as_list(ids: Any) -> list:
+    return ids.tolist() if hasattr(ids, "tolist") else list(ids)
