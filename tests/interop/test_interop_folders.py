@@ -90,6 +90,21 @@ def test_a_bert_with_a_masked_lm_head_imports_its_encoder(tmp_path):
     torch.testing.assert_close(ours[mask], run_hf(hf.bert, batch)[mask], atol=1e-5, rtol=0)
 
 
+def test_tensorflow_names_of_norms_are_read(tmp_path):
+    hf = save_random("bert", tmp_path)
+
+    def rename(tensors):
+        for name in [n for n in tensors if "LayerNorm" in n]:
+            suffix = {"weight": "gamma", "bias": "beta"}[name.rsplit(".", 1)[1]]
+            tensors[f"bert.{name.rsplit('.', 1)[0]}.{suffix}"] = tensors.pop(name)
+
+    rewrite(tmp_path, rename)
+    model = load_hf(tmp_path).model
+    batch = padded_batch(model)
+    ours, mask = run_attnkit(model, batch)
+    torch.testing.assert_close(ours[mask], run_hf(hf, batch)[mask], atol=1e-5, rtol=0)
+
+
 def test_older_marian_files_with_stored_tables_and_tied_copies_import(tmp_path):
     save_random("marian", tmp_path)
     table = MarianSinusoidalPositionalEmbedding(32, 32)

@@ -110,6 +110,8 @@ class Family:
     derived: tuple[str, ...] = ()
 
     def canonical(self, name: str) -> str:
+        # Checkpoints converted from TensorFlow call a norm's weight and bias gamma and beta.
+        name = re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", name))
         bare = name.removeprefix(self.prefix)
         if not self.prefixed or bare in self.top_level:
             return bare
