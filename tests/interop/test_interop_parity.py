@@ -7,6 +7,7 @@ import torch
 from hf_cases import CASES, padded_batch, run_attnkit, run_hf, save_random
 from safetensors.torch import load_file
 
+from attnkit import ModelConfig, build_model
 from attnkit.interop import load_hf, save_hf
 
 
@@ -66,3 +67,21 @@ def test_gpt2_left_padding_matches_transformers_given_the_same_positions(tmp_pat
         ours = model(ids, mask).logits
         theirs = hf(input_ids=ids, attention_mask=mask.long(), position_ids=positions).logits
     assert_real_positions_close(ours, theirs, mask)
+
+
+@pytest.mark.parametrize(
+    ("preset", "changes", "hf_class"),
+    [
+        ("gpt-tiny", {}, "GPT2LMHeadModel"),
+        ("bert-mini", {"n_token_types": 2, "embedding_norm": True}, "BertModel"),
+    ],
+)
+def test_a_model_built_in_attnkit_exports_to_transformers(preset, changes, hf_class, tmp_path):
+    import transformers
+
+    sizes = {"vocab_size": 61, "d_model": 32, "d_ff": 64, "max_len": 32}
+    model = build_model(ModelConfig.from_preset(preset, **sizes, **changes)).eval()
+    theirs = getattr(transformers, hf_class).from_pretrained(save_hf(model, tmp_path)).eval()
+    batch = padded_batch(model)
+    ours, mask = run_attnkit(model, batch)
+    assert_real_positions_close(ours, run_hf(theirs, batch), mask)

@@ -52,6 +52,10 @@ class Rule:
     aliases: tuple[str, ...] = ()
     optional: bool = False
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"rule kind {self.kind!r} is not one of {', '.join(KINDS)}")
+
     def join(self, tensors: list[Tensor]) -> Tensor:
         if self.kind == "transpose":
             return tensors[0].t()
@@ -138,7 +142,8 @@ class Family:
         ]
         if differ:
             raise AttnkitError(
-                f"this model cannot be written as {self.model_type}: {'; '.join(differ)}"
+                f"this model cannot be written as {self.model_type}: {'; '.join(differ)}; "
+                f"only a model with {self.model_type}'s architecture can be exported"
             )
         return {"model_type": self.model_type, "architectures": [self.architecture], **hf}
 
