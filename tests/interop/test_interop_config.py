@@ -77,7 +77,8 @@ def test_split_table_permutes_the_interleaved_one():
 
 
 def test_token_types_add_a_segment_vector():
-    config = ModelConfig.from_preset("bert-mini", vocab_size=50, n_token_types=2, max_len=16)
+    sizes = {"vocab_size": 50, "d_model": 32, "d_ff": 64, "max_len": 16}
+    config = ModelConfig.from_preset("bert-mini", **sizes, n_token_types=2)
     model = build_model(config).eval()
     ids = torch.tensor([[3, 4, 5, 6]])
     first = torch.zeros_like(ids)
