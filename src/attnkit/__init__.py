@@ -2,6 +2,7 @@
 
 from attnkit.config import PRESETS, ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.interop import from_pretrained
 from attnkit.models import DecoderOnly, EncoderDecoder, EncoderOnly, Output, build_model
 from attnkit.tokenizer import Tokenizer
 
@@ -18,4 +19,5 @@ __all__ = [
     "Tokenizer",
     "__version__",
     "build_model",
+    "from_pretrained",
 ]

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.nn.kv_cache import KVCache
 
 
 @dataclass
@@ -73,6 +74,37 @@ class TransformerModel(nn.Module):
         whatever padding sits beside it in the batch.
         """
         return None if mask is None else (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+    def _new_cache(self, batch_size: int, capacity: int | None) -> KVCache:
+        c = self.config
+        capacity = c.max_len if capacity is None else capacity
+        if not 1 <= capacity <= c.max_len:
+            raise AttnkitError(
+                f"a decoding cache of {capacity} positions does not fit this model's max_len "
+                f"{c.max_len}; ask for fewer new tokens or shorten the input"
+            )
+        param = next(self.parameters())
+        return KVCache(
+            c.n_decoder_layers,
+            batch_size,
+            c.n_kv_heads,
+            c.d_head,
+            capacity,
+            dtype=param.dtype,
+            device=param.device,
+        )
+
+    def _step(self, embed: nn.Module, ids: Tensor, cache: KVCache, mask: Tensor | None) -> Tensor:
+        """Run new ids (batch, n) through the decoder on `cache`; logits of the last one."""
+        mask = self._check(ids, mask, "ids")
+        if ids.shape[0] != cache.batch_size:
+            raise AttnkitError(
+                f"the ids have {ids.shape[0]} rows but the cache holds {cache.batch_size}; "
+                "reorder the cache when the batch changes"
+            )
+        positions = cache.extend(mask, ids.shape[1])
+        hidden, _ = self.decoder(embed(ids, positions), positions=positions, cache=cache)
+        return self.head(hidden[:, -1])
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Number of distinct parameters (a tied matrix counts once)."""

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
 from attnkit.nn import FeedForward, MultiHeadAttention, Residual, make_norm
+from attnkit.nn.kv_cache import LayerKV
 
 Weights = tuple[Tensor | None, Tensor | None]
 
@@ -52,11 +53,13 @@ class Block(nn.Module):
         memory_mask: Tensor | None = None,
         positions: Tensor | None = None,
         need_weights: bool = False,
+        cache: LayerKV | None = None,
     ) -> tuple[Tensor, Weights]:
         """x: (batch, length, d_model) -> same shape, plus (self, cross) attention weights.
 
         `mask` is the full self-attention mask (None: only causal, if causal);
-        `memory_mask` is (batch, 1, 1, source length) over the memory.
+        `memory_mask` is (batch, 1, 1, source length) over the memory; `cache`
+        is this layer's part of a `KVCache` when decoding step by step.
         """
         r = self.self_attn_residual
         h, self_weights = self.self_attn(
@@ -65,13 +68,14 @@ class Block(nn.Module):
             is_causal=self.causal and mask is None,
             positions=positions,
             need_weights=need_weights,
+            cache=cache,
         )
         x = r.after(x, h)
         cross_weights = None
         if self.cross_attn is not None:
             r = self.cross_attn_residual
             h, cross_weights = self.cross_attn(
-                r.before(x), memory, mask=memory_mask, need_weights=need_weights
+                r.before(x), memory, mask=memory_mask, need_weights=need_weights, cache=cache
             )
             x = r.after(x, h)
         x = self.ff_residual.after(x, self.ff(self.ff_residual.before(x)))

@@ -14,6 +14,7 @@ from attnkit.errors import AttnkitError
 from attnkit.models.base import Output, TransformerModel, collect
 from attnkit.models.stack import Embed, Stack
 from attnkit.nn import TokenEmbedding
+from attnkit.nn.kv_cache import KVCache
 
 
 class DecoderOnly(TransformerModel):
@@ -25,10 +26,27 @@ class DecoderOnly(TransformerModel):
         token = TokenEmbedding(c.vocab_size, c.d_model, c.scale_embeddings)
         self.embed = Embed(token, c)
         self.decoder = Stack(c, c.n_decoder_layers, causal=True, cross=False)
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
         self._init_weights()
         if c.tie_embeddings == "decoder":
             self.head.weight = token.weight
+
+    def new_cache(
+        self, ids: Tensor, mask: Tensor | None = None, capacity: int | None = None
+    ) -> KVCache:
+        """An empty decoding cache for the prompts `ids` (batch, length), fed by `decode_step`.
+
+        `capacity` is the most positions, prompt included, to decode (default max_len).
+        """
+        self._check(ids, mask, "ids")
+        return self._new_cache(ids.shape[0], capacity)
+
+    def decode_step(self, ids: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
+        """Next ids (batch, n) on the cache -> logits (batch, vocab) after the last one.
+
+        The first call usually feeds the whole (left-padded) prompt with its `mask`.
+        """
+        return self._step(self.embed, ids, cache, mask)
 
     def forward(
         self, ids: Tensor, mask: Tensor | None = None, *, need_weights: bool = False

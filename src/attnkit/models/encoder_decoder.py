@@ -5,7 +5,8 @@
 
 The decoder's self-attention is causal; its cross-attention reads the whole
 memory except source padding. At inference the memory is computed once
-(`encode`) and the decoder runs step by step (`decode`).
+(`new_cache` keeps its cross-attention keys and values) and the decoder runs
+step by step on the cache (`decode_step`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from attnkit.errors import AttnkitError
 from attnkit.models.base import Output, TransformerModel, collect
 from attnkit.models.stack import Embed, Stack
 from attnkit.nn import TokenEmbedding
+from attnkit.nn.kv_cache import KVCache
 
 
 class EncoderDecoder(TransformerModel):
@@ -37,7 +39,7 @@ class EncoderDecoder(TransformerModel):
         self.tgt_embed = Embed(tgt_token, c)
         self.encoder = Stack(c, c.n_encoder_layers, causal=False, cross=False)
         self.decoder = Stack(c, c.n_decoder_layers, causal=True, cross=True)
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
         self._init_weights()
         if c.tie_embeddings != "none":
             self.head.weight = tgt_token.weight
@@ -69,6 +71,22 @@ class EncoderDecoder(TransformerModel):
         """Target ids (batch, T), already shifted right, and memory -> logits (batch, T, vocab)."""
         src_mask = None if src_mask is None else src_mask.bool()
         return self.head(self._decode(tgt_ids, memory, src_mask, tgt_mask, False)[0])
+
+    def new_cache(
+        self, src_ids: Tensor, src_mask: Tensor | None = None, capacity: int | None = None
+    ) -> KVCache:
+        """Encode the source once and start a decoding cache with its cross-attention K, V.
+
+        `capacity` is the most target positions to decode (default max_len).
+        """
+        memory, src_mask, _ = self._encode(src_ids, src_mask, False)
+        cache = self._new_cache(src_ids.shape[0], capacity)
+        cache.set_memory([b.cross_attn.memory_kv(memory) for b in self.decoder.blocks], src_mask)
+        return cache
+
+    def decode_step(self, ids: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
+        """Next target ids (batch, n) on the cache -> logits (batch, vocab) after the last one."""
+        return self._step(self.tgt_embed, ids, cache, mask)
 
     def forward(
         self,

@@ -14,13 +14,16 @@ in through `bias` and `rotary` without touching the rest.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.errors import AttnkitError
+
+if TYPE_CHECKING:
+    from attnkit.nn.kv_cache import LayerKV
 
 
 class Rotary(Protocol):
@@ -88,8 +91,11 @@ def scaled_dot_product_attention(
     compute the same function (tested).
     """
     if is_causal and mask is None and q.shape[-2] != k.shape[-2]:
-        # SDPA aligns its causal mask top-left; with a cache it must be bottom-right.
-        mask, is_causal = causal_mask(q.shape[-2], k.shape[-2], q.device), False
+        # SDPA aligns its causal mask top-left; with a cache it must be bottom-right,
+        # where one query (the last position) sees every key.
+        if q.shape[-2] > 1:
+            mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
+        is_causal = False
     group = q.shape[1] // k.shape[1]
     if not need_weights:
         attn_mask = mask
@@ -164,6 +170,11 @@ class MultiHeadAttention(nn.Module):
         """(batch, length, n * d_head) -> (batch, n, length, d_head), a view."""
         return x.unflatten(-1, (n, self.d_head)).transpose(1, 2)
 
+    def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention keys and values (batch, kv_heads, source length, d_head) of `memory`."""
+        k, v = self.kv_proj(memory).split(self.n_kv_heads * self.d_head, dim=-1)
+        return self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+
     def forward(
         self,
         x: Tensor,
@@ -174,29 +185,39 @@ class MultiHeadAttention(nn.Module):
         bias: Tensor | None = None,
         positions: Tensor | None = None,
         need_weights: bool = False,
+        cache: LayerKV | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from `x` (batch, queries, d_model) to itself or to `memory`.
 
         `mask` is boolean and broadcastable to (batch, heads, queries, keys);
         `positions` (batch or 1, length) feed the rotary hook when there is one.
+        With a `cache`, self-attention appends the new keys and values and
+        attends over all cached ones; cross-attention reuses the cached memory
+        keys and values.
         Returns the output (batch, queries, d_model) and, with `need_weights`,
         the attention weights (batch, heads, queries, keys).
         """
         q_dim = self.n_heads * self.d_head
         kv_dim = self.n_kv_heads * self.d_head
         if self.cross:
-            if memory is None:
-                raise AttnkitError("cross-attention needs the encoder memory")
             q = self._heads(self.q_proj(x), self.n_heads)
-            k, v = self.kv_proj(memory).split(kv_dim, dim=-1)
+            cached = None if cache is None else cache.memory()
+            if cached is not None:
+                k, v = cached
+            elif memory is None:
+                raise AttnkitError("cross-attention needs the encoder memory")
+            else:
+                k, v = self.memory_kv(memory)
         else:
             q, k, v = self.qkv_proj(x).split((q_dim, kv_dim, kv_dim), dim=-1)
             q = self._heads(q, self.n_heads)
-        k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
-        if self.rotary is not None:
-            if positions is None:
-                positions = torch.arange(q.shape[-2], device=q.device)[None]
-            q, k = self.rotary(q, k, positions, positions)
+            k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+            if self.rotary is not None:
+                if positions is None:
+                    positions = torch.arange(q.shape[-2], device=q.device)[None]
+                q, k = self.rotary(q, k, positions, positions)
+            if cache is not None:
+                k, v = cache.update(k, v)
         out, weights = scaled_dot_product_attention(
             q,
             k,
