@@ -1,11 +1,13 @@
-"""The Trainer's overhead: the demo task trained by the Trainer and by a bare loop, side by side.
+"""The Trainer's overhead: the demo task trained by the Trainer and by a bare loop.
 
-    PYTHONPATH=src python bench/bench_trainer.py --steps 200 --threads 1 --reps 3
+    PYTHONPATH=src python -m bench.bench_trainer --steps 150 --threads 1 --reps 3
 
-Both train the same model on the same batches with the same optimizer and
-schedule; the bare loop is the demo's loop before the Trainer (forward,
-cross-entropy, backward, clip, AdamW, LambdaLR). Reported: steps per second
-of each, best of `reps`, and their ratio.
+Both sides train the same model on the same pre-made batches with the same
+AdamW settings and clipping; the peer is the demo's loop before the Trainer
+(forward, cross-entropy, backward, clip, AdamW step, LambdaLR). The Trainer
+side also pays for what the bare loop lacks: token-count normalisation, the
+NaN check, logging, the final checkpoint and the curves picture. Reported:
+steps per second of each side, run alternately (bench.harness), and the ratio.
 """
 
 from __future__ import annotations
@@ -20,68 +22,65 @@ import torch.nn.functional as F
 from attnkit import demo
 from attnkit.models import EncoderDecoder
 from attnkit.train import Trainer
-
-
-def bare_loop(config, batches) -> float:
-    torch.manual_seed(config.train.seed)
-    model = EncoderDecoder(demo.demo_config())
-    c = config.train
-    optimizer = torch.optim.AdamW(model.parameters(), lr=c.lr, weight_decay=0.0, eps=c.eps)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / c.warmup, max(0.0, (c.steps - s) / (c.steps - c.warmup)))
-    )
-    model.train()
-    start = time.perf_counter()
-    for b in batches:
-        logits = model(b.src, b.tgt[:, :-1], b.src_mask, b.tgt_mask[:, :-1]).logits
-        loss = F.cross_entropy(logits.flatten(0, 1), b.tgt[:, 1:].flatten(), ignore_index=0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), c.clip_norm)
-        optimizer.step()
-        schedule.step()
-        loss.item()  # as the demo's progress bar read it
-    return time.perf_counter() - start
-
-
-def trainer_loop(config, batches) -> float:
-    torch.manual_seed(config.train.seed)
-    model = EncoderDecoder(demo.demo_config())
-    trainer = Trainer(model, batches, train=config.train, eval=config.eval)
-    start = time.perf_counter()
-    trainer.fit()
-    return time.perf_counter() - start
+from bench.harness import Result, alternate, markdown_table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory() as tmp:
-        config = demo.demo_run_config(
-            **{"train.steps": args.steps, "train.save_every": args.steps, "train.threads": 0}
+    base = {"train.steps": args.steps, "train.save_every": args.steps, "train.threads": 0}
+    config = demo.demo_run_config(**base, **{"eval.every": 10 * args.steps})
+    setup = demo.reverse_setup(config)
+    batches = [b for _, b in zip(range(args.steps), setup.train_data, strict=False)]
+    c = config.train
+    tmp = tempfile.TemporaryDirectory()
+    runs = iter(range(1_000_000))
+
+    def trainer() -> float:
+        torch.manual_seed(c.seed)
+        model = EncoderDecoder(demo.demo_config())
+        run_dir = f"{tmp.name}/run{next(runs)}"
+        start = time.perf_counter()
+        Trainer(model, batches, train=c, eval=config.eval, run_dir=run_dir).fit()
+        return args.steps / (time.perf_counter() - start)
+
+    def bare_loop() -> float:
+        torch.manual_seed(c.seed)
+        model = EncoderDecoder(demo.demo_config())
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, weight_decay=0.0
         )
-        setup = demo.reverse_setup(config)
-        batches = [b for _, b in zip(range(args.steps), setup.train_data, strict=False)]
-        best = {"bare loop": float("inf"), "Trainer": float("inf")}
-        for rep in range(args.reps):
-            run = demo.demo_run_config(
-                **{
-                    "train.steps": args.steps,
-                    "train.save_every": args.steps,
-                    "train.out_dir": f"{tmp}/run{rep}",
-                    "eval.every": 10 * args.steps,
-                }
-            )
-            best["bare loop"] = min(best["bare loop"], bare_loop(run, batches))
-            best["Trainer"] = min(best["Trainer"], trainer_loop(run, batches))
-    print(f"demo task, {args.steps} steps, {args.threads} thread(s), best of {args.reps}")
-    for name, seconds in best.items():
-        print(f"{name:>10}: {args.steps / seconds:7.1f} steps/s")
-    print(f"Trainer / bare loop time: {best['Trainer'] / best['bare loop']:.2f}")
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda s: min((s + 1) / c.warmup, max(0.0, (c.steps - s) / (c.steps - c.warmup))),
+        )
+        model.train()
+        start = time.perf_counter()
+        for b in batches:
+            logits = model(b.src, b.tgt[:, :-1], b.src_mask, b.tgt_mask[:, :-1]).logits
+            loss = F.cross_entropy(logits.flatten(0, 1), b.tgt[:, 1:].flatten(), ignore_index=0)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), c.clip_norm)
+            optimizer.step()
+            schedule.step()
+            loss.item()  # the demo's progress bar read the loss every step
+        return args.steps / (time.perf_counter() - start)
+
+    ours, peer = alternate(trainer, bare_loop, reps=args.reps)
+    tmp.cleanup()
+    result = Result(
+        f"demo task, {args.steps} steps, {args.threads} thread(s)",
+        "steps/s",
+        ours,
+        peer,
+        "bare training loop",
+    )
+    print(markdown_table([result]))
 
 
 if __name__ == "__main__":

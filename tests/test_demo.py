@@ -1,3 +1,5 @@
+"""The demo's claim, asserted: the same training code reaches >= 99% exact match."""
+
 import itertools
 
 from attnkit import demo
@@ -30,3 +32,12 @@ def test_demo_training_reverses_unseen_strings(tmp_path):
     assert accuracy >= 0.99
     assert (tmp_path / "run" / "model.safetensors").is_file()
     assert (tmp_path / "run" / "curves.png").is_file()
+
+
+def test_demo_heat_map_is_written(tmp_path) -> None:
+    config = demo.demo_run_config(
+        **{"train.out_dir": str(tmp_path / "run"), "train.steps": 2, "eval.every": 100}
+    )
+    model = demo.train_reverser(config).model
+    path = demo.attention_picture(model, [5, 6, 7, 8], tmp_path / "attention.png")
+    assert path.stat().st_size > 1000
