@@ -14,7 +14,7 @@ def test_demo_training_reverses_unseen_strings(tmp_path):
             "train.threads": 1,
             "data.max_len": 6,
             "eval.every": 300,
-            "eval.bleu_examples": 100,
+            "eval.decode_examples": 100,
         }
     )
     result = demo.train_reverser(config)

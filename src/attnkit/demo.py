@@ -79,7 +79,7 @@ DEMO_RUN = {
         # A model this small runs fastest on one thread; more threads only contend.
         "threads": 1,
     },
-    "eval": {"every": 500, "metric": "exact_match", "bleu_examples": 200},
+    "eval": {"every": 500, "metric": "exact_match", "decode_examples": 200},
 }
 
 
@@ -126,7 +126,7 @@ def reverse_setup(config: RunConfig) -> TaskSetup:
     model = EncoderDecoder(model_config)
     rank = dist.from_env().rank
     train = ReverseBatches(task, config.data.batch_size, seed=config.train.seed * 100 + rank)
-    n, seed = config.eval.bleu_examples, config.train.seed + 1
+    n, seed = config.eval.decode_examples, config.train.seed + 1
 
     def metric(m: TransformerModel) -> dict[str, float]:
         return {"exact_match": exact_match(m, task, n, seed=seed)[0]}

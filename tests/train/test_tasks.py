@@ -60,7 +60,7 @@ average_last = 2
 [eval]
 every = 2
 metric = "bleu"
-bleu_examples = 4
+decode_examples = 4
 """
     )
     return str(path)

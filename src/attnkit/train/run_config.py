@@ -193,18 +193,19 @@ class EvalSection:
         `val_ppl`, or a metric a task adds (`bleu` for translation, `exact_match`
         for the demo); the validation loss and perplexity are better lower, the rest higher.
     patience: evaluations without improvement before stopping; 0 never stops.
-    bleu_examples: validation pairs decoded greedily for BLEU (translation).
+    decode_examples: held-out examples decoded greedily for the task's metric
+        (BLEU on validation pairs for translation, exact match for the demo).
     max_batches: validation batches for the loss; 0 uses them all.
     """
 
     every: int = 500
     metric: str = "val_loss"
     patience: int = 0
-    bleu_examples: int = 200
+    decode_examples: int = 200
     max_batches: int = 0
 
     def __post_init__(self) -> None:
-        _positive("eval", self, "every", "bleu_examples")
+        _positive("eval", self, "every", "decode_examples")
         _non_negative("eval", self, "patience", "max_batches")
 
     @property

@@ -214,7 +214,7 @@ def _translation(config: RunConfig) -> TaskSetup:
     val = ParallelDataset(
         zip(val_src, val_tgt, strict=True), tokenizer, max_len=max_len, name="validation"
     )
-    n = min(config.eval.bleu_examples, len(val_src))
+    n = min(config.eval.decode_examples, len(val_src))
     metrics = [bleu_metric(tokenizer, val_src[:n], val_tgt[:n], max_new_tokens=max_len)]
     return TaskSetup(
         model,
