@@ -58,6 +58,8 @@ SHAPE_OF_TASK = {
 
 @dataclass
 class TaskSetup:
+    """What one task gives the Trainer; `objective` None means the model shape's default."""
+
     model: TransformerModel
     train_data: Iterable[Batch]
     val_data: Iterable[Batch] | None
