@@ -158,3 +158,40 @@ def test_unknown_corpus_names_what_is_expected(tmp_path):
     config = RunConfig.from_dict({"data": {"corpus": str(tmp_path / "nowhere")}})
     with pytest.raises(AttnkitError, match="neither a known corpus"):
         build_task(config)
+
+
+def test_masked_lm_on_a_text_file(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"the cat number {i} sat on the mat\n" for i in range(60)))
+    config = RunConfig.from_dict(
+        {
+            "model": {
+                "preset": "bert-mini",
+                "d_model": 16,
+                "n_heads": 2,
+                "d_ff": 32,
+                "n_encoder_layers": 1,
+                "max_len": 32,
+            },
+            "data": {
+                "task": "masked-lm",
+                "corpus": str(text),
+                "tokenizer": "wordpiece",
+                "vocab_size": 60,
+                "max_tokens": 128,
+            },
+            "train": {"out_dir": str(tmp_path / "run"), "steps": 3, "threads": 1},
+        }
+    )
+    setup = build_task(config)
+    batch = next(iter(setup.train_data))
+    assert batch.src is not None and batch.tgt is None
+    assert setup.objective.mask_id == setup.tokenizer.mask_id == 4
+    result = Trainer(
+        setup.model,
+        setup.train_data,
+        train=config.train,
+        objective=setup.objective,
+        val_data=setup.val_data,
+    ).fit()
+    assert result.step == 3 and "val_loss" in result.history[-1]

@@ -174,31 +174,38 @@ def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> Transfor
 # -- batches ------------------------------------------------------------------------------------
 
 
-def _loader(
-    config: RunConfig, dataset: Dataset, *, train: bool, max_batch_size: int | None = None
-) -> DataLoader:
-    """Token-budget batches of this rank's shard; the order depends only on seed and epoch."""
+def _loaders(
+    config: RunConfig, train: Dataset, val: Dataset, max_batch_size: int | None = None
+) -> tuple[DataLoader, DataLoader]:
+    """Token-budget loaders of this rank's shard of the training and validation sets.
+
+    Training batches are shuffled by (seed, epoch); validation comes shortest first.
+    """
     d, info = config.data, dist.from_env()
-    max_tokens = d.max_tokens
-    if max_batch_size is not None:
-        max_tokens = max_batch_size * int(dataset.lengths.max())
-    sampler = TokenBudgetSampler(
-        dataset.lengths,
-        max_tokens,
-        max_batch_size=max_batch_size,
-        shuffle=train,
-        seed=config.train.seed,
-        rank=info.rank,
-        world_size=info.world_size,
-    )
-    # Its own generator keeps the loader off the global RNG, which a resume restores exactly.
-    return DataLoader(
-        dataset,
-        batch_sampler=sampler,
-        collate_fn=dataset.collate,
-        num_workers=d.num_workers,
-        generator=torch.Generator().manual_seed(config.train.seed),
-    )
+
+    def loader(dataset: Dataset, shuffle: bool) -> DataLoader:
+        max_tokens = d.max_tokens
+        if max_batch_size is not None:
+            max_tokens = max_batch_size * int(dataset.lengths.max())
+        sampler = TokenBudgetSampler(
+            dataset.lengths,
+            max_tokens,
+            max_batch_size=max_batch_size,
+            shuffle=shuffle,
+            seed=config.train.seed,
+            rank=info.rank,
+            world_size=info.world_size,
+        )
+        # Its own generator keeps the loader off the global RNG, which a resume restores exactly.
+        return DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=dataset.collate,
+            num_workers=d.num_workers,
+            generator=torch.Generator().manual_seed(config.train.seed),
+        )
+
+    return loader(train, True), loader(val, False)
 
 
 # -- the tasks ----------------------------------------------------------------------------------
@@ -218,13 +225,7 @@ def _translation(config: RunConfig) -> TaskSetup:
     )
     n = min(config.eval.decode_examples, len(val_src))
     metrics = [bleu_metric(tokenizer, val_src[:n], val_tgt[:n], max_new_tokens=max_len)]
-    return TaskSetup(
-        model,
-        _loader(config, train, train=True),
-        _loader(config, val, train=False),
-        metrics,
-        tokenizer,
-    )
+    return TaskSetup(model, *_loaders(config, train, val), metrics, tokenizer)
 
 
 def _language_model(config: RunConfig) -> TaskSetup:
@@ -237,7 +238,7 @@ def _language_model(config: RunConfig) -> TaskSetup:
             f"data.block_size {d.block_size} is over model.max_len {model.config.max_len}; "
             "lower the one or raise the other"
         )
-    splits = [
+    train, val = (
         LanguageModelDataset.from_files(
             files,
             tokenizer=tokenizer,
@@ -246,12 +247,8 @@ def _language_model(config: RunConfig) -> TaskSetup:
             val_fraction=d.valid_fraction,
         )
         for split in ("train", "val")
-    ]
-    train, val = (
-        _loader(config, ds, train=i == 0, max_batch_size=d.batch_size)
-        for i, ds in enumerate(splits)
     )
-    return TaskSetup(model, train, val, [], tokenizer)
+    return TaskSetup(model, *_loaders(config, train, val, d.batch_size), [], tokenizer)
 
 
 def _masked_lm(config: RunConfig) -> TaskSetup:
@@ -276,14 +273,7 @@ def _masked_lm(config: RunConfig) -> TaskSetup:
         d.mask_prob,
         label_smoothing=config.train.label_smoothing,
     )
-    return TaskSetup(
-        model,
-        _loader(config, train, train=True),
-        _loader(config, val, train=False),
-        [],
-        tokenizer,
-        objective,
-    )
+    return TaskSetup(model, *_loaders(config, train, val), [], tokenizer, objective)
 
 
 def bleu_metric(
