@@ -156,7 +156,7 @@ def _attention_plot(model, tokenizer, source: str, translation: str, path: str) 
     with torch.no_grad():
         out = model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
     layers = [w[0].mean(0) for w in out.attentions["cross"]]
-    pieces = tokenizer.backend.id_to_token
+    pieces = tokenizer.id_to_token
     return plot_attention(
         layers,
         path,
