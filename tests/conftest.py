@@ -1,4 +1,4 @@
-"""Shared fixtures: the corpora in ../shared/data beside the repository root."""
+"""Shared test settings and fixtures: deterministic small runs, the corpora in ../shared/data."""
 
 from __future__ import annotations
 
@@ -6,6 +6,17 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+
+
+def pytest_configure() -> None:
+    # Tiny models gain nothing from threads; one thread keeps runs steady on a shared machine.
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
 
 
 @pytest.fixture(scope="session")

@@ -212,6 +212,8 @@ def test_tinyshakespeare_loads_through_attnkit_data(
     val = load_corpus("tinyshakespeare", "val", tokenizer=chars, block_size=256)
     assert chars.decode(val.stream) == text[-len(val.stream) :]
     assert len(val) == (len(val.stream) - 1) // 256
+    with pytest.raises(AttnkitError, match="give block_size"):
+        load_corpus("tinyshakespeare", "val", tokenizer=chars)
 
 
 def test_data_dir_comes_before_attnkit_data_which_comes_before_the_cache(

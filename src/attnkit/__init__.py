@@ -2,7 +2,9 @@
 
 from attnkit.config import PRESETS, ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.interop import from_pretrained
 from attnkit.models import DecoderOnly, EncoderDecoder, EncoderOnly, Output, build_model
+from attnkit.tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
@@ -14,6 +16,8 @@ __all__ = [
     "EncoderOnly",
     "ModelConfig",
     "Output",
+    "Tokenizer",
     "__version__",
     "build_model",
+    "from_pretrained",
 ]

@@ -1,4 +1,4 @@
-"""The command line: `attnkit demo | translate | generate | eval`.
+"""The command line: `attnkit demo | translate | generate | eval | import | export`.
 
 Only wiring lives here: each command parses its options, calls the library,
 and shows progress and results. Bad input from anywhere below arrives as an
@@ -286,6 +286,32 @@ def _add_beam_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def cmd_import_hf(args: argparse.Namespace) -> int:
+    """Turn a Hugging Face folder into an attnkit run folder."""
+    from attnkit.interop import import_hf
+
+    imported = import_hf(args.src_dir, args.run_dir)
+    c = imported.model.config
+    print(
+        f"imported {imported.model_type} as an attnkit {c.shape} model "
+        f"({imported.model.num_parameters():,} parameters) into {args.run_dir}"
+    )
+    if imported.tokenizer is not None:
+        print(f"copied {imported.tokenizer.name}")
+    if imported.unused:
+        print(f"not used by attnkit ({len(imported.unused)} tensors): {', '.join(imported.unused)}")
+    return 0
+
+
+def cmd_export_hf(args: argparse.Namespace) -> int:
+    """Turn an attnkit run folder into a Hugging Face folder."""
+    from attnkit.interop import export_hf
+
+    out = export_hf(args.run_dir, args.out_dir)
+    print(f"exported {args.run_dir} to {out} (config.json, model.safetensors)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnkit", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -334,6 +360,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, default=256, help="language-model context per block")
     p.add_argument("--output", help="also write the translations here")
     p.set_defaults(func=cmd_eval)
+    hf_folder = "a Hugging Face folder (config.json, model.safetensors): gpt2, bert or marian"
+    for name, func, folders in (
+        ("import", cmd_import_hf, (("src_dir", hf_folder), ("run_dir", "attnkit run folder"))),
+        ("export", cmd_export_hf, (("run_dir", "attnkit run folder"), ("out_dir", hf_folder))),
+    ):
+        p = sub.add_parser(name, help=f"{name} a model as a Hugging Face folder: {name} hf ...")
+        formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+        q = formats.add_parser("hf", help=hf_folder)
+        for folder, text in folders:
+            q.add_argument(folder, help=text)
+        q.set_defaults(func=func)
     return parser
 
 

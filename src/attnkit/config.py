@@ -18,10 +18,11 @@ from typing import Any
 from attnkit.errors import AttnkitError
 
 SHAPES = ("encoder-decoder", "decoder", "encoder")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 NORMS = ("layernorm",)
 NORM_POSITIONS = ("post", "pre")
 POSITIONALS = ("sinusoidal", "learned", "none")
+SINUSOIDAL_LAYOUTS = ("interleaved", "split")
 TIE_EMBEDDINGS = ("none", "decoder", "all")
 
 
@@ -52,6 +53,20 @@ class ModelConfig:
     tie_embeddings: `decoder` shares the target embedding with the output
         projection; `all` also shares it with the source embedding (one
         vocabulary for both sides, as in the paper).
+    activation: `relu` (the paper), `gelu` (exact, BERT), `gelu_tanh` (GPT-2's
+        approximation) or `silu` (also called swish, Marian).
+    sinusoidal_layout: `interleaved` is the paper's sin/cos alternation over
+        the dimensions; `split` puts every sin first and every cos second, as
+        Marian does. The frequencies are the same.
+    n_token_types: token-type (segment) embeddings added to the input, as
+        BERT's sentence A / sentence B; 0 is none.
+    embedding_norm: a norm on the sum of the input embeddings, before the
+        first block (BERT).
+    logits_bias: a learned bias added to the output logits (Marian's
+        `final_logits_bias`).
+    decoder_start_id: the id the decoder reads first when generating; None
+        leaves it to the caller (Marian starts with its pad id).
+    eos_id: the id that ends a generated sequence; None leaves it to the caller.
     """
 
     shape: str = "encoder-decoder"
@@ -77,29 +92,29 @@ class ModelConfig:
     tie_embeddings: str = "all"
     bias: bool = True
     pad_id: int = 0
+    sinusoidal_layout: str = "interleaved"
+    n_token_types: int = 0
+    embedding_norm: bool = False
+    logits_bias: bool = False
+    decoder_start_id: int | None = None
+    eos_id: int | None = None
 
     def __post_init__(self) -> None:
         _choice("shape", self.shape, SHAPES)
-        has_encoder = self.shape != "decoder"
-        has_decoder = self.shape != "encoder"
-        resolved = {
-            "n_kv_heads": self.n_heads if self.n_kv_heads is None else self.n_kv_heads,
-            "n_encoder_layers": (6 if has_encoder else 0)
-            if self.n_encoder_layers is None
-            else self.n_encoder_layers,
-            "n_decoder_layers": (6 if has_decoder else 0)
-            if self.n_decoder_layers is None
-            else self.n_decoder_layers,
-            "final_norm": self.norm_position == "pre"
-            if self.final_norm is None
-            else self.final_norm,
-            "src_vocab_size": (self.vocab_size if self.shape == "encoder-decoder" else None)
-            if self.src_vocab_size is None
-            else self.src_vocab_size,
-        }
-        for name, value in resolved.items():
-            object.__setattr__(self, name, value)
+        for name, value in self._derived().items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
         self._validate()
+
+    def _derived(self) -> dict[str, Any]:
+        """What each field left as None becomes, given the others."""
+        return {
+            "n_kv_heads": self.n_heads,
+            "n_encoder_layers": 0 if self.shape == "decoder" else 6,
+            "n_decoder_layers": 0 if self.shape == "encoder" else 6,
+            "final_norm": self.norm_position == "pre",
+            "src_vocab_size": self.vocab_size if self.shape == "encoder-decoder" else None,
+        }
 
     def _validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "n_kv_heads", "d_ff", "max_len"):
@@ -124,11 +139,42 @@ class ModelConfig:
         _choice("tie_embeddings", self.tie_embeddings, TIE_EMBEDDINGS)
         if self.norm_eps <= 0:
             raise AttnkitError(f"norm_eps must be positive, got {self.norm_eps!r}")
+        _choice("sinusoidal_layout", self.sinusoidal_layout, SINUSOIDAL_LAYOUTS)
         self._validate_shape()
         if not 0 <= self.pad_id < max(self.vocab_size, self.src_vocab_size or 0):
             raise AttnkitError(
                 f"pad_id {self.pad_id} is outside the vocabulary of {self.vocab_size} tokens"
             )
+        self._validate_interop_fields()
+
+    def _validate_interop_fields(self) -> None:
+        if (
+            not isinstance(self.n_token_types, int)
+            or isinstance(self.n_token_types, bool)
+            or self.n_token_types < 0
+        ):
+            raise AttnkitError(
+                f"n_token_types must be a non-negative integer (0 for none), "
+                f"got {self.n_token_types!r}"
+            )
+        if self.sinusoidal_layout != "interleaved" and self.positional != "sinusoidal":
+            raise AttnkitError(
+                f"sinusoidal_layout {self.sinusoidal_layout!r} only applies to sinusoidal "
+                f"positions, but positional is {self.positional!r}; leave it 'interleaved'"
+            )
+        if self.decoder_start_id is not None and self.shape == "encoder":
+            raise AttnkitError(
+                "decoder_start_id is for models that generate; an encoder model has no "
+                "decoder, so leave it None"
+            )
+        for name in ("decoder_start_id", "eos_id"):
+            value = getattr(self, name)
+            is_id = isinstance(value, int) and not isinstance(value, bool)
+            if value is not None and not (is_id and 0 <= value < self.vocab_size):
+                raise AttnkitError(
+                    f"{name} {value} is outside the target vocabulary of {self.vocab_size} "
+                    "tokens; use an id of the tokenizer or None"
+                )
 
     def _validate_shape(self) -> None:
         needs = {
@@ -173,7 +219,14 @@ class ModelConfig:
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
             raise AttnkitError(_unknown_field_message(sorted(unknown)[0]))
-        return dataclasses.replace(self, **changes)
+        # A field still at the value derived from the others is derived again
+        # (n_heads=4 -> 2 keeps multi-head attention rather than breaking n_kv_heads).
+        rederive = {
+            name: None
+            for name, value in self._derived().items()
+            if name not in changes and getattr(self, name) == value
+        }
+        return dataclasses.replace(self, **rederive, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -193,5 +193,9 @@ def load_corpus(
             raise AttnkitError(f"{name} is parallel: give langs as (source, target), not {langs!r}")
         files = corpus_files(name, split, langs=langs, data_dir=data_dir, download=download)
         return ParallelDataset.from_files(*files, tokenizer=tokenizer, **options)
+    if "block_size" not in options:
+        raise AttnkitError(
+            f"{name} is a language-model corpus: give block_size, the tokens per training example"
+        )
     files = corpus_files(name, split, data_dir=data_dir, download=download)
     return LanguageModelDataset.from_files(files, tokenizer=tokenizer, split=split, **options)

@@ -26,7 +26,7 @@ class DecoderOnly(TransformerModel):
         token = TokenEmbedding(c.vocab_size, c.d_model, c.scale_embeddings)
         self.embed = Embed(token, c)
         self.decoder = Stack(c, c.n_decoder_layers, causal=True, cross=False)
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
         self._init_weights()
         if c.tie_embeddings == "decoder":
             self.head.weight = token.weight

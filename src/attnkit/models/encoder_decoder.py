@@ -39,7 +39,7 @@ class EncoderDecoder(TransformerModel):
         self.tgt_embed = Embed(tgt_token, c)
         self.encoder = Stack(c, c.n_encoder_layers, causal=False, cross=False)
         self.decoder = Stack(c, c.n_decoder_layers, causal=True, cross=True)
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
         self._init_weights()
         if c.tie_embeddings != "none":
             self.head.weight = tgt_token.weight

@@ -26,17 +26,26 @@ class EncoderOnly(TransformerModel):
         token = TokenEmbedding(c.vocab_size, c.d_model, c.scale_embeddings)
         self.embed = Embed(token, c)
         self.encoder = Stack(c, c.n_encoder_layers, causal=False, cross=False)
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
         self._init_weights()
         if c.tie_embeddings == "decoder":
             self.head.weight = token.weight
 
     def forward(
-        self, ids: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+        self,
+        ids: Tensor,
+        mask: Tensor | None = None,
+        *,
+        token_types: Tensor | None = None,
+        need_weights: bool = False,
     ) -> Output:
-        """ids (batch, length) -> per-token logits and hidden states."""
+        """ids (batch, length) -> per-token logits and hidden states.
+
+        `token_types` (batch, length), for a model with `n_token_types`, say
+        which segment each token belongs to (BERT's sentence A = 0, B = 1).
+        """
         mask = self._check(ids, mask, "ids")
-        x = self.embed(ids, self.positions_from_mask(mask))
+        x = self.embed(ids, self.positions_from_mask(mask), token_types)
         hidden, weights = self.encoder(x, mask, need_weights=need_weights)
         attentions = {"encoder": collect(weights, 0)} if need_weights else None
         return Output(self.head(hidden), hidden, attentions)

@@ -1,6 +1,7 @@
 """What every model shape assembles: the input embedding and a stack of blocks.
 
 Embed(ids) = Dropout(E[ids] * sqrt(d_model) + PE[positions])          (section 3.4, 3.5)
+             (BERT adds a token-type vector T[types] and a norm before the dropout)
 Stack(x)   = Norm?(Block_N(... Block_1(x)))                           (section 3.1)
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
+from attnkit.errors import AttnkitError
 from attnkit.models.block import Block, Weights
 from attnkit.nn import (
     AbsolutePositions,
@@ -17,28 +19,46 @@ from attnkit.nn import (
     padding_mask,
     self_attention_mask,
 )
+from attnkit.nn.embedding import check_ids
 from attnkit.nn.kv_cache import KVCache
 
 
 class Embed(nn.Module):
-    """Token embedding plus absolute positions, then dropout."""
+    """Token embedding plus absolute positions (and token types, and a norm), then dropout."""
 
     def __init__(self, token: TokenEmbedding, config: ModelConfig) -> None:
         super().__init__()
+        c = config
         self.token = token
         self.positions = (
-            AbsolutePositions(
-                config.max_len, config.d_model, learned=config.positional == "learned"
-            )
-            if config.positional in ("sinusoidal", "learned")
+            AbsolutePositions(c.max_len, c.d_model, c.positional == "learned", c.sinusoidal_layout)
+            if c.positional in ("sinusoidal", "learned")
             else None
         )
-        self.dropout = nn.Dropout(config.embedding_dropout)
+        self.token_types = nn.Embedding(c.n_token_types, c.d_model) if c.n_token_types else None
+        self.norm = make_norm(c.norm, c.d_model, c.norm_eps, c.bias) if c.embedding_norm else None
+        self.dropout = nn.Dropout(c.embedding_dropout)
 
-    def forward(self, ids: Tensor, positions: Tensor | None = None) -> Tensor:
+    def forward(
+        self, ids: Tensor, positions: Tensor | None = None, token_types: Tensor | None = None
+    ) -> Tensor:
+        """`token_types` (batch, length) default to type 0 when the model has types."""
         x = self.token(ids)
         if self.positions is not None:
             x = self.positions(x, positions)
+        if self.token_types is not None:
+            if token_types is None:
+                x = x + self.token_types.weight[0]
+            else:
+                if token_types.shape != ids.shape:
+                    raise AttnkitError(
+                        f"token_types has shape {tuple(token_types.shape)} but the ids have "
+                        f"shape {tuple(ids.shape)}; give one type per token"
+                    )
+                check_ids(token_types, self.token_types.num_embeddings)
+                x = x + self.token_types(token_types)
+        if self.norm is not None:
+            x = self.norm(x)
         return self.dropout(x)
 
 

@@ -3,7 +3,8 @@
     FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                                   (eq. 2)
 
 Applied to each position separately and identically: d_model -> d_ff -> d_model.
-GELU replaces the ReLU in GPT and BERT; `gelu_tanh` is GPT-2's approximation.
+GELU replaces the ReLU in GPT and BERT; `gelu_tanh` is GPT-2's approximation;
+SiLU (x * sigmoid(x), also called swish) is what trained Marian models use.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
 }
 
 

@@ -1,0 +1,1 @@
+"""attnkit's benchmark suite: `python -m bench` (see bench/__main__.py)."""

@@ -1,0 +1,1 @@
+"""Peer implementations the benchmarks compare against (test-and-bench only code)."""

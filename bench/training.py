@@ -1,0 +1,233 @@
+"""Training throughput: tokens/s of forward + backward + optimizer step, ours and a peer's.
+
+(a) decoder-only, GPT-2 shaped (6 layers, d_model 512, 8 heads, vocab 8,000),
+    batch 16 x 256, against transformers' GPT2LMHeadModel of the same shape;
+(b) encoder-decoder, paper-base shape with vocab 8,000, batch 32, source and
+    target length 32, against torch.nn.Transformer with the same embeddings and head;
+(c) nanoGPT's Tiny Shakespeare CPU recipe (4 layers, 4 heads, d_model 128,
+    block 64, batch 12, 65 characters) against a nanoGPT-style model.
+
+Both sides use dropout 0 (so neither pays for dropout the other skips), the
+same AdamW settings, and the same random batch. Model FLOPs per step are
+counted once by torch's FlopCounterMode on our side (forward and backward;
+the two sides compute the same products) and give the achieved GFLOP/s and
+the model FLOP utilisation against the measured matmul peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from attnkit import DecoderOnly, EncoderDecoder, ModelConfig
+from bench.harness import Result, alternate, peak_rss_mib, rss_in_subprocess
+
+Step = Callable[[], torch.Tensor]  # one training step; returns the loss
+
+
+@dataclass
+class Work:
+    name: str
+    peer_name: str
+    tokens: int  # tokens processed per step (what tokens/s counts)
+    ours: Callable[[], Step]  # builds our model and returns its training step
+    peer: Callable[[], Step]
+
+
+def _trainer(model: torch.nn.Module, loss: Callable[[], torch.Tensor], precision: str) -> Step:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+
+    def step() -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            value = loss()
+        optimizer.zero_grad(set_to_none=True)
+        value.backward()
+        optimizer.step()
+        return value
+
+    return step
+
+
+def _lm_loss(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], torch.Tensor]:
+    def loss() -> torch.Tensor:
+        logits = model(ids[:, :-1]).logits
+        return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+
+    return loss
+
+
+def gpt_work(precision: str = "fp32") -> Work:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    batch, length, vocab = 16, 256, 8000
+    ids = torch.randint(vocab, (batch, length + 1))
+
+    def ours() -> Step:
+        model = DecoderOnly(
+            ModelConfig.from_preset(
+                "gpt2-small",
+                vocab_size=vocab,
+                d_model=512,
+                n_heads=8,
+                n_decoder_layers=6,
+                d_ff=2048,
+                max_len=length + 1,
+                dropout=0.0,
+                embedding_dropout=0.0,
+            )
+        )
+        return _trainer(model.train(), _lm_loss(model, ids), precision)
+
+    def peer() -> Step:
+        config = GPT2Config(
+            vocab_size=vocab,
+            n_positions=length + 1,
+            n_embd=512,
+            n_layer=6,
+            n_head=8,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
+        model = GPT2LMHeadModel(config)
+        return _trainer(
+            model.train(), lambda: model(ids[:, :-1], labels=ids[:, :-1]).loss, precision
+        )
+
+    return Work(
+        "train (a) GPT-2 shape 16x256" + _suffix(precision),
+        "transformers GPT2LMHeadModel",
+        batch * length,
+        ours,
+        peer,
+    )
+
+
+def seq2seq_work(precision: str = "fp32") -> Work:
+    from bench.peers.torch_transformer import TorchSeq2Seq
+
+    batch, length, vocab = 32, 32, 8000
+    src = torch.randint(vocab, (batch, length))
+    tgt = torch.randint(vocab, (batch, length + 1))
+
+    def seq2seq_loss(model: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
+        def loss() -> torch.Tensor:
+            logits = model(src, tgt[:, :-1])
+            return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten())
+
+        return loss
+
+    def ours() -> Step:
+        config = ModelConfig.from_preset(
+            "paper-base", vocab_size=vocab, dropout=0.0, embedding_dropout=0.0, max_len=64
+        )
+        model = EncoderDecoder(config).train()
+        return _trainer(model, seq2seq_loss(lambda s, t: model(s, t).logits), precision)
+
+    def peer() -> Step:
+        model = TorchSeq2Seq(vocab, 512, 8, 6, 2048, 64).train()
+        return _trainer(model, seq2seq_loss(model), precision)
+
+    return Work(
+        "train (b) paper-base 32x32x32" + _suffix(precision),
+        "torch.nn.Transformer",
+        batch * length * 2,  # source and target tokens
+        ours,
+        peer,
+    )
+
+
+def nanogpt_work(precision: str = "fp32") -> Work:
+    from bench.peers.nanogpt import NanoGPT
+
+    batch, block, vocab = 12, 64, 65
+    ids = torch.randint(vocab, (batch, block + 1))
+
+    def ours() -> Step:
+        config = ModelConfig.from_preset("gpt-tiny", vocab_size=vocab, max_len=block)
+        model = DecoderOnly(config).train()
+        return _trainer(model, _lm_loss(model, ids), precision)
+
+    def peer() -> Step:
+        model = NanoGPT(vocab, block, 4, 4, 128).train()
+        return _trainer(model, lambda: model(ids[:, :-1], ids[:, 1:]), precision)
+
+    return Work(
+        "train (c) nanoGPT Shakespeare-char 12x64" + _suffix(precision),
+        "nanoGPT-style model",
+        batch * block,
+        ours,
+        peer,
+    )
+
+
+def _suffix(precision: str) -> str:
+    return " bf16" if precision == "bf16" else ""
+
+
+WORKS = {"gpt": gpt_work, "seq2seq": seq2seq_work, "nanogpt": nanogpt_work}
+
+
+def step_flops(step: Step) -> int:
+    """Floating-point operations of one training step (forward and backward matmuls, SDPA)."""
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return counter.get_total_flops()
+
+
+def _tokens_per_second(step: Step, tokens: int, steps: int) -> Callable[[], float]:
+    def run() -> float:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return tokens * steps / (time.perf_counter() - start)
+
+    return run
+
+
+def run(
+    name: str, precision: str, peaks: dict[str, float], reps: int, steps: int, memory: bool
+) -> Result:
+    work = WORKS[name](precision)
+    our_step, peer_step = work.ours(), work.peer()
+    flops = step_flops(our_step)
+    ours, peer = alternate(
+        _tokens_per_second(our_step, work.tokens, steps),
+        _tokens_per_second(peer_step, work.tokens, steps),
+        reps=reps,
+    )
+    result = Result(work.name, "tokens/s", ours, peer, work.peer_name)
+    achieved = flops / work.tokens * result.ours_median / 1e9
+    fp32_peak = max(v for k, v in peaks.items() if k.startswith("float32"))
+    result.extra["GFLOP/s"] = achieved
+    result.extra["MFU vs fp32 peak"] = f"{achieved / fp32_peak:.0%}"
+    result.extra["peer GFLOP/s"] = flops / work.tokens * result.peer_median / 1e9
+    if precision == "bf16":
+        result.extra["MFU vs bf16 peak"] = f"{achieved / peaks['bfloat16']:.0%}"
+    if memory:
+        result.extra["peak RSS MiB"] = rss_in_subprocess(
+            "bench.training", "--rss", name, "ours", precision
+        )
+        result.extra["peer peak RSS MiB"] = rss_in_subprocess(
+            "bench.training", "--rss", name, "peer", precision
+        )
+    return result
+
+
+if __name__ == "__main__":
+    # `python -m bench.training --rss NAME SIDE PRECISION`: peak memory of one side, alone.
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rss", nargs=3, metavar=("NAME", "SIDE", "PRECISION"), required=True)
+    args = parser.parse_args()
+    name, side, precision = args.rss
+    work = WORKS[name](precision)
+    step = work.ours() if side == "ours" else work.peer()
+    for _ in range(3):
+        step()
+    print(peak_rss_mib())

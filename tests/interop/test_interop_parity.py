@@ -1,0 +1,87 @@
+"""GPT-2, BERT and Marian imported from transformers give its outputs; exports load back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hf_cases import CASES, padded_batch, run_attnkit, run_hf, save_random
+from safetensors.torch import load_file
+
+from attnkit import ModelConfig, build_model
+from attnkit.interop import load_hf, save_hf
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def saved(request, tmp_path_factory):
+    """(case, folder of a random transformers model, that model reloaded)."""
+    path = tmp_path_factory.mktemp(request.param)
+    return request.param, path, save_random(request.param, path)
+
+
+def assert_real_positions_close(ours, theirs, mask, atol=1e-5):
+    torch.testing.assert_close(ours[mask], theirs[mask], atol=atol, rtol=0)
+
+
+def test_import_gives_the_outputs_of_transformers_on_a_padded_batch(saved):
+    _, path, hf = saved
+    model = load_hf(path).model
+    assert not model.training
+    batch = padded_batch(model)
+    ours, mask = run_attnkit(model, batch)
+    assert_real_positions_close(ours, run_hf(hf, batch), mask)
+
+
+def test_export_then_import_round_trips_exactly(saved, tmp_path):
+    _, path, _ = saved
+    model = load_hf(path).model
+    out = save_hf(model, tmp_path / "out")
+    again = load_hf(out).model
+    assert again.config == model.config
+    theirs = again.state_dict()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, theirs[name]), name
+    # The exported files hold the source's own tensors under the source's names.
+    source, exported = load_file(path / "model.safetensors"), load_file(out / "model.safetensors")
+    for name, tensor in exported.items():
+        assert torch.equal(tensor, source[name]), name
+
+
+def test_exported_model_loads_in_transformers_with_the_same_outputs(saved, tmp_path):
+    case, path, hf = saved
+    model = load_hf(path).model
+    out = save_hf(model, tmp_path / "out")
+    reloaded = CASES[case][0].from_pretrained(out, attn_implementation="eager").eval()
+    batch = padded_batch(model, seed=1)
+    ours, mask = run_attnkit(model, batch)
+    assert_real_positions_close(run_hf(reloaded, batch), run_hf(hf, batch), mask, atol=0)
+    assert_real_positions_close(ours, run_hf(reloaded, batch), mask)
+
+
+def test_gpt2_left_padding_matches_transformers_given_the_same_positions(tmp_path):
+    hf = save_random("gpt2", tmp_path)
+    model = load_hf(tmp_path).model
+    ids = torch.randint(0, 60, (2, 6), generator=torch.Generator().manual_seed(3))
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        ours = model(ids, mask).logits
+        theirs = hf(input_ids=ids, attention_mask=mask.long(), position_ids=positions).logits
+    assert_real_positions_close(ours, theirs, mask)
+
+
+@pytest.mark.parametrize(
+    ("preset", "changes", "hf_class"),
+    [
+        ("gpt-tiny", {}, "GPT2LMHeadModel"),
+        ("bert-mini", {"n_token_types": 2, "embedding_norm": True}, "BertModel"),
+    ],
+)
+def test_a_model_built_in_attnkit_exports_to_transformers(preset, changes, hf_class, tmp_path):
+    import transformers
+
+    sizes = {"vocab_size": 61, "d_model": 32, "d_ff": 64, "max_len": 32}
+    model = build_model(ModelConfig.from_preset(preset, **sizes, **changes)).eval()
+    theirs = getattr(transformers, hf_class).from_pretrained(save_hf(model, tmp_path)).eval()
+    batch = padded_batch(model)
+    ours, mask = run_attnkit(model, batch)
+    assert_real_positions_close(ours, run_hf(theirs, batch), mask)

@@ -1,0 +1,130 @@
+"""Attention against torch's own implementation, and the two attention paths against each other."""
+
+import pytest
+import torch
+from torch import nn
+
+from attnkit.nn import (
+    MultiHeadAttention,
+    causal_mask,
+    scaled_dot_product_attention,
+    self_attention_mask,
+)
+
+
+def copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
+    with torch.no_grad():
+        d = ref.embed_dim
+        if ours.cross:
+            ours.q_proj.weight.copy_(ref.in_proj_weight[:d])
+            ours.q_proj.bias.copy_(ref.in_proj_bias[:d])
+            ours.kv_proj.weight.copy_(ref.in_proj_weight[d:])
+            ours.kv_proj.bias.copy_(ref.in_proj_bias[d:])
+        else:
+            ours.qkv_proj.weight.copy_(ref.in_proj_weight)
+            ours.qkv_proj.bias.copy_(ref.in_proj_bias)
+        ours.out_proj.load_state_dict(ref.out_proj.state_dict())
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_self_attention_equals_torch_multihead_attention(causal: bool, need_weights: bool) -> None:
+    d, h, b, n = 32, 4, 3, 7
+    ref = nn.MultiheadAttention(d, h, batch_first=True).eval()
+    ours = MultiHeadAttention(d, h).eval()
+    copy_from_torch(ours, ref)
+    x = torch.randn(b, n, d)
+    key_mask = torch.ones(b, n, dtype=torch.bool)
+    key_mask[1, 5:] = False
+    key_mask[2, 3:] = False
+    expected, expected_w = ref(
+        x,
+        x,
+        x,
+        key_padding_mask=~key_mask,
+        attn_mask=~causal_mask(n, n) if causal else None,
+        need_weights=True,
+        average_attn_weights=False,
+    )
+    mask = self_attention_mask(key_mask, n, causal)
+    out, weights = ours(x, mask=mask, need_weights=need_weights)
+    real = key_mask  # padded query rows are free to differ; real ones must not
+    torch.testing.assert_close(out[real], expected[real], atol=1e-5, rtol=1e-5)
+    if need_weights:
+        # (batch, heads, queries, keys) -> rows of real queries: (n_real, heads, keys)
+        torch.testing.assert_close(
+            weights.transpose(1, 2)[real], expected_w.transpose(1, 2)[real], atol=1e-5, rtol=1e-5
+        )
+
+
+def test_cross_attention_equals_torch_multihead_attention() -> None:
+    d, h = 32, 8
+    ref = nn.MultiheadAttention(d, h, batch_first=True).eval()
+    ours = MultiHeadAttention(d, h, cross=True).eval()
+    copy_from_torch(ours, ref)
+    x, memory = torch.randn(2, 5, d), torch.randn(2, 9, d)
+    memory_mask = torch.ones(2, 9, dtype=torch.bool)
+    memory_mask[0, 6:] = False
+    expected, _ = ref(x, memory, memory, key_padding_mask=~memory_mask)
+    out, _ = ours(x, memory, mask=memory_mask[:, None, None, :])
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("mask_kind", ["none", "causal", "padding+causal", "padding"])
+def test_reference_and_sdpa_paths_agree(n_kv_heads: int, mask_kind: str) -> None:
+    b, h, n, dk = 2, 4, 6, 8
+    q = torch.randn(b, h, n, dk, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(b, n_kv_heads, n, dk, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(b, n_kv_heads, n, dk, dtype=torch.float64, requires_grad=True)
+    key_mask = torch.tensor([[True] * n, [True] * 4 + [False] * (n - 4)])
+    mask, is_causal = {
+        "none": (None, False),
+        "causal": (None, True),
+        "padding+causal": (self_attention_mask(key_mask, n, causal=True), False),
+        "padding": (self_attention_mask(key_mask, n, causal=False), False),
+    }[mask_kind]
+    results = []
+    for need_weights in (True, False):
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, is_causal=is_causal, need_weights=need_weights
+        )
+        grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+        results.append((out, grads))
+        assert (weights is not None) == need_weights
+    (out_ref, grads_ref), (out_fast, grads_fast) = results
+    torch.testing.assert_close(out_fast, out_ref)
+    for g_fast, g_ref in zip(grads_fast, grads_ref, strict=True):
+        torch.testing.assert_close(g_fast, g_ref)
+
+
+def test_attention_weights_are_distributions_that_respect_the_mask() -> None:
+    q = k = v = torch.randn(1, 2, 5, 4)
+    _, weights = scaled_dot_product_attention(q, k, v, is_causal=True, need_weights=True)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 2, 5))
+    assert (weights.masked_select(~causal_mask(5, 5)) == 0).all()
+
+
+def test_causal_mask_with_a_cache_is_aligned_to_the_last_queries() -> None:
+    # Two new queries at positions 3 and 4 of 5 keys see keys 0..3 and 0..4.
+    expected = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(causal_mask(2, 5), expected)
+
+
+@pytest.mark.parametrize("n_heads", [1, 2, 4, 8, 16])
+def test_multi_head_attention_has_4_d_squared_weights_whatever_the_heads(n_heads: int) -> None:
+    d = 64
+    mha = MultiHeadAttention(d, n_heads)
+    weights = sum(p.numel() for name, p in mha.named_parameters() if name.endswith("weight"))
+    biases = sum(p.numel() for name, p in mha.named_parameters() if name.endswith("bias"))
+    assert (weights, biases) == (4 * d * d, 4 * d)
+    cross = MultiHeadAttention(d, n_heads, cross=True)
+    assert sum(p.numel() for p in cross.parameters()) == 4 * d * d + 4 * d
+
+
+def test_grouped_query_attention_shrinks_only_the_key_value_projections() -> None:
+    d, h = 64, 8
+    for n_kv in (8, 4, 1):
+        mha = MultiHeadAttention(d, h, n_kv, bias=False)
+        kv = 2 * d * (d // h) * n_kv
+        assert sum(p.numel() for p in mha.parameters()) == 2 * d * d + kv
