@@ -165,3 +165,13 @@ def test_eval_language_model_prints_perplexity(lm_run, data_dir, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "perplexity" in out and "tokens" in out
+
+
+def test_translate_draws_the_cross_attention_of_the_first_input(mt_run, tmp_path, capsys):
+    source = tmp_path / "in.txt"
+    source.write_text(LINES[0] + "\n")
+    picture = tmp_path / "attention.png"
+    args = ["translate", str(mt_run), "--input", str(source), "--max-new-tokens", "4"]
+    assert main([*args, "--attention-plot", str(picture)]) == 0
+    assert picture.stat().st_size > 0
+    assert str(picture) in capsys.readouterr().err

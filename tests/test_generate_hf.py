@@ -76,7 +76,14 @@ def test_gpt2_left_padded_prompts_match_transformers(gpt2, options):
     assert exercises_eos(mine.sequences[:, 6:], options)
 
 
-@pytest.mark.parametrize("options", OPTIONS)
+# Real Marian checkpoints force EOS at the last step and never generate their pad id.
+MARIAN_CHECKPOINT_OPTIONS = {"forced_eos_token_id": EOS, "suppress_tokens": [0]}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [*OPTIONS, MARIAN_CHECKPOINT_OPTIONS, {"num_beams": 4, **MARIAN_CHECKPOINT_OPTIONS}],
+)
 def test_marian_translation_matches_transformers(marian, options):
     ours, hf = marian
     torch.manual_seed(6)

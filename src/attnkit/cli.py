@@ -226,7 +226,7 @@ def _attention_plot(model, tokenizer, source: str, translation: str, path: str) 
     with torch.no_grad():
         out = model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
     layers = [w[0].mean(0) for w in out.attentions["cross"]]
-    pieces = tokenizer.backend.id_to_token
+    pieces = tokenizer.id_to_token
     return plot_attention(
         layers,
         path,
@@ -281,11 +281,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     model, tokenizer = _load_run(args)
     saved = _run_data_defaults(Path(args.run_dir))
-    corpus = args.corpus or saved.get("corpus") or "multi30k"
+    translation = model.config.shape == "encoder-decoder"
+    corpus = (
+        args.corpus or saved.get("corpus") or ("multi30k" if translation else "tinyshakespeare")
+    )
     data_dir = args.data_dir or saved.get("data_dir")
     split = _split_name(corpus, args.split)
     rows: list[tuple[str, str, str]] = []
-    if model.config.shape == "encoder-decoder":
+    if translation:
         from attnkit.evaluate import bleu, chrf
         from attnkit.inference import translate
 
@@ -310,9 +313,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     else:
         from torch.utils.data import DataLoader
 
-        from attnkit.data import load_corpus
+        from attnkit.data import CORPORA, load_corpus
         from attnkit.evaluate import perplexity
 
+        if corpus in CORPORA and CORPORA[corpus].langs:
+            raise AttnkitError(
+                f"{corpus} is a parallel corpus, but a {model.config.shape} model is scored by "
+                "perplexity on running text; pass --corpus tinyshakespeare"
+            )
         block = min(model.config.max_len - 1, args.block_size)
         dataset = load_corpus(
             corpus, split, tokenizer=tokenizer, data_dir=data_dir, block_size=block
@@ -424,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_beam_options(p)
     p.add_argument("--split", default="test", help="corpus split (default test)")
     p.add_argument(
-        "--corpus", help="multi30k or tinyshakespeare (default: the run's, else multi30k)"
+        "--corpus", help="multi30k or tinyshakespeare (default: the run's, else by model shape)"
     )
     p.add_argument("--src-lang", help="source language (default: the run's, else de)")
     p.add_argument("--tgt-lang", help="target language (default: the run's, else en)")

@@ -15,6 +15,7 @@ search, whole sentences) leave the batch as soon as they are finished.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator
@@ -136,6 +137,7 @@ class GenerateOutput:
         after a row's EOS comes padding.
     sequences_scores: beam search's length-penalised score of each sequence.
     prefix_length: columns of `sequences` before the generated tokens.
+    eos_token_ids: where `new_tokens` cuts each sequence.
     """
 
     sequences: Tensor
@@ -252,6 +254,17 @@ def _start(model: TransformerModel, input_ids: Tensor, mask: Tensor | None, cfg:
         model, input_ids, mask, prefix, prefix_mask, prefix.shape[1] + max_new
     )
     return state, prefix, prefix_mask, max_new
+
+
+@contextlib.contextmanager
+def _evaluating(model: TransformerModel) -> Iterator[None]:
+    """Eval mode (no dropout) while decoding; the model's mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def _config(config: GenerationConfig | None, options: dict) -> GenerationConfig:
@@ -395,13 +408,8 @@ def stream(
         raise AttnkitError(
             "beam search cannot stream: its best hypothesis is known only at the end"
         )
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield from _token_steps(model, input_ids, attention_mask, cfg)
-    finally:
-        model.train(was_training)
+    with _evaluating(model), torch.no_grad():
+        yield from _token_steps(model, input_ids, attention_mask, cfg)
 
 
 @torch.no_grad()
@@ -417,12 +425,8 @@ def beam_search(
     `generate` calls it when num_beams > 1; called directly it also runs with one beam.
     """
     cfg = _config(config, options)
-    was_training = model.training
-    model.eval()
-    try:
+    with _evaluating(model):
         return _beam_search(model, input_ids, attention_mask, cfg)
-    finally:
-        model.train(was_training)
 
 
 def _beam_search(

@@ -9,7 +9,7 @@ computes only its own and appends them:
 Cross-attention keys and values depend only on the encoder memory, so they are
 computed once per source. Buffers are preallocated for the whole decode, so a
 step writes in place and never concatenates; beam search reorders the rows by
-batch index, copying only the positions written so far.
+batch index, copying only the positions written so far into a spare buffer.
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ class KVCache:
         self.memory_kv: Tensor | None = None
         self.memory_mask: Tensor | None = None
         self.mask: Tensor | None = None
+        self._spare: Tensor | None = None
         self.layers = [LayerKV(self, i) for i in range(n_layers)]
 
     @property
@@ -129,9 +130,18 @@ class KVCache:
         same for all its beams, so it passes `memory=False` and the memory is
         left alone; dropping finished sentences needs `memory=True`.
         """
-        kv = self.kv.new_empty(*self.kv.shape[:2], len(index), *self.kv.shape[3:])
-        kv[:, :, :, :, : self.length] = self.kv[:, :, :, :, : self.length].index_select(2, index)
-        self.kv = kv
+        written = self.kv[:, :, :, :, : self.length]
+        if len(index) == self.batch_size:
+            # Same batch (beams within sentences): gather into a spare buffer and swap, so
+            # no step allocates (and page-faults in) a fresh buffer of the whole capacity.
+            if self._spare is None:
+                self._spare = torch.empty_like(self.kv)
+            torch.index_select(written, 2, index, out=self._spare[:, :, :, :, : self.length])
+            self.kv, self._spare = self._spare, self.kv
+        else:
+            kv = self.kv.new_empty(*self.kv.shape[:2], len(index), *self.kv.shape[3:])
+            kv[:, :, :, :, : self.length] = written.index_select(2, index)
+            self.kv, self._spare = kv, None
         self.key_mask = self.key_mask.index_select(0, index)
         self.n_real = self.n_real.index_select(0, index)
         if memory and self.memory_kv is not None:
