@@ -38,6 +38,6 @@ def matmul_peaks(repeats: int = 5) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(torch.get_num_threads())
+    torch.set_num_threads(2)
     for name, value in matmul_peaks().items():
         print(f"{name:>16}: {value:7.1f} GFLOP/s")
