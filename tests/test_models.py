@@ -5,7 +5,8 @@ import torch
 from torch import nn
 
 from attnkit import DecoderOnly, EncoderDecoder, EncoderOnly, ModelConfig, build_model
-from attnkit.nn import MultiHeadAttention, causal_mask
+from attnkit.nn import causal_mask
+from tests.test_attention import copy_from_torch as copy_attention
 
 
 def tiny(shape: str = "encoder-decoder", **overrides) -> ModelConfig:
@@ -17,19 +18,6 @@ def tiny(shape: str = "encoder-decoder", **overrides) -> ModelConfig:
     tie = "all" if shape == "encoder-decoder" else "decoder"
     base = dict(shape=shape, vocab_size=50, d_model=32, n_heads=4, d_ff=64, max_len=64)
     return ModelConfig(**{"tie_embeddings": tie, **base, **layers, **overrides})
-
-
-def copy_attention(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
-    d = ref.embed_dim
-    if ours.cross:
-        ours.q_proj.weight.copy_(ref.in_proj_weight[:d])
-        ours.q_proj.bias.copy_(ref.in_proj_bias[:d])
-        ours.kv_proj.weight.copy_(ref.in_proj_weight[d:])
-        ours.kv_proj.bias.copy_(ref.in_proj_bias[d:])
-    else:
-        ours.qkv_proj.weight.copy_(ref.in_proj_weight)
-        ours.qkv_proj.bias.copy_(ref.in_proj_bias)
-    ours.out_proj.load_state_dict(ref.out_proj.state_dict())
 
 
 @torch.no_grad()
