@@ -73,7 +73,15 @@ def alternate(
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident memory so far (Linux reports KiB)."""
+    """This process's peak resident memory so far, in MiB.
+
+    VmHWM belongs to the address space made at exec, so a child started by a big
+    parent reports its own peak; getrusage's ru_maxrss would carry the parent's.
+    """
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
