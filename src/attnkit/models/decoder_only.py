@@ -7,13 +7,13 @@ The encoder-decoder's decoder without cross-attention.
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models.base import Output, TransformerModel, collect
 from attnkit.models.stack import Embed, Stack
-from attnkit.nn import TokenEmbedding
+from attnkit.nn import Linear, TokenEmbedding
 from attnkit.nn.kv_cache import KVCache
 
 
@@ -26,7 +26,7 @@ class DecoderOnly(TransformerModel):
         token = TokenEmbedding(c.vocab_size, c.d_model, c.scale_embeddings)
         self.embed = Embed(token, c)
         self.decoder = Stack(c, c.n_decoder_layers, causal=True, cross=False)
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
+        self.head = Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
         self._init_weights()
         if c.tie_embeddings == "decoder":
             self.head.weight = token.weight

@@ -11,13 +11,13 @@ step by step on the cache (`decode_step`).
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models.base import Output, TransformerModel, collect
 from attnkit.models.stack import Embed, Stack
-from attnkit.nn import TokenEmbedding
+from attnkit.nn import Linear, TokenEmbedding
 from attnkit.nn.kv_cache import KVCache
 
 
@@ -39,7 +39,7 @@ class EncoderDecoder(TransformerModel):
         self.tgt_embed = Embed(tgt_token, c)
         self.encoder = Stack(c, c.n_encoder_layers, causal=False, cross=False)
         self.decoder = Stack(c, c.n_decoder_layers, causal=True, cross=True)
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
+        self.head = Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
         self._init_weights()
         if c.tie_embeddings != "none":
             self.head.weight = tgt_token.weight

@@ -8,13 +8,13 @@ to pool into sentence embeddings.
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models.base import Output, TransformerModel, collect
 from attnkit.models.stack import Embed, Stack
-from attnkit.nn import TokenEmbedding
+from attnkit.nn import Linear, TokenEmbedding
 
 
 class EncoderOnly(TransformerModel):
@@ -26,7 +26,7 @@ class EncoderOnly(TransformerModel):
         token = TokenEmbedding(c.vocab_size, c.d_model, c.scale_embeddings)
         self.embed = Embed(token, c)
         self.encoder = Stack(c, c.n_encoder_layers, causal=False, cross=False)
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
+        self.head = Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
         self._init_weights()
         if c.tie_embeddings == "decoder":
             self.head.weight = token.weight

@@ -9,12 +9,14 @@ from attnkit.nn.attention import (
 )
 from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.feedforward import FeedForward
+from attnkit.nn.linear import Linear
 from attnkit.nn.norm import Residual, make_norm
 from attnkit.nn.positional import AbsolutePositions, sinusoidal_table
 
 __all__ = [
     "AbsolutePositions",
     "FeedForward",
+    "Linear",
     "MultiHeadAttention",
     "Residual",
     "TokenEmbedding",

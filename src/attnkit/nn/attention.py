@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.errors import AttnkitError
+from attnkit.nn.linear import Linear
 
 if TYPE_CHECKING:
     from attnkit.nn.kv_cache import LayerKV
@@ -160,11 +161,11 @@ class MultiHeadAttention(nn.Module):
         self.rotary = rotary
         q_dim, kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
         if cross:
-            self.q_proj = nn.Linear(d_model, q_dim, bias=bias)
-            self.kv_proj = nn.Linear(d_model, 2 * kv_dim, bias=bias)
+            self.q_proj = Linear(d_model, q_dim, bias=bias)
+            self.kv_proj = Linear(d_model, 2 * kv_dim, bias=bias)
         else:
-            self.qkv_proj = nn.Linear(d_model, q_dim + 2 * kv_dim, bias=bias)
-        self.out_proj = nn.Linear(q_dim, d_model, bias=bias)
+            self.qkv_proj = Linear(d_model, q_dim + 2 * kv_dim, bias=bias)
+        self.out_proj = Linear(q_dim, d_model, bias=bias)
 
     def _heads(self, x: Tensor, n: int) -> Tensor:
         """(batch, length, n * d_head) -> (batch, n, length, d_head), a view."""

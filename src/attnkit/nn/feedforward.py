@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.nn.linear import Linear
+
 ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,
@@ -25,8 +27,8 @@ class FeedForward(nn.Module):
         self, d_model: int, d_ff: int, activation: str = "relu", bias: bool = True
     ) -> None:
         super().__init__()
-        self.w_1 = nn.Linear(d_model, d_ff, bias=bias)
-        self.w_2 = nn.Linear(d_ff, d_model, bias=bias)
+        self.w_1 = Linear(d_model, d_ff, bias=bias)
+        self.w_2 = Linear(d_ff, d_model, bias=bias)
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:

@@ -1,0 +1,62 @@
+"""The linear layer y = x W^T + b, with a faster inference path for a few rows on a CPU.
+
+Every projection of the Transformer (Q, K, V, the output of attention, the two
+layers of the feed-forward network, the pre-softmax head) is this map. In
+training it multiplies thousands of rows at once and `F.linear` (MKL's sgemm
+on a CPU) is as fast as the machine allows. A decoding step is different: it
+multiplies one row per sentence (or per beam) by every weight matrix, so its
+time is the time to read the weights. For that case oneDNN's inner product on
+a copy of the weight repacked once into oneDNN's blocked layout is faster:
+`python bench/bench_linear.py` measures it against `F.linear` on the decoder's
+matrices.
+
+The packed copy is made on the first call without autograd and kept until the
+weight changes (an optimizer step or a checkpoint load bumps its version), so
+it costs one extra copy of the weights while a model decodes. Anything that
+needs gradients, another device or dtype, or more than `FEW_ROWS` rows runs
+`F.linear` unchanged; both paths compute the same function (tested).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# Up to this many rows the packed weight wins (measured by bench/bench_linear.py);
+# beyond it both paths run at the same speed, and `F.linear` needs no extra copy.
+FEW_ROWS = 64
+
+_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class Linear(nn.Linear):
+    """`nn.Linear` (same parameters, same state dict) with oneDNN's path for small inference."""
+
+    _packed: tuple[tuple[int, int], Tensor] | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self._few_rows_on_cpu(x):
+            return torch.ops.mkldnn._linear_pointwise(
+                x, self._packed_weight(), self.bias, "none", [], ""
+            )
+        return F.linear(x, self.weight, self.bias)
+
+    def _few_rows_on_cpu(self, x: Tensor) -> bool:
+        return (
+            _ONEDNN
+            and not torch.is_grad_enabled()
+            and x.device.type == "cpu"
+            and x.dtype == torch.float32
+            and self.weight.dtype == torch.float32
+            and x.numel() <= FEW_ROWS * self.in_features
+        )
+
+    def _packed_weight(self) -> Tensor:
+        """The weight in oneDNN's layout, repacked whenever the weight itself has changed."""
+        weight = self.weight
+        key = (weight.data_ptr(), weight._version)
+        if self._packed is None or self._packed[0] != key:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
+            self._packed = (key, packed)
+        return self._packed[1]
