@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.data.batch import Batch
@@ -57,12 +58,13 @@ def label_smoothed_cross_entropy(
     logp = logits.float().log_softmax(dim=-1).flatten(0, -2)
     targets = targets.flatten()
     keep = targets != IGNORE
-    logp, targets = logp[keep], targets[keep]
-    nll = -logp.gather(-1, targets[:, None]).squeeze(-1)
+    # Ignored rows are zeroed rather than removed: selecting the kept rows would copy the
+    # whole (tokens, vocabulary) matrix forward and scatter it back in the backward pass.
+    nll = F.nll_loss(logp, targets, ignore_index=IGNORE, reduction="none")
     loss = (
         nll
         if label_smoothing == 0
-        else (1 - label_smoothing) * nll - label_smoothing * (logp.mean(dim=-1))
+        else (1 - label_smoothing) * nll - label_smoothing * logp.mean(dim=-1) * keep
     )
     return LossTerms(loss.sum(), nll.sum(), keep.sum())
 
