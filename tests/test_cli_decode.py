@@ -1,6 +1,7 @@
 """`attnkit translate | generate | eval` on small run folders built here."""
 
 import logging
+import math
 
 import pytest
 import torch
@@ -141,6 +142,7 @@ def test_eval_translation_prints_bleu_and_chrf_with_signatures(mt_run, data_dir,
     out = capsys.readouterr().out
     assert "multi30k test_2016_flickr de->en, 4 sentences" in out
     assert "BLEU" in out and "nrefs:1|case:mixed" in out and "chrF" in out
+    assert "BLEU (lowercased)" in out and "case:lc" in out
 
 
 def test_eval_language_model_prints_perplexity(lm_run, data_dir, capsys):
@@ -165,6 +167,9 @@ def test_eval_language_model_prints_perplexity(lm_run, data_dir, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "perplexity" in out and "tokens" in out
+    ppl = float(next(line.split()[1] for line in out.splitlines() if line.startswith("perplexity")))
+    loss = float(next(line.split()[1] for line in out.splitlines() if line.startswith("loss")))
+    assert loss == pytest.approx(math.log(ppl), abs=1e-2)
 
 
 def test_translate_draws_the_cross_attention_of_the_first_input(mt_run, tmp_path, capsys):

@@ -24,6 +24,17 @@ def test_bleu_and_chrf_equal_sacrebleu_and_carry_its_signature():
     assert bleu(REFS, REFS).value == pytest.approx(100.0)
 
 
+def test_lowercased_bleu_ignores_case_only():
+    upper = [h.upper() for h in HYPS]
+    lowered = bleu(upper, REFS, lowercase=True)
+    assert lowered.value == pytest.approx(bleu(HYPS, REFS).value)
+    assert lowered.value == pytest.approx(
+        sacrebleu.corpus_bleu(upper, [REFS], lowercase=True).score
+    )
+    assert bleu(upper, REFS).value < lowered.value
+    assert "case:lc" in lowered.signature and lowered.name == "BLEU (lowercased)"
+
+
 def test_exact_match_and_mismatched_inputs():
     assert exact_match(HYPS, REFS).value == pytest.approx(100 / 3)
     with pytest.raises(AttnkitError, match="3 hypotheses but 2 references"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -216,7 +217,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 
 def _attention_plot(model, tokenizer, source: str, translation: str, path: str) -> Path:
-    """Cross-attention of every decoder layer (mean of heads) for one source and its output."""
+    """Cross-attention of one source and its output: each decoder layer (mean of its heads),
+    then each head of the last layer."""
     import torch
 
     from attnkit.viz import plot_attention
@@ -225,14 +227,17 @@ def _attention_plot(model, tokenizer, source: str, translation: str, path: str) 
     tgt = tokenizer.encode(translation, add_bos=True)[: model.config.max_len]
     with torch.no_grad():
         out = model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
-    layers = [w[0].mean(0) for w in out.attentions["cross"]]
+    cross = out.attentions["cross"]
+    layers = [w[0].mean(0) for w in cross]
+    heads = list(cross[-1][0])
     pieces = tokenizer.id_to_token
     return plot_attention(
-        layers,
+        [layers, heads],
         path,
         queries=[pieces(i) or "?" for i in tgt],
         keys=[pieces(i) or "?" for i in src],
-        titles=[f"decoder layer {i + 1}, mean of heads" for i in range(len(layers))],
+        titles=[f"layer {i + 1}, mean of heads" for i in range(len(layers))]
+        + [f"layer {len(cross)}, head {h + 1}" for h in range(len(heads))],
         suptitle="cross-attention",
     )
 
@@ -307,7 +312,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
             )
         if args.output:
             Path(args.output).write_text("".join(f"{h}\n" for h in hypotheses), encoding="utf-8")
-        for score in (bleu(hypotheses, references), chrf(hypotheses, references)):
+        scores = (
+            bleu(hypotheses, references),
+            bleu(hypotheses, references, lowercase=True),
+            chrf(hypotheses, references),
+        )
+        for score in scores:
             rows.append((score.name, f"{score.value:.2f}", score.signature))
         what = f"{corpus} {split} {langs[0]}->{langs[1]}, {len(sources)} sentences"
     else:
@@ -329,6 +339,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         batches = list(loader)[: args.limit or None]
         score = perplexity(model, batches)
         rows.append((score.name, f"{score.value:.2f}", score.signature))
+        rows.append(("loss", f"{math.log(score.value):.4f}", "nats per token, ln(perplexity)"))
         what = f"{corpus} {split}, {len(batches)} batches of {block + 1}-token blocks"
     print(f"attnkit eval {args.run_dir}: {what}")
     width = max(len(name) for name, _, _ in rows)

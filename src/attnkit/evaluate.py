@@ -46,14 +46,24 @@ def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
         raise AttnkitError("there is nothing to score: the hypotheses are empty")
 
 
-def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> Score:
-    """Corpus BLEU of detokenized hypotheses against one reference each, via sacreBLEU."""
+def bleu(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    tokenize: str = "13a",
+    lowercase: bool = False,
+) -> Score:
+    """Corpus BLEU of detokenized hypotheses against one reference each, via sacreBLEU.
+
+    The standard score is cased; `lowercase` gives the case-insensitive one that
+    small-model tutorials on Multi30k report (their text is lowercased).
+    """
     from sacrebleu.metrics import BLEU
 
     _check_pairs(hypotheses, references)
-    metric = BLEU(tokenize=tokenize)
+    metric = BLEU(tokenize=tokenize, lowercase=lowercase)
     result = metric.corpus_score(list(hypotheses), [list(references)])
-    return Score("BLEU", result.score, str(metric.get_signature()))
+    name = "BLEU (lowercased)" if lowercase else "BLEU"
+    return Score(name, result.score, str(metric.get_signature()))
 
 
 def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> Score:

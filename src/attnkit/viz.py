@@ -18,7 +18,7 @@ from torch import Tensor
 
 
 def plot_attention(
-    weights: Tensor | Sequence[Tensor],
+    weights: Tensor | Sequence[Tensor] | Sequence[Sequence[Tensor]],
     path: str | Path,
     *,
     queries: Sequence[str] | None = None,
@@ -26,23 +26,36 @@ def plot_attention(
     titles: Sequence[str] | None = None,
     suptitle: str | None = None,
 ) -> Path:
-    """Write one heat map per (queries, keys) matrix, side by side, to a PNG.
+    """Write heat maps of (queries, keys) matrices to a PNG, one row of panels per group.
 
-    `weights` is a (queries, keys) matrix, a (n, queries, keys) tensor or a list
-    of matrices (for example one per layer or per head).
+    `weights` is a (queries, keys) matrix, a (n, queries, keys) tensor, a list
+    of matrices (one row: for example one per layer), or a list of such lists
+    (several rows: for example the layers, then the heads of one layer).
+    `titles` name the panels in reading order.
     """
-    mats = [weights] if isinstance(weights, Tensor) and weights.dim() == 2 else list(weights)
-    fig, axes = plt.subplots(1, len(mats), figsize=(3.2 * len(mats) + 0.8, 3.6), squeeze=False)
-    for i, (ax, mat) in enumerate(zip(axes[0], mats, strict=True)):
-        ax.imshow(mat.detach().float().cpu().numpy(), cmap="viridis", vmin=0.0, aspect="auto")
-        if titles is not None:
-            ax.set_title(titles[i], fontsize=9)
-        if keys is not None:
-            ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
-        if queries is not None:
-            ax.set_yticks(range(len(queries)), queries, fontsize=7)
-        ax.set_xlabel("key (source)", fontsize=8)
-        ax.set_ylabel("query (target)" if i == 0 else "", fontsize=8)
+    if isinstance(weights, Tensor):
+        weights = [weights] if weights.dim() == 2 else list(weights)
+    rows = [list(row) for row in weights] if not isinstance(weights[0], Tensor) else [weights]
+    n_cols = max(len(row) for row in rows)
+    fig, axes = plt.subplots(
+        len(rows), n_cols, figsize=(3.2 * n_cols + 0.8, 3.6 * len(rows)), squeeze=False
+    )
+    panel_titles = iter(titles or [])
+    for r, row in enumerate(rows):
+        for c, ax in enumerate(axes[r]):
+            if c >= len(row):
+                ax.axis("off")
+                continue
+            ax.imshow(
+                row[c].detach().float().cpu().numpy(), cmap="viridis", vmin=0.0, aspect="auto"
+            )
+            ax.set_title(next(panel_titles, ""), fontsize=9)
+            if keys is not None:
+                ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
+            if queries is not None:
+                ax.set_yticks(range(len(queries)), queries, fontsize=7)
+            ax.set_xlabel("key (source)", fontsize=8)
+            ax.set_ylabel("query (target)" if c == 0 else "", fontsize=8)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return _save(fig, path)
