@@ -1,0 +1,42 @@
+"""Every shipped recipe in configs/ still runs: a few steps of its own model on the real corpus."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.train.run_config import RunConfig
+
+CONFIGS = Path(__file__).parents[2] / "configs"
+RECIPES = sorted(p for p in CONFIGS.glob("*.toml") if p.stem != "demo")  # demo: test_demo.py
+
+
+def test_the_recipes_are_all_here():
+    assert {p.stem for p in RECIPES} >= {
+        "multi30k_de_en",
+        "multi30k_en_de",
+        "tinyshakespeare_char",
+    }
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_recipe_trains_and_evaluates(recipe: Path, data_dir: Path, tmp_path: Path) -> None:
+    config = RunConfig.load(recipe)
+    overrides = [
+        f"train.out_dir={tmp_path / 'run'}",
+        f"data.data_dir={data_dir}",
+        "train.steps=2",
+        "train.save_every=2",
+        "train.threads=1",
+        "eval.every=2",
+        "eval.max_batches=2",
+        "eval.decode_examples=4",
+    ]
+    if config.data.task == "translation":
+        overrides.append("data.max_tokens=600")  # small batches: a smoke test, not a run
+    assert main(["train", str(recipe), *(a for o in overrides for a in ("--set", o))]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert records[-1]["step"] == 2
+    assert config.eval.metric in records[-1]
+    assert (tmp_path / "run" / "model.safetensors").is_file()
