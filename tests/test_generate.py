@@ -188,6 +188,24 @@ def test_stream_yields_the_greedy_tokens_one_step_at_a_time():
     assert torch.equal(torch.stack(steps, 1), greedy.sequences[:, greedy.prefix_length :])
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+@torch.no_grad()
+def test_decoding_past_max_len_conditions_on_the_last_max_len_tokens(use_cache):
+    model = peaked("decoder")  # max_len 32
+    ids, mask = source_batch()
+    out = generate(model, ids, mask, max_new_tokens=40, eos_token_id=None, use_cache=use_cache)
+    assert out.sequences.shape[1] == 7 + 40
+    for row, n in enumerate(mask.sum(1).tolist()):
+        # nanoGPT's loop: crop to the last max_len tokens, run them all, take the argmax.
+        seq = ids[row : row + 1, :n]
+        for _ in range(40):
+            logits = model(seq[:, -32:]).logits[:, -1]
+            seq = torch.cat([seq, logits.argmax(-1, keepdim=True)], 1)
+        assert out.sequences[row, -40:].tolist() == seq[0, n:].tolist()
+    stopped = generate(model, ids, mask, max_new_tokens=40, crop_context=False)
+    assert stopped.sequences.shape[1] <= 32
+
+
 def test_min_new_tokens_suppresses_eos_and_max_new_tokens_bounds_length():
     model = peaked("encoder-decoder")
     ids, mask = source_batch()

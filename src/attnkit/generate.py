@@ -53,6 +53,9 @@ class GenerationConfig:
     suppress_tokens: ids never generated; forced_eos_token_id: forced at the last step.
     seed: makes sampling reproducible.
     use_cache: False recomputes every position at every step (for comparison only).
+    crop_context: a decoder-only model that greedy-decodes or samples past its
+        max_len goes on conditioned on the last max_len tokens (nanoGPT's crop);
+        False stops it at max_len. Beam search and encoder-decoders always stop.
     """
 
     max_new_tokens: int = 20
@@ -74,6 +77,7 @@ class GenerationConfig:
     forced_eos_token_id: int | None = None
     seed: int | None = None
     use_cache: bool = True
+    crop_context: bool = True
 
     def __post_init__(self) -> None:
         checks = [
@@ -210,8 +214,17 @@ class _Uncached:
                 self.memory_mask = self.memory_mask.index_select(0, index)
 
 
-def _start(model: TransformerModel, input_ids: Tensor, mask: Tensor | None, cfg: GenerationConfig):
-    """Run the prefix; return (decoder state, prefix ids, prefix mask, max_new_tokens)."""
+def _start(
+    model: TransformerModel,
+    input_ids: Tensor,
+    mask: Tensor | None,
+    cfg: GenerationConfig,
+    crop: bool = False,
+):
+    """Run the prefix; return (decoder state, prefix ids, prefix mask, max_new_tokens).
+
+    With `crop` the caller slides the context past max_len, so max_new_tokens is not cut.
+    """
     shape = model.config.shape
     if shape not in ("encoder-decoder", "decoder"):
         raise AttnkitError(f"a {shape} model cannot generate; use an encoder-decoder or decoder")
@@ -241,7 +254,7 @@ def _start(model: TransformerModel, input_ids: Tensor, mask: Tensor | None, cfg:
             f"max_len {max_len}; shorten it"
         )
     max_new = cfg.max_new_tokens
-    if prefix.shape[1] + max_new > max_len:
+    if prefix.shape[1] + max_new > max_len and not crop:
         max_new = max_len - prefix.shape[1]
         log.warning(
             "max_new_tokens %d does not fit max_len %d after a prefix of %d; generating at most %d",
@@ -251,7 +264,7 @@ def _start(model: TransformerModel, input_ids: Tensor, mask: Tensor | None, cfg:
             max_new,
         )
     state = (_Cached if cfg.use_cache else _Uncached)(
-        model, input_ids, mask, prefix, prefix_mask, prefix.shape[1] + max_new
+        model, input_ids, mask, prefix, prefix_mask, min(prefix.shape[1] + max_new, max_len)
     )
     return state, prefix, prefix_mask, max_new
 
@@ -348,11 +361,14 @@ def _token_steps(
         input_ids = input_ids.repeat_interleave(cfg.num_return_sequences, 0)
         if attention_mask is not None:
             attention_mask = attention_mask.repeat_interleave(cfg.num_return_sequences, 0)
-    state, prefix, prefix_mask, max_new = _start(model, input_ids, attention_mask, cfg)
+    crop = cfg.crop_context and model.config.shape == "decoder"
+    state, prefix, prefix_mask, max_new = _start(model, input_ids, attention_mask, cfg, crop)
     pad = model.config.pad_id if cfg.pad_token_id is None else cfg.pad_token_id
     batch, start = prefix.shape
     device = prefix.device
-    history = _needs_history(cfg)
+    max_len = model.config.max_len
+    crops = start + max_new > max_len
+    history = _needs_history(cfg) or crops
     if history:
         seqs = torch.full((batch, start + max_new), pad, dtype=torch.long, device=device)
         seqs[:, :start] = prefix
@@ -388,7 +404,15 @@ def _token_steps(
                 return
             active, next_ids = active[keep], next_ids[keep]
             state.reorder(keep, memory=True)
-        logits = state.step(next_ids[:, None])
+        if cur + 1 > max_len:
+            # The cache is full: rerun the last max_len tokens, as nanoGPT does at every step.
+            # Learned positions stop at max_len, so the cache cannot simply roll on.
+            lo = cur + 1 - max_len
+            ids, mask = seqs[active, lo : cur + 1], real[active, lo : cur + 1]
+            state = type(state)(model, ids, mask, ids, mask, max_len)
+            logits = state.logits
+        else:
+            logits = state.step(next_ids[:, None])
 
 
 def stream(
