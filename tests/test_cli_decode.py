@@ -145,7 +145,7 @@ def test_eval_translation_prints_bleu_and_chrf_with_signatures(mt_run, data_dir,
     assert "BLEU (lowercased)" in out and "case:lc" in out
 
 
-def test_eval_language_model_prints_perplexity(lm_run, data_dir, capsys):
+def test_eval_language_model_prints_perplexity_on_val_by_default(lm_run, data_dir, capsys):
     if not (data_dir / "tinyshakespeare" / "input.txt").is_file():
         pytest.skip("Tiny Shakespeare is not in ../shared/data")
     code = main(
@@ -154,8 +154,6 @@ def test_eval_language_model_prints_perplexity(lm_run, data_dir, capsys):
             str(lm_run),
             "--corpus",
             "tinyshakespeare",
-            "--split",
-            "val",
             "--data-dir",
             str(data_dir),
             "--limit",
@@ -166,6 +164,7 @@ def test_eval_language_model_prints_perplexity(lm_run, data_dir, capsys):
     )
     assert code == 0
     out = capsys.readouterr().out
+    assert "tinyshakespeare val," in out  # no --split: the validation split, as there is no test
     assert "perplexity" in out and "tokens" in out
     ppl = float(next(line.split()[1] for line in out.splitlines() if line.startswith("perplexity")))
     loss = float(next(line.split()[1] for line in out.splitlines() if line.startswith("loss")))

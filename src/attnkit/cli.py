@@ -270,11 +270,18 @@ def _run_data_defaults(run_dir: Path) -> dict:
         raise AttnkitError(f"{path} is not valid TOML ({err}); fix or remove it") from None
 
 
-def _split_name(corpus: str, split: str) -> str:
-    """A split by its name or an unambiguous prefix (`test` is Multi30k's `test_2016_flickr`)."""
+def _split_name(corpus: str, split: str | None) -> str:
+    """A split by its name or an unambiguous prefix (`test` is Multi30k's `test_2016_flickr`).
+
+    None picks the corpus's test split, or its validation split when it has no test split
+    (Tiny Shakespeare is cut into train and val only).
+    """
     from attnkit.data import CORPORA
 
-    if corpus not in CORPORA or split in CORPORA[corpus].splits:
+    known = CORPORA[corpus].splits if corpus in CORPORA else ()
+    if split is None:
+        split = "val" if known and not any(s.startswith("test") for s in known) else "test"
+    if corpus not in CORPORA or split in known:
         return split
     matches = [s for s in CORPORA[corpus].splits if s.startswith(split)]
     return matches[0] if len(matches) == 1 else split
@@ -441,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="BLEU/chrF (translation) or perplexity (language model)")
     _add_run_options(p)
     _add_beam_options(p)
-    p.add_argument("--split", default="test", help="corpus split (default test)")
+    p.add_argument("--split", help="corpus split (default: test, or val where there is no test)")
     p.add_argument(
         "--corpus", help="multi30k or tinyshakespeare (default: the run's, else by model shape)"
     )
