@@ -171,6 +171,20 @@ def test_eval_language_model_prints_perplexity_on_val_by_default(lm_run, data_di
     assert loss == pytest.approx(math.log(ppl), abs=1e-2)
 
 
+def test_a_run_trained_on_lowercased_text_gets_lowercased_input(tmp_path, capsys):
+    run = make_run(tmp_path / "lower", "encoder-decoder")
+    source = tmp_path / "in.txt"
+    source.write_text("EIN HUND LÄUFT\nein hund läuft\n")
+    args = ["translate", str(run), "--input", str(source), "--max-new-tokens", "6"]
+    assert main(args) == 0
+    cased = capsys.readouterr().out.splitlines()
+    assert cased[0] != cased[1]  # the char vocabulary has no capitals: they read as <unk>
+    (run / "run_config.toml").write_text("[data]\nlowercase = true\n")
+    assert main(args) == 0
+    lowered = capsys.readouterr().out.splitlines()
+    assert lowered[0] == lowered[1] == cased[1]
+
+
 def test_translate_draws_the_cross_attention_of_the_first_input(mt_run, tmp_path, capsys):
     source = tmp_path / "in.txt"
     source.write_text(LINES[0] + "\n")

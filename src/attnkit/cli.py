@@ -194,6 +194,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
         lines = path.read_text(encoding="utf-8").splitlines()
     else:
         lines = sys.stdin.read().splitlines()
+    if _run_data_defaults(Path(args.run_dir)).get("lowercase"):
+        lines = [line.lower() for line in lines]  # the model was trained on lowercased text
     config = _generation_config(args, model)
     with _progress(len(lines), "translating", not args.no_progress) as bar:
         outputs = translate(
@@ -312,6 +314,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         sources, references = list(read_lines(src_path)), list(read_lines(ref_path))
         if args.limit:
             sources, references = sources[: args.limit], references[: args.limit]
+        if saved.get("lowercase"):
+            sources = [line.lower() for line in sources]  # references stay: BLEU is given both ways
         config = _generation_config(args, model)
         with _progress(len(sources), "translating", not args.no_progress) as bar:
             hypotheses = translate(
