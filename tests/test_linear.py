@@ -1,5 +1,7 @@
 """The linear layer's inference path (oneDNN, packed weight) against `F.linear`."""
 
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -38,13 +40,22 @@ def test_few_rows_take_the_packed_path_and_many_rows_do_not() -> None:
 
 
 @needs_onednn
-def test_packed_weight_follows_weight_updates() -> None:
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [
+        lambda params: torch.optim.SGD(params, lr=0.5),
+        # The fused kernel writes the weight without bumping its version counter.
+        lambda params: torch.optim.AdamW(params, lr=0.5, fused=True),
+    ],
+    ids=["sgd", "fused-adamw"],
+)
+def test_packed_weight_follows_weight_updates(make_optimizer: Callable) -> None:
     """An optimizer step between two decodes must be seen by the second one."""
     layer = Linear(16, 32)
     x = torch.randn(2, 16)
     with torch.no_grad():
         before = layer(x)
-    optimizer = torch.optim.SGD(layer.parameters(), lr=0.5)
+    optimizer = make_optimizer(layer.parameters())
     layer(torch.randn(8, 16)).square().sum().backward()
     optimizer.step()
     with torch.no_grad():

@@ -11,9 +11,12 @@ a copy of the weight repacked once into oneDNN's blocked layout is faster:
 matrices.
 
 The packed copy is made on the first call without autograd and kept until the
-weight changes (an optimizer step or a checkpoint load bumps its version), so
-it costs one extra copy of the weights while a model decodes. Anything that
-needs gradients, another device or dtype, or more than `FEW_ROWS` rows runs
+weight changes, so it costs one extra copy of the weights while a model
+decodes. A change is an in-place write that bumps the weight's version (a
+checkpoint load) or any optimizer step: fused optimizers such as
+`AdamW(fused=True)`, which the trainer uses, write the parameters without
+bumping their version, so a global hook counts every `optimizer.step()`.
+Anything that needs gradients, another device or dtype, or more than `FEW_ROWS` rows runs
 `F.linear` unchanged; both paths compute the same function (tested).
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 # Up to this many rows (a batch of 64 sentences with 4 beams) the packed weight was measured
 # faster at every size by bench/bench_linear.py: 1.5x for 1 to 4 rows, 1.2x for 8 to 256.
@@ -30,11 +34,21 @@ FEW_ROWS = 256
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
+_optimizer_steps = 0
+
+
+def _count_optimizer_step(optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+    global _optimizer_steps
+    _optimizer_steps += 1
+
+
+register_optimizer_step_post_hook(_count_optimizer_step)
+
 
 class Linear(nn.Linear):
     """`nn.Linear` (same parameters, same state dict) with oneDNN's path for small inference."""
 
-    _packed: tuple[tuple[int, int], Tensor] | None = None
+    _packed: tuple[tuple[int, int, int], Tensor] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         if self._few_rows_on_cpu(x):
@@ -56,7 +70,7 @@ class Linear(nn.Linear):
     def _packed_weight(self) -> Tensor:
         """The weight in oneDNN's layout, repacked whenever the weight itself has changed."""
         weight = self.weight
-        key = (weight.data_ptr(), weight._version)
+        key = (weight.data_ptr(), weight._version, _optimizer_steps)
         if self._packed is None or self._packed[0] != key:
             packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
             self._packed = (key, packed)
