@@ -222,3 +222,14 @@ def test_attention_weights_of_every_layer_and_head() -> None:
     torch.testing.assert_close(out.logits, model(src, tgt).logits, atol=1e-5, rtol=1e-5)
     encoder = EncoderOnly(tiny("encoder")).eval()
     assert len(encoder(src, need_weights=True).attentions["encoder"]) == 2
+
+
+@pytest.mark.parametrize("shape", ["encoder-decoder", "decoder", "encoder"])
+def test_each_shape_compiles_to_one_graph(shape: str) -> None:
+    """A graph break (a value read back to Python) would split `train.compile`'s graph."""
+    model = build_model(tiny(shape)).eval()
+    ids = torch.randint(4, 50, (2, 9))
+    args = (torch.randint(4, 50, (2, 7)), ids) if shape == "encoder-decoder" else (ids,)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*args).logits, model(*args).logits)

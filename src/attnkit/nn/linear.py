@@ -16,8 +16,8 @@ decodes. A change is an in-place write that bumps the weight's version (a
 checkpoint load) or any optimizer step: fused optimizers such as
 `AdamW(fused=True)`, which the trainer uses, write the parameters without
 bumping their version, so a global hook counts every `optimizer.step()`.
-Anything that needs gradients, another device or dtype, or more than `FEW_ROWS` rows runs
-`F.linear` unchanged; both paths compute the same function (tested).
+Anything that needs gradients, another device or dtype, more than `FEW_ROWS` rows, or is
+compiled runs `F.linear` unchanged; both paths compute the same function (tested).
 """
 
 from __future__ import annotations
@@ -58,9 +58,12 @@ class Linear(nn.Linear):
         return F.linear(x, self.weight, self.bias)
 
     def _few_rows_on_cpu(self, x: Tensor) -> bool:
+        # Under torch.compile the compiler picks its own kernels; the packed weight is a
+        # side effect it cannot trace.
         return (
             _ONEDNN
             and not torch.is_grad_enabled()
+            and not torch.compiler.is_compiling()
             and x.device.type == "cpu"
             and x.dtype == torch.float32
             and self.weight.dtype == torch.float32
