@@ -25,6 +25,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="alternating repetitions per side")
     parser.add_argument("--steps", type=int, default=2, help="training steps per repetition")
     parser.add_argument("--bf16", action="store_true", help="also run each benchmark in bf16")
+    parser.add_argument(
+        "--compile", action="store_true", help="also run each with torch.compile on both sides"
+    )
     parser.add_argument("--no-memory", dest="memory", action="store_false")
     parser.add_argument("--out", default="bench/results_train")
     args = parser.parse_args()
@@ -37,11 +40,11 @@ def main() -> None:
         + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
     )
     print(header)
-    precisions = ["fp32", "bf16"] if args.bf16 else ["fp32"]
+    modes = ["fp32", *(["bf16"] if args.bf16 else []), *(["compile"] if args.compile else [])]
     results = []
     for name in args.names:
-        for precision in precisions:
-            results.append(run(name, precision, peaks, args.reps, args.steps, args.memory))
+        for mode in modes:
+            results.append(run(name, mode, peaks, args.reps, args.steps, args.memory))
             print(markdown_table(results[-1:]).splitlines()[-1], flush=True)
     print("\n" + markdown_table(results))
     write(results, f"{args.out}.json", f"{args.out}.md", header)

@@ -5,7 +5,9 @@
 (b) beam-4 translation tokens/s of a Marian-shaped model (6+6 layers,
     d_model 512), batch 32, sources of 20 tokens;
 (c) attnkit's time per new token at position 1,000 against position 10, with
-    the KV cache and without it (a full forward per token).
+    the KV cache and without it (a full forward per token);
+(d) the peak memory one generation at batch 32 adds, (a) and (b), each side
+    in its own process.
 
 Both sides run in one process with the same thread count; after a warm-up the
 sides alternate over repetitions and medians are reported, with ratios. The
@@ -20,6 +22,7 @@ import argparse
 import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -54,38 +57,30 @@ def strip(rows: list[list[int]], eos: int) -> list[list[int]]:
     return [row[: row.index(eos)] if eos in row else row for row in rows]
 
 
-def bench_gpt2(reps: int, new_tokens: int) -> list[dict]:
-    ours, hf = gpt2_twins(6, 512, 8, VOCAB, 1280)
-    hf.generation_config.eos_token_id = None
-    results = []
-    for batch in (1, 8):
-        torch.manual_seed(batch)
-        prompt = torch.randint(5, VOCAB, (batch, 8))
-        mask = torch.ones_like(prompt)
+def gpt2_sides(ours, hf, batch: int, new_tokens: int) -> dict[str, Callable[[], object]]:
+    """Greedy generation of `new_tokens` after random 8-token prompts, on each side."""
+    torch.manual_seed(batch)
+    prompt = torch.randint(5, VOCAB, (batch, 8))
+    mask = torch.ones_like(prompt)
 
-        def run_ours(prompt=prompt, mask=mask):
-            return generate(ours, prompt, mask, max_new_tokens=new_tokens, eos_token_id=None)
+    def run_ours():
+        return generate(ours, prompt, mask, max_new_tokens=new_tokens, eos_token_id=None).sequences
 
-        def run_hf(prompt=prompt, mask=mask):
-            return hf.generate(
-                prompt,
-                attention_mask=mask,
-                max_new_tokens=new_tokens,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=0,
-            )
+    def run_hf():
+        return hf.generate(
+            prompt,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
 
-        with torch.no_grad():
-            same = torch.equal(run_ours().sequences, run_hf())
-            seconds = alternate({"attnkit": run_ours, "transformers": run_hf}, reps)
-        tokens = batch * new_tokens
-        results.append(_row(f"(a) GPT-2 greedy, batch {batch}", tokens, seconds, same))
-    return results
+    return {"attnkit": run_ours, "transformers": run_hf}
 
 
-def bench_marian(reps: int, new_tokens: int) -> dict:
-    ours, hf = marian_twins(6, 512, 8, VOCAB, 512)
+def marian_sides(ours, hf, new_tokens: int) -> dict[str, Callable[[], object]]:
+    """Beam-4 translation of 32 random 20-token sources, on each side."""
     torch.manual_seed(0)
     src = torch.randint(5, VOCAB, (32, 20))
     src[:, -1] = 2
@@ -98,12 +93,81 @@ def bench_marian(reps: int, new_tokens: int) -> dict:
     def run_hf():
         return hf.generate(src, attention_mask=mask, do_sample=False, **options)
 
+    return {"attnkit": run_ours, "transformers": run_hf}
+
+
+def gpt2_models():
+    ours, hf = gpt2_twins(6, 512, 8, VOCAB, 1280)
+    hf.generation_config.eos_token_id = None
+    return ours, hf
+
+
+def marian_models():
+    return marian_twins(6, 512, 8, VOCAB, 512)
+
+
+def bench_gpt2(reps: int, new_tokens: int) -> list[dict]:
+    ours, hf = gpt2_models()
+    results = []
+    for batch in (1, 8):
+        sides = gpt2_sides(ours, hf, batch, new_tokens)
+        with torch.no_grad():
+            same = torch.equal(sides["attnkit"](), sides["transformers"]())
+            seconds = alternate(sides, reps)
+        tokens = batch * new_tokens
+        results.append(_row(f"(a) GPT-2 greedy, batch {batch}", tokens, seconds, same))
+    return results
+
+
+def bench_marian(reps: int, new_tokens: int) -> dict:
+    ours, hf = marian_models()
+    sides = marian_sides(ours, hf, new_tokens)
     with torch.no_grad():
-        a, b = run_ours(), run_hf()
+        a, b = sides["attnkit"](), sides["transformers"]()
         same = strip(a.sequences.tolist(), 2) == strip(b.tolist(), 2)
         tokens = sum(len(t) for t in a.new_tokens())
-        seconds = alternate({"attnkit": run_ours, "transformers": run_hf}, reps)
+        seconds = alternate(sides, reps)
     return _row("(b) Marian beam 4, batch 32", tokens, seconds, same)
+
+
+# Memory: what one generation at batch 32 adds to the resident set of a process that
+# holds both models. Each side runs in a fresh process so neither inherits the other's
+# freed-but-resident pages; the kernel's peak (VmHWM) is reset just before generating.
+MEMORY_WORKS = {
+    "gpt2-greedy-batch32": lambda new_tokens: gpt2_sides(*gpt2_models(), 32, new_tokens),
+    "marian-beam4-batch32": lambda new_tokens: marian_sides(*marian_models(), new_tokens),
+}
+
+
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+@torch.no_grad()
+def generation_memory_mib(work: str, side: str, new_tokens: int) -> float:
+    """Peak resident MiB that one generation adds above the loaded models (Linux only)."""
+    run = MEMORY_WORKS[work](new_tokens)[side]
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # resets VmHWM to the current resident set
+    baseline = _status_mib("VmRSS:")
+    run()
+    return _status_mib("VmHWM:") - baseline
+
+
+def bench_memory(threads: int, new_tokens: dict[str, int]) -> dict[str, dict[str, float]]:
+    result = {}
+    for work in MEMORY_WORKS:
+        result[work] = {}
+        for side in ("attnkit", "transformers"):
+            command = [sys.executable, __file__, "--threads", str(threads), "--rss", work, side]
+            command += ["--new-tokens", str(new_tokens[work])]
+            out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+            result[work][side] = float(out.strip().splitlines()[-1])
+    return result
 
 
 def _row(name: str, tokens: int, seconds: dict[str, list[float]], same: bool) -> dict:
@@ -172,8 +236,14 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=256, help="(a): new tokens per prompt")
     parser.add_argument("--beam-new-tokens", type=int, default=32, help="(b): most new tokens")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument(
+        "--rss", nargs=2, metavar=("WORK", "SIDE"), help="internal: one side's generation memory"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.rss:
+        print(generation_memory_mib(*args.rss, args.new_tokens))
+        return
     rows = [*bench_gpt2(args.reps, args.new_tokens), bench_marian(args.reps, args.beam_new_tokens)]
     header = f"{'benchmark':<30} {'attnkit tok/s':>14} {'transformers tok/s':>19} {'ratio':>7}"
     print(f"{header}  {'best-run ratio':>14}  same ids")
@@ -193,6 +263,14 @@ def main() -> None:
             f"  {name:<9} position 10: {at10:7.2f} ms   "
             f"position 1000: {at1000:7.2f} ms   x{ratio:.2f}"
         )
+    memory = bench_memory(
+        args.threads,
+        {"gpt2-greedy-batch32": args.new_tokens, "marian-beam4-batch32": args.beam_new_tokens},
+    )
+    print("\n(d) peak resident MiB one generation adds above the loaded models")
+    for work, sides in memory.items():
+        ours, theirs = sides["attnkit"], sides["transformers"]
+        print(f"  {work:<22} attnkit {ours:8.1f}   transformers {theirs:8.1f}")
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -205,6 +283,7 @@ def main() -> None:
                     "processor": platform.processor(),
                     "results": rows,
                     "positions": positions,
+                    "generation_memory_mib": memory,
                 },
                 indent=2,
             )

@@ -7,6 +7,9 @@
 (c) nanoGPT's Tiny Shakespeare CPU recipe (4 layers, 4 heads, d_model 128,
     block 64, batch 12, 65 characters) against a nanoGPT-style model.
 
+Each runs in a mode: fp32, bf16 (autocast), or compile (fp32, both sides'
+models wrapped in torch.compile; compilation happens in the warm-up).
+
 Both sides use dropout 0 (so neither pays for dropout the other skips), the
 same AdamW settings, and the same random batch. Model FLOPs per step are
 counted once by torch's FlopCounterMode on our side (forward and backward;
@@ -40,11 +43,11 @@ class Work:
     peer: Callable[[], Step]
 
 
-def _trainer(model: torch.nn.Module, loss: Callable[[], torch.Tensor], precision: str) -> Step:
+def _trainer(model: torch.nn.Module, loss: Callable[[], torch.Tensor], mode: str) -> Step:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
 
     def step() -> torch.Tensor:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16"):
             value = loss()
         optimizer.zero_grad(set_to_none=True)
         value.backward()
@@ -52,6 +55,12 @@ def _trainer(model: torch.nn.Module, loss: Callable[[], torch.Tensor], precision
         return value
 
     return step
+
+
+def _prepare(model: torch.nn.Module, mode: str) -> torch.nn.Module:
+    """The model in training mode, compiled (inductor, default options) in the compile mode."""
+    model = model.train()
+    return torch.compile(model) if mode == "compile" else model
 
 
 def _lm_loss(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], torch.Tensor]:
@@ -62,7 +71,7 @@ def _lm_loss(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], torch.Te
     return loss
 
 
-def gpt_work(precision: str = "fp32") -> Work:
+def gpt_work(mode: str = "fp32") -> Work:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     batch, length, vocab = 16, 256, 8000
@@ -82,7 +91,8 @@ def gpt_work(precision: str = "fp32") -> Work:
                 embedding_dropout=0.0,
             )
         )
-        return _trainer(model.train(), _lm_loss(model, ids), precision)
+        model = _prepare(model, mode)
+        return _trainer(model, _lm_loss(model, ids), mode)
 
     def peer() -> Step:
         config = GPT2Config(
@@ -95,13 +105,11 @@ def gpt_work(precision: str = "fp32") -> Work:
             embd_pdrop=0.0,
             attn_pdrop=0.0,
         )
-        model = GPT2LMHeadModel(config)
-        return _trainer(
-            model.train(), lambda: model(ids[:, :-1], labels=ids[:, :-1]).loss, precision
-        )
+        model = _prepare(GPT2LMHeadModel(config), mode)
+        return _trainer(model, lambda: model(ids[:, :-1], labels=ids[:, :-1]).loss, mode)
 
     return Work(
-        "train (a) GPT-2 shape 16x256" + _suffix(precision),
+        "train (a) GPT-2 shape 16x256" + _suffix(mode),
         "transformers GPT2LMHeadModel",
         batch * length,
         ours,
@@ -109,7 +117,7 @@ def gpt_work(precision: str = "fp32") -> Work:
     )
 
 
-def seq2seq_work(precision: str = "fp32") -> Work:
+def seq2seq_work(mode: str = "fp32") -> Work:
     from bench.peers.torch_transformer import TorchSeq2Seq
 
     batch, length, vocab = 32, 32, 8000
@@ -127,15 +135,15 @@ def seq2seq_work(precision: str = "fp32") -> Work:
         config = ModelConfig.from_preset(
             "paper-base", vocab_size=vocab, dropout=0.0, embedding_dropout=0.0, max_len=64
         )
-        model = EncoderDecoder(config).train()
-        return _trainer(model, seq2seq_loss(lambda s, t: model(s, t).logits), precision)
+        model = _prepare(EncoderDecoder(config), mode)
+        return _trainer(model, seq2seq_loss(lambda s, t: model(s, t).logits), mode)
 
     def peer() -> Step:
-        model = TorchSeq2Seq(vocab, 512, 8, 6, 2048, 64).train()
-        return _trainer(model, seq2seq_loss(model), precision)
+        model = _prepare(TorchSeq2Seq(vocab, 512, 8, 6, 2048, 64), mode)
+        return _trainer(model, seq2seq_loss(model), mode)
 
     return Work(
-        "train (b) paper-base 32x32x32" + _suffix(precision),
+        "train (b) paper-base 32x32x32" + _suffix(mode),
         "torch.nn.Transformer",
         batch * length * 2,  # source and target tokens
         ours,
@@ -143,7 +151,7 @@ def seq2seq_work(precision: str = "fp32") -> Work:
     )
 
 
-def nanogpt_work(precision: str = "fp32") -> Work:
+def nanogpt_work(mode: str = "fp32") -> Work:
     from bench.peers.nanogpt import NanoGPT
 
     batch, block, vocab = 12, 64, 65
@@ -151,15 +159,15 @@ def nanogpt_work(precision: str = "fp32") -> Work:
 
     def ours() -> Step:
         config = ModelConfig.from_preset("gpt-tiny", vocab_size=vocab, max_len=block)
-        model = DecoderOnly(config).train()
-        return _trainer(model, _lm_loss(model, ids), precision)
+        model = _prepare(DecoderOnly(config), mode)
+        return _trainer(model, _lm_loss(model, ids), mode)
 
     def peer() -> Step:
-        model = NanoGPT(vocab, block, 4, 4, 128).train()
-        return _trainer(model, lambda: model(ids[:, :-1], ids[:, 1:]), precision)
+        model = _prepare(NanoGPT(vocab, block, 4, 4, 128), mode)
+        return _trainer(model, lambda: model(ids[:, :-1], ids[:, 1:]), mode)
 
     return Work(
-        "train (c) nanoGPT Shakespeare-char 12x64" + _suffix(precision),
+        "train (c) nanoGPT Shakespeare-char 12x64" + _suffix(mode),
         "nanoGPT-style model",
         batch * block,
         ours,
@@ -167,8 +175,8 @@ def nanogpt_work(precision: str = "fp32") -> Work:
     )
 
 
-def _suffix(precision: str) -> str:
-    return " bf16" if precision == "bf16" else ""
+def _suffix(mode: str) -> str:
+    return {"fp32": "", "bf16": " bf16", "compile": " torch.compile"}[mode]
 
 
 WORKS = {"gpt": gpt_work, "seq2seq": seq2seq_work, "nanogpt": nanogpt_work}
@@ -192,11 +200,12 @@ def _tokens_per_second(step: Step, tokens: int, steps: int) -> Callable[[], floa
 
 
 def run(
-    name: str, precision: str, peaks: dict[str, float], reps: int, steps: int, memory: bool
+    name: str, mode: str, peaks: dict[str, float], reps: int, steps: int, memory: bool
 ) -> Result:
-    work = WORKS[name](precision)
+    work = WORKS[name](mode)
     our_step, peer_step = work.ours(), work.peer()
-    flops = step_flops(our_step)
+    # FLOPs are counted in eager mode: the compiled step computes the same products.
+    flops = step_flops(WORKS[name]("fp32").ours() if mode == "compile" else our_step)
     ours, peer = alternate(
         _tokens_per_second(our_step, work.tokens, steps),
         _tokens_per_second(peer_step, work.tokens, steps),
@@ -208,25 +217,25 @@ def run(
     result.extra["GFLOP/s"] = achieved
     result.extra["MFU vs fp32 peak"] = f"{achieved / fp32_peak:.0%}"
     result.extra["peer GFLOP/s"] = flops / work.tokens * result.peer_median / 1e9
-    if precision == "bf16":
+    if mode == "bf16":
         result.extra["MFU vs bf16 peak"] = f"{achieved / peaks['bfloat16']:.0%}"
     if memory:
         result.extra["peak RSS MiB"] = rss_in_subprocess(
-            "bench.training", "--rss", name, "ours", precision
+            "bench.training", "--rss", name, "ours", mode
         )
         result.extra["peer peak RSS MiB"] = rss_in_subprocess(
-            "bench.training", "--rss", name, "peer", precision
+            "bench.training", "--rss", name, "peer", mode
         )
     return result
 
 
 if __name__ == "__main__":
-    # `python -m bench.training --rss NAME SIDE PRECISION`: peak memory of one side, alone.
+    # `python -m bench.training --rss NAME SIDE MODE`: peak memory of one side, alone.
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rss", nargs=3, metavar=("NAME", "SIDE", "PRECISION"), required=True)
+    parser.add_argument("--rss", nargs=3, metavar=("NAME", "SIDE", "MODE"), required=True)
     args = parser.parse_args()
-    name, side, precision = args.rss
-    work = WORKS[name](precision)
+    name, side, mode = args.rss
+    work = WORKS[name](mode)
     step = work.ours() if side == "ours" else work.peer()
     for _ in range(3):
         step()
