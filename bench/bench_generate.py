@@ -22,7 +22,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).parent))
+from harness import peak_rss_added_mib, rss_in_subprocess
 from hf_twins import gpt2_twins, marian_twins
 
 from attnkit.generate import generate
@@ -139,35 +139,24 @@ MEMORY_WORKS = {
 }
 
 
-def _status_mib(field: str) -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
 @torch.no_grad()
 def generation_memory_mib(work: str, side: str, new_tokens: int) -> float:
     """Peak resident MiB that one generation adds above the loaded models (Linux only)."""
-    run = MEMORY_WORKS[work](new_tokens)[side]
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # resets VmHWM to the current resident set
-    baseline = _status_mib("VmRSS:")
-    run()
-    return _status_mib("VmHWM:") - baseline
+    return peak_rss_added_mib(MEMORY_WORKS[work](new_tokens)[side])
 
 
 def bench_memory(threads: int, new_tokens: dict[str, int]) -> dict[str, dict[str, float]]:
-    result = {}
-    for work in MEMORY_WORKS:
-        result[work] = {}
-        for side in ("attnkit", "transformers"):
-            command = [sys.executable, __file__, "--threads", str(threads), "--rss", work, side]
-            command += ["--new-tokens", str(new_tokens[work])]
-            out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-            result[work][side] = float(out.strip().splitlines()[-1])
-    return result
+    return {
+        work: {
+            side: rss_in_subprocess(
+                "bench.bench_generate",
+                *("--threads", str(threads), "--rss", work, side),
+                *("--new-tokens", str(new_tokens[work])),
+            )
+            for side in ("attnkit", "transformers")
+        }
+        for work in MEMORY_WORKS
+    }
 
 
 def _row(name: str, tokens: int, seconds: dict[str, list[float]], same: bool) -> dict:

@@ -72,17 +72,35 @@ def alternate(
     return mine, (theirs if peer is not None else None)
 
 
+def _status_mib(field: str) -> float | None:
+    """A memory field of /proc/self/status ("VmHWM:", "VmRSS:") in MiB; None off Linux."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field):
+                    return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return None
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident memory so far, in MiB.
 
     VmHWM belongs to the address space made at exec, so a child started by a big
     parent reports its own peak; getrusage's ru_maxrss would carry the parent's.
     """
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _status_mib("VmHWM:")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_rss_added_mib(run: Callable[[], object]) -> float:
+    """Peak resident MiB that `run()` adds above the memory already resident (Linux only)."""
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # resets VmHWM to the current resident set
+    baseline = _status_mib("VmRSS:")
+    run()
+    return peak_rss_mib() - baseline
 
 
 def rss_in_subprocess(module: str, *args: str) -> float:
