@@ -29,6 +29,9 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnkit import DecoderOnly, EncoderDecoder, ModelConfig
+from attnkit.data.batch import Batch
+from attnkit.models.base import unwrap
+from attnkit.train import objective_for
 from bench.harness import Result, alternate, peak_rss_mib, rss_in_subprocess
 
 Step = Callable[[], torch.Tensor]  # one training step; returns the loss
@@ -63,10 +66,14 @@ def _prepare(model: torch.nn.Module, mode: str) -> torch.nn.Module:
     return torch.compile(model) if mode == "compile" else model
 
 
-def _lm_loss(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], torch.Tensor]:
+def _objective_loss(model: torch.nn.Module, batch: Batch) -> Callable[[], torch.Tensor]:
+    """Our side's loss as `attnkit train` computes it: the task's objective (a fused head and
+    cross-entropy), mean over the predicted tokens."""
+    objective = objective_for(unwrap(model).config.shape)
+
     def loss() -> torch.Tensor:
-        logits = model(ids[:, :-1]).logits
-        return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
+        terms = objective(model, batch)
+        return terms.loss / terms.tokens
 
     return loss
 
@@ -92,7 +99,7 @@ def gpt_work(mode: str = "fp32") -> Work:
             )
         )
         model = _prepare(model, mode)
-        return _trainer(model, _lm_loss(model, ids), mode)
+        return _trainer(model, _objective_loss(model, Batch(tgt=ids)), mode)
 
     def peer() -> Step:
         config = GPT2Config(
@@ -124,23 +131,21 @@ def seq2seq_work(mode: str = "fp32") -> Work:
     src = torch.randint(vocab, (batch, length))
     tgt = torch.randint(vocab, (batch, length + 1))
 
-    def seq2seq_loss(model: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
-        def loss() -> torch.Tensor:
-            logits = model(src, tgt[:, :-1])
-            return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten())
-
-        return loss
-
     def ours() -> Step:
         config = ModelConfig.from_preset(
             "paper-base", vocab_size=vocab, dropout=0.0, embedding_dropout=0.0, max_len=64
         )
         model = _prepare(EncoderDecoder(config), mode)
-        return _trainer(model, seq2seq_loss(lambda s, t: model(s, t).logits), mode)
+        return _trainer(model, _objective_loss(model, Batch(src=src, tgt=tgt)), mode)
 
     def peer() -> Step:
         model = _prepare(TorchSeq2Seq(vocab, 512, 8, 6, 2048, 64), mode)
-        return _trainer(model, seq2seq_loss(model), mode)
+
+        def loss() -> torch.Tensor:
+            logits = model(src, tgt[:, :-1])
+            return F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten())
+
+        return _trainer(model, loss, mode)
 
     return Work(
         "train (b) paper-base 32x32x32" + _suffix(mode),
@@ -160,7 +165,7 @@ def nanogpt_work(mode: str = "fp32") -> Work:
     def ours() -> Step:
         config = ModelConfig.from_preset("gpt-tiny", vocab_size=vocab, max_len=block)
         model = _prepare(DecoderOnly(config), mode)
-        return _trainer(model, _lm_loss(model, ids), mode)
+        return _trainer(model, _objective_loss(model, Batch(tgt=ids)), mode)
 
     def peer() -> Step:
         model = _prepare(NanoGPT(vocab, block, 4, 4, 128), mode)

@@ -16,13 +16,14 @@ from attnkit.nn.kv_cache import KVCache
 class Output:
     """A forward pass's result.
 
-    logits: (batch, length, vocab) scores before the softmax.
+    logits: (batch, length, vocab) scores before the softmax; None when the forward
+        pass was asked for `need_logits=False` (a fused loss projects `hidden` itself).
     hidden: (batch, length, d_model) the last stack's output.
     attentions: with `need_weights`, the weights (batch, heads, queries, keys)
         of every layer, under "encoder", "decoder" (self) and "cross".
     """
 
-    logits: Tensor
+    logits: Tensor | None
     hidden: Tensor
     attentions: dict[str, list[Tensor]] | None = None
 
@@ -94,6 +95,11 @@ class TransformerModel(nn.Module):
             device=param.device,
         )
 
+    def _output(
+        self, hidden: Tensor, attentions: dict[str, list[Tensor]] | None, need_logits: bool
+    ) -> Output:
+        return Output(self.head(hidden) if need_logits else None, hidden, attentions)
+
     def _step(self, embed: nn.Module, ids: Tensor, cache: KVCache, mask: Tensor | None) -> Tensor:
         """Run new ids (batch, n) through the decoder on `cache`; logits of the last one."""
         mask = self._check(ids, mask, "ids")
@@ -127,6 +133,14 @@ class TransformerModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
+
+
+def unwrap(model: nn.Module) -> TransformerModel:
+    """The plain model under DDP (`.module`) and torch.compile (`._orig_mod`)."""
+    while isinstance(model, nn.parallel.DistributedDataParallel) or hasattr(model, "_orig_mod"):
+        is_ddp = isinstance(model, nn.parallel.DistributedDataParallel)
+        model = model.module if is_ddp else model._orig_mod
+    return model
 
 
 def collect(weights: list[tuple[Tensor | None, Tensor | None]], which: int) -> list[Tensor]:

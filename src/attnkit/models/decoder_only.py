@@ -49,7 +49,12 @@ class DecoderOnly(TransformerModel):
         return self._step(self.embed, ids, cache, mask)
 
     def forward(
-        self, ids: Tensor, mask: Tensor | None = None, *, need_weights: bool = False
+        self,
+        ids: Tensor,
+        mask: Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        need_logits: bool = True,
     ) -> Output:
         """ids (batch, length) -> logits predicting each next token.
 
@@ -59,4 +64,4 @@ class DecoderOnly(TransformerModel):
         x = self.embed(ids, self.positions_from_mask(mask))
         hidden, weights = self.decoder(x, mask, need_weights=need_weights)
         attentions = {"decoder": collect(weights, 0)} if need_weights else None
-        return Output(self.head(hidden), hidden, attentions)
+        return self._output(hidden, attentions, need_logits)

@@ -96,6 +96,7 @@ class EncoderDecoder(TransformerModel):
         tgt_mask: Tensor | None = None,
         *,
         need_weights: bool = False,
+        need_logits: bool = True,
     ) -> Output:
         """Teacher-forced pass: logits for every target position.
 
@@ -110,4 +111,4 @@ class EncoderDecoder(TransformerModel):
                 "decoder": collect(dec_w, 0),
                 "cross": collect(dec_w, 1),
             }
-        return Output(self.head(hidden), hidden, attentions)
+        return self._output(hidden, attentions, need_logits)

@@ -38,6 +38,7 @@ class EncoderOnly(TransformerModel):
         *,
         token_types: Tensor | None = None,
         need_weights: bool = False,
+        need_logits: bool = True,
     ) -> Output:
         """ids (batch, length) -> per-token logits and hidden states.
 
@@ -48,4 +49,4 @@ class EncoderOnly(TransformerModel):
         x = self.embed(ids, self.positions_from_mask(mask), token_types)
         hidden, weights = self.encoder(x, mask, need_weights=need_weights)
         attentions = {"encoder": collect(weights, 0)} if need_weights else None
-        return Output(self.head(hidden), hidden, attentions)
+        return self._output(hidden, attentions, need_logits)

@@ -1,12 +1,15 @@
 """Training: objectives, optimizer and schedules, checkpoints, DDP, and the `Trainer` loop."""
 
+from attnkit.train.cross_entropy import (
+    LossTerms,
+    label_smoothed_cross_entropy,
+    linear_cross_entropy,
+)
 from attnkit.train.objectives import (
     LanguageModelObjective,
-    LossTerms,
     MaskedLMObjective,
     Objective,
     TranslationObjective,
-    label_smoothed_cross_entropy,
     objective_for,
 )
 from attnkit.train.run_config import RunConfig
@@ -22,5 +25,6 @@ __all__ = [
     "Trainer",
     "TranslationObjective",
     "label_smoothed_cross_entropy",
+    "linear_cross_entropy",
     "objective_for",
 ]

@@ -1,16 +1,11 @@
 """Training objectives: what each model shape learns to predict.
 
-Label-smoothed cross-entropy (section 5.4, epsilon_ls = 0.1): the target
-distribution puts 1 - eps on the true token and spreads eps evenly over the
-vocabulary of V tokens,
-
-    q = (1 - eps) * onehot(y) + eps / V,    loss = -sum_v q_v log p_v
-         = (1 - eps) * NLL(y) + eps * mean_v(-log p_v)
-
-summed over real target tokens only (padding contributes nothing). An
-objective returns sums and a token count rather than a mean, so the trainer
-can divide by the token count of the whole global batch: accumulated
-micro-batches and DDP ranks then give exactly the gradient of one big batch.
+Each objective runs the model on a batch up to its last hidden states and
+scores them with the label-smoothed cross-entropy of `cross_entropy.py`, fused
+with the model's output projection (the logits are never held whole). It
+returns sums and a token count rather than a mean, so the trainer can divide
+by the token count of the whole global batch: accumulated micro-batches and
+DDP ranks then give exactly the gradient of one big batch.
 
 - translation: teacher forcing, the decoder reads <s> y_1 .. y_{n-1} and predicts y_1 .. </s>.
 - language model: the same without an encoder.
@@ -21,52 +16,14 @@ micro-batches and DDP ranks then give exactly the gradient of one big batch.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
-from attnkit.models import TransformerModel
-
-IGNORE = -100
-
-
-@dataclass
-class LossTerms:
-    """Sums over the predicted tokens of one batch.
-
-    loss: the training loss (label-smoothed when eps > 0).
-    nll: the plain negative log-likelihood, for validation loss and perplexity.
-    tokens: how many target tokens were predicted.
-    """
-
-    loss: Tensor
-    nll: Tensor
-    tokens: Tensor
-
-
-def label_smoothed_cross_entropy(
-    logits: Tensor, targets: Tensor, label_smoothing: float = 0.0
-) -> LossTerms:
-    """Summed label-smoothed cross-entropy; targets equal to IGNORE (-100) count for nothing.
-
-    logits (..., V) and targets (...) of the same leading shape.
-    """
-    logp = logits.float().log_softmax(dim=-1).flatten(0, -2)
-    targets = targets.flatten()
-    keep = targets != IGNORE
-    # Ignored rows are zeroed rather than removed: selecting the kept rows would copy the
-    # whole (tokens, vocabulary) matrix forward and scatter it back in the backward pass.
-    nll = F.nll_loss(logp, targets, ignore_index=IGNORE, reduction="none")
-    loss = (
-        nll
-        if label_smoothing == 0
-        else (1 - label_smoothing) * nll - label_smoothing * logp.mean(dim=-1) * keep
-    )
-    return LossTerms(loss.sum(), nll.sum(), keep.sum())
+from attnkit.models.base import unwrap
+from attnkit.train.cross_entropy import IGNORE, LossTerms, linear_cross_entropy
 
 
 def _shifted_targets(tgt: Tensor, tgt_mask: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
@@ -84,20 +41,25 @@ def _need(batch: Batch, *names: str, task: str) -> None:
 
 
 class Objective(ABC):
-    """Base: `objective(model, batch) -> LossTerms`; subclasses compute logits and targets."""
+    """Base: `objective(model, batch) -> LossTerms`; subclasses compute hidden states and targets.
+
+    `model` may be wrapped (DDP, torch.compile); the head is read from the plain model.
+    """
 
     task = ""
 
     def __init__(self, label_smoothing: float = 0.0) -> None:
         self.label_smoothing = label_smoothing
 
-    def __call__(self, model: TransformerModel, batch: Batch) -> LossTerms:
-        logits, targets = self.predict(model, batch)
-        return label_smoothed_cross_entropy(logits, targets, self.label_smoothing)
+    def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
+        hidden, targets = self.predict(model, batch)
+        head = unwrap(model).head
+        return linear_cross_entropy(hidden, head.weight, head.bias, targets, self.label_smoothing)
 
     @abstractmethod
-    def predict(self, model: TransformerModel, batch: Batch) -> tuple[Tensor, Tensor]:
-        """Logits (batch, length, V) and the targets, IGNORE where nothing is predicted."""
+    def predict(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
+        """Last hidden states (batch, length, d_model) and the targets, IGNORE where nothing
+        is predicted; the head turns the hidden states into logits."""
 
 
 class TranslationObjective(Objective):
@@ -105,10 +67,11 @@ class TranslationObjective(Objective):
 
     task = "translation"
 
-    def predict(self, model: TransformerModel, batch: Batch) -> tuple[Tensor, Tensor]:
+    def predict(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
         _need(batch, "src", "tgt", task=self.task)
         dec_in, dec_mask, targets = _shifted_targets(batch.tgt, batch.tgt_mask)
-        return model(batch.src, dec_in, batch.src_mask, dec_mask).logits, targets
+        hidden = model(batch.src, dec_in, batch.src_mask, dec_mask, need_logits=False).hidden
+        return hidden, targets
 
 
 class LanguageModelObjective(Objective):
@@ -116,10 +79,10 @@ class LanguageModelObjective(Objective):
 
     task = "language-model"
 
-    def predict(self, model: TransformerModel, batch: Batch) -> tuple[Tensor, Tensor]:
+    def predict(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
         _need(batch, "tgt", task=self.task)
         dec_in, dec_mask, targets = _shifted_targets(batch.tgt, batch.tgt_mask)
-        return model(dec_in, dec_mask).logits, targets
+        return model(dec_in, dec_mask, need_logits=False).hidden, targets
 
 
 class MaskedLMObjective(Objective):
@@ -151,10 +114,10 @@ class MaskedLMObjective(Objective):
         corrupted = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_ids, corrupted)
         return corrupted, ids.masked_fill(~chosen, IGNORE)
 
-    def predict(self, model: TransformerModel, batch: Batch) -> tuple[Tensor, Tensor]:
+    def predict(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
         _need(batch, "src", task=self.task)
         inputs, targets = self.corrupt(batch.src, batch.src_mask)
-        return model(inputs, batch.src_mask).logits, targets
+        return model(inputs, batch.src_mask, need_logits=False).hidden, targets
 
 
 def objective_for(

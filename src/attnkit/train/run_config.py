@@ -136,6 +136,9 @@ class TrainSection:
         gradient scaler.
     keep_last: step checkpoints kept on disk; `average_last` of them are
         averaged into the final model (the paper averaged the last 5).
+    reuse_freed_memory: on a CPU, let the C library keep freed memory for the
+        next step instead of faulting large activations in afresh each time
+        (`train/host_memory.py`; it applies to the whole process).
     """
 
     out_dir: str = "runs/run"
@@ -157,6 +160,7 @@ class TrainSection:
     compile: bool = False
     device: str = "auto"
     threads: int = 0
+    reuse_freed_memory: bool = True
     log_every: int = 10
     save_every: int = 500
     keep_last: int = 3

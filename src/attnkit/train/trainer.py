@@ -38,6 +38,7 @@ from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
+from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.objectives import Objective, objective_for
 from attnkit.train.optim import build_optimizer, build_scheduler, schedule_factor
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
@@ -61,13 +62,6 @@ class TrainResult:
     run_dir: Path
     history: list[dict[str, Any]] = field(default_factory=list)
     best: float | None = None
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The plain model under DDP (`.module`) and torch.compile (`._orig_mod`)."""
-    while isinstance(model, DistributedDataParallel) or hasattr(model, "_orig_mod"):
-        model = model.module if isinstance(model, DistributedDataParallel) else model._orig_mod
-    return model
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -136,6 +130,8 @@ class Trainer:
             torch.set_num_threads(c.threads)
         self.dist = dist.setup("cuda" if resolve_device(c.device).type == "cuda" else "cpu")
         self.device = resolve_device(c.device, self.dist.local_rank)
+        if self.device.type == "cpu" and c.reuse_freed_memory:
+            reuse_freed_memory()
         torch.manual_seed(c.seed + self.dist.rank)
         self.model.to(self.device)
         self.optimizer = build_optimizer(
