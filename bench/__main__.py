@@ -3,7 +3,9 @@
 Prints a table and writes bench/results_train.json and bench/results_train.md.
 Decoding has its own script (bench/bench_generate.py), data its own
 (bench/bench_data.py). Both sides of every benchmark run in this one
-process, with the same threads and allocator.
+process, with the same threads and allocator: glibc's default, or with
+`--reuse-freed-memory` the setting `attnkit train` makes on a CPU
+(`attnkit/train/host_memory.py`), which then applies to both sides.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import platform
 
 import torch
 
+from attnkit.train.host_memory import reuse_freed_memory
 from bench.harness import markdown_table, write
 from bench.peak import matmul_peaks
 from bench.training import WORKS, run
@@ -28,15 +31,25 @@ def main() -> None:
     parser.add_argument(
         "--compile", action="store_true", help="also run each with torch.compile on both sides"
     )
-    parser.add_argument("--no-memory", dest="memory", action="store_false")
+    parser.add_argument(
+        "--reuse-freed-memory",
+        action="store_true",
+        help="keep freed memory in the process, as `attnkit train` does (both sides)",
+    )
+    parser.add_argument(
+        "--no-memory", dest="memory", action="store_false", help="skip the peak-RSS subprocesses"
+    )
     parser.add_argument("--out", default="bench/results_train")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
+    if args.reuse_freed_memory and not reuse_freed_memory():
+        parser.error("--reuse-freed-memory needs glibc (Linux)")
+    allocator = "freed memory kept" if args.reuse_freed_memory else "glibc default"
     peaks = matmul_peaks()
     header = (
         f"{platform.processor() or platform.machine()}, {args.threads} threads, "
-        f"torch {torch.__version__}; matmul peaks: "
+        f"torch {torch.__version__}, allocator {allocator}; matmul peaks: "
         + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
     )
     print(header)

@@ -106,3 +106,14 @@ def test_fused_loss_without_gradients_and_under_bf16_autocast():
     assert hidden.grad.dtype == weight.grad.dtype == bias.grad.dtype == torch.float32
     # bf16 products: the loss within bf16 rounding of the float32 one
     torch.testing.assert_close(terms.loss, plain.loss, rtol=2e-2, atol=0)
+
+
+def test_fused_loss_with_a_frozen_head_gives_only_the_hidden_gradient():
+    hidden, weight, bias, targets = _problem(True, True)
+    weight.requires_grad_(False)
+    bias.requires_grad_(False)
+    plain = label_smoothed_cross_entropy(hidden @ weight.t() + bias, targets, 0.1)
+    (expected,) = torch.autograd.grad(plain.loss, hidden)
+    fused = linear_cross_entropy(hidden, weight, bias, targets, 0.1)
+    (got,) = torch.autograd.grad(fused.loss, hidden)
+    torch.testing.assert_close(got, expected)

@@ -121,16 +121,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
             torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
         )
         acc = _softmax_dtype(dtype)
-        need_grad = any(ctx.needs_input_grad[:3])
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        need_grad = need_h or need_w or need_b
         with torch.autocast(device, enabled=False):
             h, w = hidden.to(dtype), weight.to(dtype)
             n, vocab = h.shape[0], w.shape[0]
             loss = torch.zeros((), dtype=acc, device=hidden.device)
             nll = torch.zeros_like(loss)
-            if need_grad:
-                grad_h = torch.empty_like(h)
-                grad_w = torch.zeros(w.shape, dtype=acc, device=w.device)
-                grad_b = None if bias is None else torch.zeros_like(bias, dtype=acc)
+            grad_h = torch.empty_like(h) if need_h else None
+            grad_w = torch.zeros(w.shape, dtype=acc, device=w.device) if need_w else None
+            grad_b = torch.zeros(vocab, dtype=acc, device=w.device) if need_b else None
             rows = max(1, CHUNK_ELEMENTS // vocab)
             # One buffer serves every chunk: a fresh 16 MB matrix per chunk costs as much in
             # page faults as its product (measured on a CPU; the allocator returns it each time).
@@ -166,19 +166,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     p.sub_(eps / vocab)
                 p.scatter_add_(1, ts[:, None], p.new_full((len(ts), 1), eps - 1))
                 g = p.to(dtype)
-                torch.mm(g, w, out=grad_h[start : start + rows])
-                if g.dtype == grad_w.dtype:
+                if grad_h is not None:
+                    torch.mm(g, w, out=grad_h[start : start + rows])
+                if grad_w is not None and g.dtype == acc:
                     grad_w.addmm_(g.t(), hs)
-                else:  # accumulate the low-precision products in float32
+                elif grad_w is not None:  # accumulate the low-precision products in float32
                     grad_w += g.t() @ hs
                 if grad_b is not None:
                     grad_b += p.sum(dim=0)
-        if need_grad:
-            ctx.save_for_backward(
-                grad_h.to(hidden.dtype),
-                grad_w.to(weight.dtype),
-                None if grad_b is None else grad_b.to(bias.dtype),
-            )
+        ctx.save_for_backward(
+            None if grad_h is None else grad_h.to(hidden.dtype),
+            None if grad_w is None else grad_w.to(weight.dtype),
+            None if grad_b is None else grad_b.to(bias.dtype),
+        )
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
@@ -186,11 +186,5 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def backward(
         ctx: torch.autograd.function.FunctionCtx, grad_loss: Tensor, _grad_nll: Tensor
     ) -> tuple[Tensor | None, ...]:
-        grad_h, grad_w, grad_b = ctx.saved_tensors
-        return (
-            grad_h * grad_loss,
-            grad_w * grad_loss,
-            None if grad_b is None else grad_b * grad_loss,
-            None,
-            None,
-        )
+        grads = [None if g is None else g * grad_loss for g in ctx.saved_tensors]
+        return (*grads, None, None)
