@@ -151,13 +151,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 p = z.sub_(z_max).exp_()  # unnormalised probabilities, in place of z
                 total = p.sum(dim=1, keepdim=True)
                 log_z = (total.log() + z_max).squeeze(1)
-                nll_rows = log_z - z_target
-                nll += nll_rows.sum()
-                loss += (
-                    nll_rows.sum()
-                    if not eps
-                    else ((1 - eps) * nll_rows).sum() + eps * (log_z - z_mean).sum()
-                )
+                nll_sum = (log_z - z_target).sum()
+                nll += nll_sum
+                loss += nll_sum if not eps else (1 - eps) * nll_sum + eps * (log_z - z_mean).sum()
                 if not need_grad:
                     continue
                 # dloss/dz = p - q with q = (1 - eps) onehot(y) + eps / V.
