@@ -6,6 +6,7 @@
 
 Every command accepts such a folder. Files are written to a temporary name
 and renamed, so a crash mid-write never leaves a half-written file behind.
+A model with LoRA layers is saved merged, as the plain model its config describes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from safetensors.torch import load_model, save_model
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel, build_model
+from attnkit.nn.lora import merged_copy
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -51,7 +53,7 @@ def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
     """Write config.json and model.safetensors into `run_dir`."""
     run_dir = Path(run_dir)
     # torch.compile wraps the model; save what it wraps so no `_orig_mod.` prefix is stored.
-    model = getattr(model, "_orig_mod", model)
+    model = merged_copy(getattr(model, "_orig_mod", model))
     atomic_write(run_dir / CONFIG_FILE, lambda p: p.write_text(model.config.to_json()))
     atomic_write(run_dir / WEIGHTS_FILE, lambda p: save_model(model, str(p)))
     return run_dir

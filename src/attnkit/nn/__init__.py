@@ -10,6 +10,7 @@ from attnkit.nn.attention import (
 from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.feedforward import FeedForward
 from attnkit.nn.linear import Linear
+from attnkit.nn.lora import LoRALinear, apply_lora, lora_state_dict, merge_lora
 from attnkit.nn.norm import Residual, make_norm
 from attnkit.nn.positional import AbsolutePositions, sinusoidal_table
 
@@ -17,11 +18,15 @@ __all__ = [
     "AbsolutePositions",
     "FeedForward",
     "Linear",
+    "LoRALinear",
     "MultiHeadAttention",
     "Residual",
     "TokenEmbedding",
+    "apply_lora",
     "causal_mask",
+    "lora_state_dict",
     "make_norm",
+    "merge_lora",
     "padding_mask",
     "scaled_dot_product_attention",
     "self_attention_mask",

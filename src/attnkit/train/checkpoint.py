@@ -6,11 +6,14 @@
     RUN_DIR/checkpoints/step-0000500/        the weights at each saved step (last K kept)
     RUN_DIR/checkpoints/best/                the weights with the best validation metric
 
+A step checkpoint keeps LoRA factors apart (`attnkit.nn.lora`), so training
+resumes with them; every other weights file holds the merged, plain model.
+
 Every file is written to a temporary name and renamed (`attnkit.run.atomic_write`),
 and the trainer state names the step whose weights it goes with, written only
 after those weights: a crash at any point leaves the previous checkpoint whole.
 Averaging the last N checkpoints (section 6.1: the base model averaged the
-last 5) takes the element-wise mean of their weights.
+last 5) takes the element-wise mean of their (merged) weights.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from torch import Tensor
 
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
+from attnkit.nn.lora import merge_lora_tensors, merged_copy
 from attnkit.run import WEIGHTS_FILE, atomic_write, load_weights, save_pretrained
 
 STATE_FILE = "trainer_state.pt"
@@ -106,7 +110,8 @@ def save_checkpoint(
 
 def save_best(run_dir: str | Path, model: TransformerModel) -> Path:
     return atomic_write(
-        Path(run_dir) / CHECKPOINTS / BEST / WEIGHTS_FILE, lambda p: save_model(model, str(p))
+        Path(run_dir) / CHECKPOINTS / BEST / WEIGHTS_FILE,
+        lambda p: save_model(merged_copy(model), str(p)),
     )
 
 
@@ -143,7 +148,7 @@ def average_weights(paths: Sequence[str | Path]) -> dict[str, Tensor]:
     total: dict[str, Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for path in paths:
-        tensors = load_file(str(path))
+        tensors = merge_lora_tensors(load_file(str(path)))
         if total and tensors.keys() != total.keys():
             raise AttnkitError(f"{path} holds other tensors than {paths[0]}; it cannot be averaged")
         for name, t in tensors.items():
