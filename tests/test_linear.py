@@ -1,5 +1,6 @@
 """The linear layer's inference path (oneDNN, packed weight) against `F.linear`."""
 
+import copy
 from collections.abc import Callable
 
 import pytest
@@ -75,3 +76,19 @@ def test_gradients_flow_as_in_nn_linear() -> None:
     layer(x).sum().backward()
     assert x.grad is not None and layer.weight.grad is not None
     torch.testing.assert_close(layer.weight.grad, torch.ones(4, 3) @ x.detach())
+
+
+@needs_onednn
+def test_a_layer_with_a_packed_weight_copies_and_pickles(tmp_path) -> None:
+    layer = Linear(16, 32)
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        expected = layer(x)
+    assert layer._packed is not None
+    twin = copy.deepcopy(layer)
+    torch.save(layer, tmp_path / "layer.pt")
+    loaded = torch.load(tmp_path / "layer.pt", weights_only=False)
+    for other in (twin, loaded):
+        assert other._packed is None  # the cache is left behind and rebuilt on use
+        with torch.no_grad():
+            torch.testing.assert_close(other(x), expected, rtol=0, atol=0)

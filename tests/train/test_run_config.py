@@ -38,6 +38,14 @@ def test_toml_round_trip(tmp_path):
     assert again == config and again.train.lr == 5e-4
 
 
+def test_lora_section_reads_and_writes_pattern_lists(tmp_path):
+    config = RunConfig.load(
+        write(tmp_path, "[lora]\nrank = 4\n"), ['lora.targets=["*_proj", "*w_1"]']
+    )
+    assert config.lora.rank == 4 and config.lora.targets == ("*_proj", "*w_1")
+    assert RunConfig.load(write(tmp_path, config.to_toml())) == config
+
+
 def test_overrides_are_parsed_to_the_field_type(tmp_path):
     path = write(tmp_path, "[train]\nsteps = 10\n")
     config = RunConfig.load(
@@ -77,6 +85,9 @@ def test_overrides_are_parsed_to_the_field_type(tmp_path):
         ("", ["train.average_last=5"], "raise train.keep_last"),
         ("", ["trainsteps=5"], "is not section.key=value"),
         ("[train\n", [], "is not valid TOML"),
+        ("", ["lora.rank=-1"], "lora.rank must be zero or more"),
+        ("", ["lora.targets=[]"], "lora.targets must name at least one pattern"),
+        ("", ["lora.targets=3"], "lora.targets must be a list of strings, got 3"),
     ],
 )
 def test_bad_configs_stop_with_one_sentence(tmp_path, text, overrides, message):

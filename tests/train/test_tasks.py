@@ -2,9 +2,11 @@ import json
 import random
 
 import pytest
+import torch
 
 from attnkit.cli import main
 from attnkit.errors import AttnkitError
+from attnkit.run import load_pretrained
 from attnkit.train import Trainer
 from attnkit.train.checkpoint import load_trainer_state
 from attnkit.train.run_config import RunConfig
@@ -90,6 +92,38 @@ def test_cli_trains_translation_then_resumes(tmp_path, capsys):
 
     assert main(["train", config]) == 2
     assert "already holds a run; pass --resume" in capsys.readouterr().err
+
+
+def test_cli_fine_tunes_a_run_through_lora_adapters(tmp_path):
+    config = translation_config(tmp_path)
+    assert main(["train", config]) == 0
+    fine = tmp_path / "fine"
+    options = [
+        f"train.out_dir={fine}",
+        f"train.init_from={tmp_path / 'run'}",
+        "train.average_last=1",
+        "train.lr=0.05",
+        "lora.rank=2",
+        'lora.targets=["*qkv_proj"]',
+    ]
+    settings = [arg for option in options for arg in ("--set", option)]
+    assert main(["train", config, *settings]) == 0
+    base, tuned = load_pretrained(tmp_path / "run"), load_pretrained(fine)
+    tokenizer = "tokenizer.json"
+    assert (fine / tokenizer).read_text() == (tmp_path / "run" / tokenizer).read_text()
+    adapted = 0
+    for name, weight in tuned.state_dict().items():
+        delta = weight - base.state_dict()[name]
+        if name.endswith("qkv_proj.weight"):
+            # The merged model differs from its base by (alpha / r) B A: rank 2 at most.
+            assert delta.abs().max() > 0 and torch.linalg.matrix_rank(delta) <= 2, name
+            adapted += 1
+        else:
+            assert torch.equal(delta, torch.zeros_like(delta)), name
+    assert adapted == 2  # the encoder's and the decoder's self-attention
+
+    assert main(["train", config, *settings, "--set", "train.steps=6", "--resume"]) == 0
+    assert load_trainer_state(fine)["step"] == 6
 
 
 def test_cli_names_the_nearest_key(tmp_path, capsys):

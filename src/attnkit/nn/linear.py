@@ -70,6 +70,13 @@ class Linear(nn.Linear):
             and x.numel() <= FEW_ROWS * self.in_features
         )
 
+    def __getstate__(self) -> dict:
+        # The packed weight is a cache, and an opaque oneDNN tensor can be neither copied nor
+        # pickled: copies (`copy.deepcopy`, `torch.save` of the module) leave it out.
+        state = self.__dict__.copy()
+        state.pop("_packed", None)
+        return state
+
     def _packed_weight(self) -> Tensor:
         """The weight in oneDNN's layout, repacked whenever the weight itself has changed."""
         weight = self.weight

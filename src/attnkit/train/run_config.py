@@ -2,6 +2,7 @@
 
     [model]  a preset and `ModelConfig` fields       [data]  task, corpus, tokenizer, batching
     [train]  optimisation, precision, checkpoints    [eval]  validation, metrics, early stopping
+    [lora]   low-rank adapters, for fine-tuning a run given as `train.init_from`
 
 Every key has a default and a check. Values from the file and from
 `--set section.key=value` overrides go through the same type check, and an
@@ -26,6 +27,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
 
 from attnkit.config import PRESETS, ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.nn.lora import ATTENTION_PROJECTIONS
 
 TASKS = ("translation", "language-model", "masked-lm", "reverse")
 SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
@@ -139,9 +141,12 @@ class TrainSection:
     reuse_freed_memory: on a CPU, let the C library keep freed memory for the
         next step instead of faulting large activations in afresh each time
         (`train/host_memory.py`; it applies to the whole process).
+    init_from: a run folder whose model (config and weights) and tokenizer
+        start this run, to fine-tune it; the [model] section is then not used.
     """
 
     out_dir: str = "runs/run"
+    init_from: str = ""
     seed: int = 0
     steps: int = 1000
     max_minutes: float = 0.0
@@ -217,12 +222,37 @@ class EvalSection:
         return self.metric in LOWER_IS_BETTER
 
 
+@dataclass(frozen=True)
+class LoraSection:
+    """Low-rank adapters (`attnkit.nn.lora`) on a frozen model, usually with `train.init_from`.
+
+    rank: r of each update B A; 0 (the default) trains the whole model, no adapters.
+    alpha: the update is scaled by alpha / rank.
+    dropout: on the adapters' input.
+    targets: shell patterns over the names of the linear layers to adapt;
+        the default is every attention projection.
+    """
+
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    targets: tuple[str, ...] = ATTENTION_PROJECTIONS
+
+    def __post_init__(self) -> None:
+        _non_negative("lora", self, "rank")
+        _positive("lora", self, "alpha")
+        _check(0 <= self.dropout < 1, "lora.dropout must be in [0, 1)")
+        _check(len(self.targets) > 0, "lora.targets must name at least one pattern")
+
+
 SECTIONS: dict[str, type] = {
     "model": ModelSection,
     "data": DataSection,
     "train": TrainSection,
     "eval": EvalSection,
+    "lora": LoraSection,
 }
+OPTION_SECTIONS = ("data", "train", "eval", "lora")
 
 
 @dataclass(frozen=True)
@@ -231,10 +261,11 @@ class RunConfig:
     data: DataSection = field(default_factory=DataSection)
     train: TrainSection = field(default_factory=TrainSection)
     eval: EvalSection = field(default_factory=EvalSection)
+    lora: LoraSection = field(default_factory=LoraSection)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The resolved config, every key explicit, as `from_dict` reads it back."""
-        out = {name: dataclasses.asdict(getattr(self, name)) for name in ("data", "train", "eval")}
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in OPTION_SECTIONS}
         model = {"preset": self.model.preset} if self.model.preset else {}
         return {"model": {**model, **self.model.overrides}, **out}
 
@@ -263,7 +294,7 @@ class RunConfig:
             for key, value in model.items()
         }
         sections = {"model": ModelSection(preset, overrides)}
-        for name in ("data", "train", "eval"):
+        for name in OPTION_SECTIONS:
             cls_ = SECTIONS[name]
             hints = typing.get_type_hints(cls_)
             values = data.get(name, {})
@@ -337,7 +368,14 @@ def _coerce(name: str, value: Any, hint: Any) -> Any:
             return float(value)
         if option is str and isinstance(value, str):
             return value
-    wanted = " or ".join(getattr(o, "__name__", str(o)) for o in options if o is not type(None))
+        is_list = typing.get_origin(option) is tuple and isinstance(value, list | tuple)
+        if is_list and all(isinstance(item, str) for item in value):
+            return tuple(value)
+    wanted = " or ".join(
+        "a list of strings" if typing.get_origin(o) is tuple else getattr(o, "__name__", str(o))
+        for o in options
+        if o is not type(None)
+    )
     raise AttnkitError(f"{name} must be {wanted}, got {value!r}")
 
 
@@ -346,4 +384,6 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     return repr(value)

@@ -13,6 +13,8 @@ Text comes from a known corpus (`multi30k`, `tinyshakespeare`, found under
 tasks one text file whose last `valid_fraction` is held out. The tokenizer
 is trained on the training text (one joint vocabulary for both languages, as
 the paper's shared BPE) unless the run folder already holds one, as on resume.
+With `train.init_from` the model and tokenizer are those of another run
+(fine-tuning), and with `lora.rank` the model trains through LoRA adapters.
 Batches are cut by a token budget (`TokenBudgetSampler`), sharded per rank.
 """
 
@@ -40,6 +42,8 @@ from attnkit.data import (
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel, build_model
+from attnkit.nn.lora import apply_lora
+from attnkit.run import load_pretrained
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import distributed as dist
 from attnkit.train.objectives import MaskedLMObjective, Objective
@@ -97,13 +101,27 @@ def build_task(config: RunConfig) -> TaskSetup:
     if task == "reverse":
         from attnkit.demo import reverse_setup
 
-        return reverse_setup(config)
-    builders = {
-        "translation": _translation,
-        "language-model": _language_model,
-        "masked-lm": _masked_lm,
-    }
-    return builders[task](config)
+        if config.train.init_from:
+            raise AttnkitError("the reverse demo trains from scratch; unset train.init_from")
+        setup = reverse_setup(config)
+    else:
+        builders = {
+            "translation": _translation,
+            "language-model": _language_model,
+            "masked-lm": _masked_lm,
+        }
+        setup = builders[task](config)
+    lora = config.lora
+    if lora.rank:
+        names = apply_lora(setup.model, lora.rank, lora.alpha, lora.dropout, lora.targets)
+        log.info(
+            "LoRA of rank %d on %d linear layers: %d of %d parameters train",
+            lora.rank,
+            len(names),
+            setup.model.num_parameters(trainable_only=True),
+            setup.model.num_parameters(),
+        )
+    return setup
 
 
 # -- text ---------------------------------------------------------------------------------------
@@ -155,20 +173,39 @@ def _tokenizer(
     if saved.is_file():
         log.info("using the tokenizer of the run folder, %s", saved)
         return Tokenizer.load(saved)
+    if config.train.init_from:
+        base = Path(config.train.init_from) / "tokenizer.json"
+        if not base.is_file():
+            raise AttnkitError(
+                f"train.init_from {config.train.init_from!r} has no tokenizer.json; "
+                "fine-tune a run trained with attnkit train"
+            )
+        return Tokenizer.load(base)
     d = config.data
     return Tokenizer.train(d.tokenizer, texts=texts, files=files, vocab_size=d.vocab_size)
 
 
 def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
     task = config.data.task
-    model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
-    if model_config.shape != SHAPE_OF_TASK[task]:
+    if config.train.init_from:
+        if config.model.preset or config.model.overrides:
+            log.warning("the [model] section is not used: the model is train.init_from's")
+        model = load_pretrained(config.train.init_from).train()
+        where = f"train.init_from {config.train.init_from!r} holds"
+        fix = "fine-tune a run of that shape"
+    else:
+        model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
+        torch.manual_seed(config.train.seed)
+        model = build_model(model_config)
+        where = "the [model] section describes"
+        fix = "set model.shape or choose another preset"
+    shape = model.config.shape
+    if shape != SHAPE_OF_TASK[task]:
         raise AttnkitError(
-            f"data.task {task!r} trains a {SHAPE_OF_TASK[task]} model, but the [model] section "
-            f"describes a {model_config.shape} one; set model.shape or choose another preset"
+            f"data.task {task!r} trains a {SHAPE_OF_TASK[task]} model, but {where} a {shape} "
+            f"one; {fix}"
         )
-    torch.manual_seed(config.train.seed)
-    return build_model(model_config)
+    return model
 
 
 # -- batches ------------------------------------------------------------------------------------
