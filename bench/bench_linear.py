@@ -1,9 +1,10 @@
-"""A decoder's matrix products with few rows: `F.linear` against oneDNN on a packed weight.
+"""A decoder's matrix products with few rows: `F.linear`, oneDNN's packed weight, two blocks.
 
 The matrices are those of one decoding step of the GPT-2-shaped benchmark
 model (6 layers, d_model 512, d_ff 2048, vocab 8,000): each row count runs
-all 25 products, the two paths alternating over repetitions after a warm-up;
-medians are reported. This is what sets `attnkit.nn.linear.FEW_ROWS`.
+all 25 products, the paths alternating over repetitions after a warm-up;
+medians are reported, with the speed-up of each packed path over `F.linear`.
+This is what sets `attnkit.nn.linear.FEW_ROWS` and `SPLIT_ROWS`.
 
     PYTHONPATH=src python bench/bench_linear.py --threads 2
 """
@@ -38,7 +39,10 @@ def main() -> None:
     weights = [torch.randn(shape) * 0.02 for shape in SHAPES]
     biases = [torch.zeros(shape[0]) for shape in SHAPES]
     packed = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in weights]
-    print(f"{'rows':>5} {'F.linear ms':>12} {'oneDNN packed ms':>17} {'speed-up':>9}")
+    # The layout of `attnkit.nn.Linear` for few rows: (2, in, out / 2), each block contiguous.
+    blocks = [w.view(2, -1, w.shape[1]).transpose(1, 2).contiguous() for w in weights]
+    header = f"{'F.linear ms':>12} {'oneDNN ms':>10} {'two blocks ms':>14} {'speed-ups':>12}"
+    print(f"{'rows':>5} {header}")
     with torch.no_grad():
         for rows in args.rows:
             inputs = {d: torch.randn(rows, d) for d in (512, 2048)}
@@ -51,15 +55,21 @@ def main() -> None:
                 for w, p, b in zip(weights, packed, biases, strict=True):
                     torch.ops.mkldnn._linear_pointwise(inputs[w.shape[1]], p, b, "none", [], "")
 
+            def two_blocks(inputs=inputs) -> None:
+                for w, p, b in zip(weights, blocks, biases, strict=True):
+                    x = inputs[w.shape[1]]
+                    torch.baddbmm(b.view(2, 1, -1), x.expand(2, -1, -1), p).transpose(0, 1)
+
             calls = max(2, 64 // rows)
-            mkl(), onednn()
-            times: dict[str, list[float]] = {"mkl": [], "onednn": []}
+            order = [("mkl", mkl), ("onednn", onednn), ("two blocks", two_blocks)]
+            for _, fn in order:
+                fn()
+            times: dict[str, list[float]] = {name: [] for name, _ in order}
             for rep in range(args.reps):
-                order = [("mkl", mkl), ("onednn", onednn)]
                 for name, fn in order if rep % 2 == 0 else order[::-1]:
                     times[name].append(seconds(fn, calls))
-            a, b = (statistics.median(times[k]) * 1000 for k in ("mkl", "onednn"))
-            print(f"{rows:>5} {a:>12.2f} {b:>17.2f} {a / b:>8.2f}x")
+            a, b, c = (statistics.median(times[name]) * 1000 for name, _ in order)
+            print(f"{rows:>5} {a:>12.2f} {b:>10.2f} {c:>14.2f} {a / b:>5.2f}x {a / c:>5.2f}x")
 
 
 if __name__ == "__main__":

@@ -15,26 +15,29 @@ needs_onednn = pytest.mark.skipif(
 )
 
 
+@pytest.mark.parametrize("out_features", [80, 81])  # 81 cannot be cut into two blocks
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("shape", [(1, 48), (3, 1, 48), (8, 48), (2, 5, 48), (200, 48)])
-def test_inference_equals_f_linear(shape: tuple[int, ...], bias: bool) -> None:
-    layer = Linear(48, 80, bias=bias)
+def test_inference_equals_f_linear(shape: tuple[int, ...], bias: bool, out_features: int) -> None:
+    layer = Linear(48, out_features, bias=bias)
     x = torch.randn(shape)
     with torch.no_grad():
         out = layer(x)
     expected = F.linear(x, layer.weight, layer.bias)
-    assert out.shape == (*shape[:-1], 80)
+    assert out.shape == (*shape[:-1], out_features)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
 @needs_onednn
-def test_few_rows_take_the_packed_path_and_many_rows_do_not() -> None:
+def test_few_rows_take_a_packed_path_and_many_rows_do_not() -> None:
     layer = Linear(16, 32)
     with torch.no_grad():
         layer(torch.randn(linear_module.FEW_ROWS + 1, 16))
         assert layer._packed is None
-        layer(torch.randn(4, 16))
-        assert layer._packed is not None
+        layer(torch.randn(linear_module.SPLIT_ROWS, 16))
+        assert list(layer._packed) == ["two-block"]
+        layer(torch.randn(linear_module.SPLIT_ROWS + 1, 16))
+        assert list(layer._packed) == ["two-block", "onednn"]
     layer._packed = None
     layer(torch.randn(4, 16))  # with autograd: F.linear, which has a backward
     assert layer._packed is None
@@ -50,10 +53,11 @@ def test_few_rows_take_the_packed_path_and_many_rows_do_not() -> None:
     ],
     ids=["sgd", "fused-adamw"],
 )
-def test_packed_weight_follows_weight_updates(make_optimizer: Callable) -> None:
+@pytest.mark.parametrize("rows", [2, linear_module.SPLIT_ROWS + 1])  # two blocks, oneDNN
+def test_packed_weight_follows_weight_updates(make_optimizer: Callable, rows: int) -> None:
     """An optimizer step between two decodes must be seen by the second one."""
     layer = Linear(16, 32)
-    x = torch.randn(2, 16)
+    x = torch.randn(rows, 16)
     with torch.no_grad():
         before = layer(x)
     optimizer = make_optimizer(layer.parameters())

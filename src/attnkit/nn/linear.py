@@ -6,18 +6,22 @@ training it multiplies thousands of rows at once and `F.linear` (MKL's sgemm
 on a CPU) is as fast as the machine allows. A decoding step is different: it
 multiplies one row per sentence (or per beam) by every weight matrix, so its
 time is the time to read the weights. For that case oneDNN's inner product on
-a copy of the weight repacked once into oneDNN's blocked layout is faster:
-`python bench/bench_linear.py` measures it against `F.linear` on the decoder's
-matrices.
+a copy of the weight repacked once into oneDNN's blocked layout is faster.
+For up to eight rows (greedy decoding of a few prompts) a plainer layout is
+faster still: the output features cut into two blocks, each stored as a
+contiguous (in, out / 2) matrix, multiplied by one batched product, so each of
+two threads streams its own half of the weight. `python bench/bench_linear.py`
+measures all three on the decoder's matrices.
 
-The packed copy is made on the first call without autograd and kept until the
+A packed copy is made on the first call without autograd and kept until the
 weight changes, so it costs one extra copy of the weights while a model
-decodes. A change is an in-place write that bumps the weight's version (a
-checkpoint load) or any optimizer step: fused optimizers such as
-`AdamW(fused=True)`, which the trainer uses, write the parameters without
-bumping their version, so a global hook counts every `optimizer.step()`.
-Anything that needs gradients, another device or dtype, more than `FEW_ROWS` rows, or is
-compiled runs `F.linear` unchanged; both paths compute the same function (tested).
+decodes (two if it decodes both few and many rows). A change is an in-place
+write that bumps the weight's version (a checkpoint load) or any optimizer
+step: fused optimizers such as `AdamW(fused=True)`, which the trainer uses,
+write the parameters without bumping their version, so a global hook counts
+every `optimizer.step()`. Anything that needs gradients, another device or
+dtype, more than `FEW_ROWS` rows, or is compiled runs `F.linear` unchanged;
+all paths compute the same function (tested).
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 # faster at every size by bench/bench_linear.py: 1.5x for 1 to 4 rows, 1.2x for 8 to 256.
 # Beyond it a product is compute-bound and `F.linear` needs no extra copy of the weight.
 FEW_ROWS = 256
+# Up to this many rows the two-block layout was measured faster than oneDNN's (1.05x to 1.6x);
+# at 16 rows it was slower.
+SPLIT_ROWS = 8
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
@@ -48,14 +55,25 @@ register_optimizer_step_post_hook(_count_optimizer_step)
 class Linear(nn.Linear):
     """`nn.Linear` (same parameters, same state dict) with oneDNN's path for small inference."""
 
-    _packed: tuple[tuple[int, int, int], Tensor] | None = None
+    _packed: dict[str, tuple[tuple[int, int, int], Tensor]] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         if self._few_rows_on_cpu(x):
+            if x.numel() <= SPLIT_ROWS * self.in_features and self.out_features % 2 == 0:
+                return self._two_block_product(x)
             return torch.ops.mkldnn._linear_pointwise(
-                x, self._packed_weight(), self.bias, "none", [], ""
+                x, self._packed_weight("onednn"), self.bias, "none", [], ""
             )
         return F.linear(x, self.weight, self.bias)
+
+    def _two_block_product(self, x: Tensor) -> Tensor:
+        rows = x.reshape(1, -1, self.in_features)
+        blocks = self._packed_weight("two-block")  # (2, in, out / 2)
+        if self.bias is None:
+            y = torch.bmm(rows.expand(2, -1, -1), blocks)
+        else:
+            y = torch.baddbmm(self.bias.view(2, 1, -1), rows.expand(2, -1, -1), blocks)
+        return y.transpose(0, 1).reshape(*x.shape[:-1], self.out_features)
 
     def _few_rows_on_cpu(self, x: Tensor) -> bool:
         # Under torch.compile the compiler picks its own kernels; the packed weight is a
@@ -77,11 +95,18 @@ class Linear(nn.Linear):
         state.pop("_packed", None)
         return state
 
-    def _packed_weight(self) -> Tensor:
-        """The weight in oneDNN's layout, repacked whenever the weight itself has changed."""
+    def _packed_weight(self, layout: str) -> Tensor:
+        """The weight in `layout`, repacked whenever the weight itself has changed."""
         weight = self.weight
         key = (weight.data_ptr(), weight._version, _optimizer_steps)
-        if self._packed is None or self._packed[0] != key:
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
-            self._packed = (key, packed)
-        return self._packed[1]
+        if self._packed is None:
+            self._packed = {}
+        cached = self._packed.get(layout)
+        if cached is None or cached[0] != key:
+            w = weight.detach()
+            if layout == "onednn":
+                packed = torch.ops.mkldnn._reorder_linear_weight(w, 1)
+            else:  # two blocks of output features, each (in, out / 2) and contiguous
+                packed = w.view(2, -1, self.in_features).transpose(1, 2).contiguous()
+            self._packed[layout] = cached = (key, packed)
+        return cached[1]
