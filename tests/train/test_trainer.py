@@ -81,12 +81,14 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
 
 
 def test_ctrl_c_saves_and_returns(tmp_path):
+    # What the process had before (SIG_IGN, for one, under nohup or in a background job).
+    previous = signal.getsignal(signal.SIGINT)
     trainer = Trainer(tiny_model(), translation_batches(3), train=settings(tmp_path))
     trainer.callbacks.append(lambda info: info["step"] == 2 and os.kill(os.getpid(), signal.SIGINT))
     result = trainer.fit()
     assert result.stopped == "interrupted" and result.step == 2
     assert load_trainer_state(tmp_path)["step"] == 2 and saved_steps(tmp_path) == [2]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is previous  # the trainer's handler is gone
 
 
 def test_accumulation_equals_one_big_batch(tmp_path):
