@@ -69,19 +69,41 @@ def test_encoder_decoder_cache_matches_full_forward_with_source_padding(override
         logits = model.decode_step(next_ids, cache)
 
 
-@torch.no_grad()
-def test_reorder_follows_rows_and_memory():
+def _three_sentences_on_a_cache():
+    """A translation model with three padded sources and three target tokens each on its cache."""
     model = tiny("encoder-decoder")
     src, src_mask = padded_batch([7, 4, 2], 7)
     cache = model.new_cache(src, src_mask, capacity=12)
     tgt = torch.tensor([[1, 7, 9], [1, 8, 5], [1, 6, 6]])
     model.decode_step(tgt, cache)
-    index = torch.tensor([2, 0, 2, 1])
-    cache.reorder(index)
+    return model, cache, src, src_mask, tgt
+
+
+def _next_step_matches_a_full_forward(model, cache, src, src_mask, tgt, rows) -> None:
+    """Decode one more token on the cache; compare with a full forward of the sentences `rows`."""
     step = torch.tensor([[11], [12], [13], [14]])
     logits = model.decode_step(step, cache)
-    full = model(src[index], torch.cat([tgt[index], step], 1), src_mask[index]).logits[:, -1]
+    full = model(src[rows], torch.cat([tgt[rows], step], 1), src_mask[rows]).logits[:, -1]
     torch.testing.assert_close(logits, full, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_reorder_follows_rows_and_memory():
+    model, cache, src, src_mask, tgt = _three_sentences_on_a_cache()
+    index = torch.tensor([2, 0, 2, 1])
+    cache.reorder(index)
+    _next_step_matches_a_full_forward(model, cache, src, src_mask, tgt, index)
+
+
+@torch.no_grad()
+def test_beams_share_their_sentence_s_memory_and_finished_sentences_leave():
+    model, cache, src, src_mask, tgt = _three_sentences_on_a_cache()
+    cache.repeat_rows(2)  # rows: sentence 0 beam 0, sentence 0 beam 1, sentence 1 beam 0, ...
+    assert cache.batch_size == 6 and cache.memory_kv.shape[2] == 3  # one memory per sentence
+    index = torch.tensor([1, 0, 5, 4])  # sentence 1 leaves; beams of 0 and 2 swap
+    cache.reorder(index, memory=True)
+    assert cache.memory_kv.shape[2] == 2
+    _next_step_matches_a_full_forward(model, cache, src, src_mask, tgt, index // 2)
 
 
 @torch.no_grad()

@@ -180,6 +180,9 @@ class _Cached:
     def reorder(self, index: Tensor, memory: bool) -> None:
         self.cache.reorder(index, memory)
 
+    def repeat_rows(self, n: int) -> None:
+        self.cache.repeat_rows(n)
+
 
 class _Uncached:
     """Decoding without a cache: every step reruns the decoder over all positions."""
@@ -205,6 +208,9 @@ class _Uncached:
         self.ids = torch.cat([self.ids, ids], dim=1)
         self.mask = torch.cat([self.mask, torch.ones_like(ids, dtype=torch.bool)], dim=1)
         return self._logits()
+
+    def repeat_rows(self, n: int) -> None:
+        self.reorder(torch.arange(len(self.ids), device=self.ids.device).repeat_interleave(n), True)
 
     def reorder(self, index: Tensor, memory: bool) -> None:
         self.ids, self.mask = self.ids.index_select(0, index), self.mask.index_select(0, index)
@@ -484,7 +490,7 @@ def _beam_search(
 
     # The prefix ran once per sentence; its beams share it.
     logits = state.logits.repeat_interleave(k, 0)
-    state.reorder(torch.arange(n_sent, device=device).repeat_interleave(k), memory=True)
+    state.repeat_rows(k)
     active = torch.arange(n_sent, device=device)
     for step in range(max_new):
         cur, a = start + step, len(active)

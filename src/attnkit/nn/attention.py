@@ -219,6 +219,11 @@ class MultiHeadAttention(nn.Module):
                 q, k = self.rotary(q, k, positions, positions)
             if cache is not None:
                 k, v = cache.update(k, v)
+        # Beams of one sentence share its cached memory (`KVCache.group`): their queries
+        # attend together, as more query positions over one copy of the keys and values.
+        group = q.shape[0] // k.shape[0]
+        if group > 1:
+            q = q.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
         out, weights = scaled_dot_product_attention(
             q,
             k,
@@ -229,4 +234,8 @@ class MultiHeadAttention(nn.Module):
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
         )
+        if group > 1:
+            out = out.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
+            if weights is not None:
+                weights = weights.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
         return self.out_proj(out.transpose(1, 2).flatten(2)), weights

@@ -7,9 +7,10 @@ computes only its own and appends them:
     K_{<=t} = [K_{<t}; x_t W^K],   V_{<=t} = [V_{<t}; x_t W^V]
 
 Cross-attention keys and values depend only on the encoder memory, so they are
-computed once per source. Buffers are preallocated for the whole decode, so a
-step writes in place and never concatenates; beam search reorders the rows by
-batch index, copying only the positions written so far into a spare buffer.
+computed once per source, and the beams of a sentence share them (`group`).
+Buffers are preallocated for the whole decode, so a step writes in place and
+never concatenates; beam search reorders the rows by batch index, copying only
+the positions written so far into a spare buffer.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ class KVCache:
     kv: (layers, 2, batch, kv_heads, capacity, d_head), filled up to `length`.
     key_mask: (batch, capacity), True where the key is a real token; left
         padding of prompts stays False, so padded keys are never attended.
-    memory_kv: (layers, 2, batch, kv_heads, source length, d_head) or None.
-    memory_mask: (batch, 1, 1, source length) over the memory, or None.
+    memory_kv: (layers, 2, batch / group, kv_heads, source length, d_head) or None.
+    memory_mask: (batch / group, 1, 1, source length) over the memory, or None.
+    group: rows of the batch per row of the memory; beam search makes it the
+        number of beams, rows being sentence * beams + beam (`repeat_rows`).
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class KVCache:
         self.memory_mask: Tensor | None = None
         self.mask: Tensor | None = None
         self._spare: Tensor | None = None
+        self.group = 1
         self.layers = [LayerKV(self, i) for i in range(n_layers)]
 
     @property
@@ -123,12 +127,19 @@ class KVCache:
             self.mask = None if n == 1 else causal_mask(n, end, self.kv.device)
         return positions
 
+    def repeat_rows(self, n: int) -> None:
+        """Each row becomes `n` consecutive rows (the beams of a sentence) sharing its memory."""
+        index = torch.arange(self.batch_size, device=self.kv.device).repeat_interleave(n)
+        self.reorder(index, memory=False)
+        self.group *= n
+
     def reorder(self, index: Tensor, memory: bool = True) -> None:
         """Keep the rows `index` (batch'), in that order: beams follow their parents.
 
         Beam search moves beams only within a sentence, whose memory is the
         same for all its beams, so it passes `memory=False` and the memory is
-        left alone; dropping finished sentences needs `memory=True`.
+        left alone; dropping finished sentences needs `memory=True`, and then
+        `index` keeps whole groups: `group` rows for each memory row kept.
         """
         written = self.kv[:, :, :, :, : self.length]
         if len(index) == self.batch_size:
@@ -145,6 +156,7 @@ class KVCache:
         self.key_mask = self.key_mask.index_select(0, index)
         self.n_real = self.n_real.index_select(0, index)
         if memory and self.memory_kv is not None:
-            self.memory_kv = self.memory_kv.index_select(2, index)
+            rows = index if self.group == 1 else index[:: self.group] // self.group
+            self.memory_kv = self.memory_kv.index_select(2, rows)
             if self.memory_mask is not None:
-                self.memory_mask = self.memory_mask.index_select(0, index)
+                self.memory_mask = self.memory_mask.index_select(0, rows)
