@@ -62,7 +62,7 @@ class LoRALinear(nn.Module):
 
     def delta_weight(self) -> Tensor:
         """The update (alpha / r) B A, shaped like the base weight."""
-        return (self.lora_B @ self.lora_A) * self.scaling
+        return _update(self.lora_A, self.lora_B, self.scaling)
 
     @torch.no_grad()
     def merge(self) -> None:
@@ -80,6 +80,14 @@ class LoRALinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"rank={self.rank}, alpha={self.alpha}, merged={self.merged}"
+
+
+def _update(a: Tensor, b: Tensor, scaling: Tensor) -> Tensor:
+    return (b @ a) * scaling
+
+
+def has_lora(model: nn.Module) -> bool:
+    return any(isinstance(m, LoRALinear) for m in model.modules())
 
 
 def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
@@ -101,7 +109,7 @@ def apply_lora(
     decoder). Afterwards only the LoRA factors require gradients. Returns the
     names of the adapted layers.
     """
-    if any(isinstance(m, LoRALinear) for m in model.modules()):
+    if has_lora(model):
         raise AttnkitError("this model already has LoRA layers; merge_lora it first")
     linears = {
         name: module for name, module in model.named_modules() if isinstance(module, nn.Linear)
@@ -143,9 +151,7 @@ def merge_lora(model: nn.Module) -> nn.Module:
 
 def merged_copy(model: nn.Module) -> nn.Module:
     """`model` itself when it has no LoRA layers, otherwise a merged deep copy of it."""
-    if not any(isinstance(m, LoRALinear) for m in model.modules()):
-        return model
-    return merge_lora(copy.deepcopy(model))
+    return merge_lora(copy.deepcopy(model)) if has_lora(model) else model
 
 
 def lora_state_dict(model: nn.Module) -> dict[str, Tensor]:
@@ -171,7 +177,7 @@ def merge_lora_tensors(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
         a, b = merged.pop(f"{prefix}.lora_A"), merged.pop(f"{prefix}.lora_B")
         scaling = merged.pop(f"{prefix}.scaling")
         weight = merged.pop(f"{prefix}.base.weight")
-        merged[f"{prefix}.weight"] = weight + (scaling * (b @ a)).to(weight.dtype)
+        merged[f"{prefix}.weight"] = weight + _update(a, b, scaling).to(weight.dtype)
         if f"{prefix}.base.bias" in merged:
             merged[f"{prefix}.bias"] = merged.pop(f"{prefix}.base.bias")
     return merged

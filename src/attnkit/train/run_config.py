@@ -252,7 +252,8 @@ SECTIONS: dict[str, type] = {
     "eval": EvalSection,
     "lora": LoraSection,
 }
-OPTION_SECTIONS = ("data", "train", "eval", "lora")
+# The sections of plain options; [model] is a preset plus `ModelConfig` fields.
+OPTION_SECTIONS = tuple(name for name in SECTIONS if name != "model")
 
 
 @dataclass(frozen=True)
