@@ -113,6 +113,9 @@ def build_task(config: RunConfig) -> TaskSetup:
         setup = builders[task](config)
     lora = config.lora
     if lora.rank:
+        # A is drawn at random; train.seed makes it the same in every run (a run started
+        # from train.init_from draws nothing else before it).
+        torch.manual_seed(config.train.seed)
         names = apply_lora(setup.model, lora.rank, lora.alpha, lora.dropout, lora.targets)
         log.info(
             "LoRA of rank %d on %d linear layers: %d of %d parameters train",
