@@ -7,7 +7,7 @@ on a CPU) is as fast as the machine allows. A decoding step is different: it
 multiplies one row per sentence (or per beam) by every weight matrix, so its
 time is the time to read the weights. For that case oneDNN's inner product on
 a copy of the weight repacked once into oneDNN's blocked layout is faster.
-For up to eight rows (greedy decoding of a few prompts) a plainer layout is
+For up to four rows (greedy decoding of a few prompts) a plainer layout is
 faster still: the output features cut into two blocks, each stored as a
 contiguous (in, out / 2) matrix, multiplied by one batched product, so each of
 two threads streams its own half of the weight. `python bench/bench_linear.py`
@@ -35,9 +35,9 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 # faster at every size by bench/bench_linear.py: 1.5x for 1 to 4 rows, 1.2x for 8 to 256.
 # Beyond it a product is compute-bound and `F.linear` needs no extra copy of the weight.
 FEW_ROWS = 256
-# Up to this many rows the two-block layout was measured faster than oneDNN's (1.05x to 1.6x);
-# at 16 rows it was slower.
-SPLIT_ROWS = 8
+# Up to this many rows the two-block layout was measured as fast as oneDNN's or faster (1.0x at
+# 1 and 4 rows, 1.3x to 1.5x at 2); at 8 rows it was 5% to 10% slower (bench/bench_linear.py).
+SPLIT_ROWS = 4
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
