@@ -73,7 +73,7 @@ def _objective_loss(model: torch.nn.Module, batch: Batch) -> Callable[[], torch.
 
     def loss() -> torch.Tensor:
         terms = objective(model, batch)
-        return terms.loss / terms.tokens
+        return terms.total / terms.tokens
 
     return loss
 

@@ -10,6 +10,7 @@ from attnkit.nn import (
     scaled_dot_product_attention,
     self_attention_mask,
 )
+from attnkit.nn.attention import local_mask
 
 
 def copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
@@ -128,3 +129,33 @@ def test_grouped_query_attention_shrinks_only_the_key_value_projections() -> Non
         mha = MultiHeadAttention(d, h, n_kv, bias=False)
         kv = 2 * d * (d // h) * n_kv
         assert sum(p.numel() for p in mha.parameters()) == 2 * d * d + kv
+
+
+def test_sliding_window_mask_is_mistrals() -> None:
+    # Query i sees keys i-2, i-1, i: a window of 3, causal.
+    expected = torch.tensor(
+        [
+            [1, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0],
+            [1, 1, 1, 0, 0],
+            [0, 1, 1, 1, 0],
+            [0, 0, 1, 1, 1],
+        ],
+        dtype=torch.bool,
+    )
+    assert torch.equal(local_mask(5, 5, 3, causal=True), expected)
+    # With a cache the queries are the last rows.
+    assert torch.equal(local_mask(2, 5, 3, causal=True), expected[3:])
+    # An encoder's window reaches both ways.
+    assert torch.equal(local_mask(5, 5, 3, causal=False), expected | expected.T)
+
+
+def test_strided_sparse_mask_adds_every_stride_th_key() -> None:
+    mask = local_mask(9, 9, 2, 3, causal=True)
+    for i in range(9):
+        seen = {j for j in range(9) if mask[i, j]}
+        local = {j for j in (i - 1, i) if j >= 0}
+        strided = {j for j in range(i + 1) if (i - j) % 3 == 0}
+        assert seen == local | strided, i
+    # Each query sees O(window + length / stride) keys, not all of them.
+    assert mask[8].sum() == 4  # keys 7, 8 (window) and 2, 5 (stride; 8 is both)

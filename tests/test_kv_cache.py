@@ -5,6 +5,7 @@ import torch
 
 from attnkit import AttnkitError, ModelConfig, build_model
 from attnkit.generate import left_pad
+from tests.test_models import VARIANTS
 
 
 def tiny(shape: str, **overrides) -> torch.nn.Module:
@@ -34,7 +35,10 @@ def padded_batch(lengths: list[int], width: int) -> tuple[torch.Tensor, torch.Te
     return ids.masked_fill(~mask, 0), mask
 
 
-@pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 2}, {"norm_position": "pre"}])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"n_kv_heads": 2}, {"norm_position": "pre"}, *list(VARIANTS.values())[1:]],
+)
 @torch.no_grad()
 def test_decoder_only_cache_matches_full_forward_with_left_padding(overrides):
     model = tiny("decoder", **overrides)
@@ -53,7 +57,7 @@ def test_decoder_only_cache_matches_full_forward_with_left_padding(overrides):
         logits = model.decode_step(next_ids, cache)
 
 
-@pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 1}])
+@pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 1}, *list(VARIANTS.values())[1:]])
 @torch.no_grad()
 def test_encoder_decoder_cache_matches_full_forward_with_source_padding(overrides):
     model = tiny("encoder-decoder", **overrides)

@@ -20,6 +20,26 @@ def tiny(shape: str = "encoder-decoder", **overrides) -> ModelConfig:
     return ModelConfig(**{"tie_embeddings": tie, **base, **layers, **overrides})
 
 
+# The later variants, each a path of its own through the blocks.
+VARIANTS = {
+    "paper": {},
+    "rope": {"positional": "rope"},
+    "alibi": {"positional": "alibi"},
+    "window": {"attention_window": 3},
+    "sparse": {"attention_window": 2, "attention_stride": 3},
+    "llama": {
+        "norm": "rmsnorm",
+        "activation": "swiglu",
+        "bias": False,
+        "positional": "rope",
+        "n_kv_heads": 2,
+        "norm_position": "pre",
+    },
+    "deepnorm-geglu": {"norm_position": "deepnorm", "activation": "geglu"},
+}
+variants = pytest.mark.parametrize("variant", list(VARIANTS))
+
+
 @torch.no_grad()
 def copy_into_torch_transformer(model: EncoderDecoder, ref: nn.Transformer) -> None:
     """Our weights into torch.nn.Transformer: the two must then compute the same function."""
@@ -101,9 +121,10 @@ def with_padding(
     return torch.cat([ids, pad], 1), mask
 
 
+@variants
 @pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
-def test_a_causal_model_never_looks_ahead(shape: str) -> None:
-    model = build_model(tiny(shape)).eval()
+def test_a_causal_model_never_looks_ahead(shape: str, variant: str) -> None:
+    model = build_model(tiny(shape, **VARIANTS[variant])).eval()
     ids = torch.randint(4, 50, (2, 10))
     changed = ids.clone()
     changed[:, 6:] = torch.randint(4, 50, (2, 4))
@@ -117,12 +138,13 @@ def test_a_causal_model_never_looks_ahead(shape: str) -> None:
     assert not torch.allclose(a[:, 6:], b[:, 6:])
 
 
+@variants
 @pytest.mark.parametrize("left", [False, True])
 @pytest.mark.parametrize("shape", ["decoder", "encoder"])
 def test_padding_never_changes_real_positions_of_single_stack_models(
-    shape: str, left: bool
+    shape: str, left: bool, variant: str
 ) -> None:
-    model = build_model(tiny(shape)).eval()
+    model = build_model(tiny(shape, **VARIANTS[variant])).eval()
     ids = torch.randint(4, 50, (1, 8))
     padded, mask = with_padding(ids, 5, left=left)
     with torch.no_grad():
@@ -131,10 +153,11 @@ def test_padding_never_changes_real_positions_of_single_stack_models(
     torch.testing.assert_close(batched[mask].view_as(alone), alone, atol=1e-5, rtol=1e-5)
 
 
-def test_padding_never_changes_real_positions_of_encoder_decoder() -> None:
+@variants
+def test_padding_never_changes_real_positions_of_encoder_decoder(variant: str) -> None:
     # Source padding touches encoder self-attention and cross-attention; target
     # padding touches decoder self-attention.
-    model = EncoderDecoder(tiny()).eval()
+    model = EncoderDecoder(tiny(**VARIANTS[variant])).eval()
     src, tgt = torch.randint(4, 50, (1, 7)), torch.randint(4, 50, (1, 5))
     src_padded, src_mask = with_padding(src, 4)
     tgt_padded, tgt_mask = with_padding(tgt, 3)
@@ -144,9 +167,10 @@ def test_padding_never_changes_real_positions_of_encoder_decoder() -> None:
     torch.testing.assert_close(padded[tgt_mask].view_as(alone), alone, atol=1e-5, rtol=1e-5)
 
 
+@variants
 @pytest.mark.parametrize("shape", ["encoder-decoder", "decoder", "encoder"])
-def test_each_sequence_in_a_batch_gives_the_same_result_as_alone(shape: str) -> None:
-    model = build_model(tiny(shape)).eval()
+def test_each_sequence_in_a_batch_gives_the_same_result_as_alone(shape: str, variant: str) -> None:
+    model = build_model(tiny(shape, **VARIANTS[variant])).eval()
     lengths = [3, 8, 5]
     seqs = [torch.randint(4, 50, (n,)) for n in lengths]
     src_seqs = [torch.randint(4, 50, (n + 2,)) for n in lengths]
@@ -176,8 +200,9 @@ def _pad(seqs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         tiny(norm_position="pre", tie_embeddings="none", positional="learned", n_kv_heads=2),
         tiny("decoder", activation="gelu"),
         tiny("encoder", bias=False, tie_embeddings="none"),
+        *(tiny(**VARIANTS[v]) for v in list(VARIANTS)[1:]),
     ],
-    ids=["paper", "pre-ln-untied-gqa", "decoder", "encoder-no-bias"],
+    ids=["paper", "pre-ln-untied-gqa", "decoder", "encoder-no-bias", *list(VARIANTS)[1:]],
 )
 def test_every_parameter_receives_a_gradient(config: ModelConfig) -> None:
     model = build_model(config).train()

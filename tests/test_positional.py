@@ -1,10 +1,11 @@
-"""Positional encodings against the paper's formula, computed independently."""
+"""Positional encodings against their papers' formulas and against transformers."""
 
 import math
 
 import torch
 
 from attnkit.nn import AbsolutePositions, sinusoidal_table
+from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes
 
 
 def test_sinusoidal_table_is_the_papers_formula() -> None:
@@ -30,3 +31,78 @@ def test_explicit_positions_index_the_table() -> None:
     torch.testing.assert_close(shifted[0], positions.table[:3])
     torch.testing.assert_close(shifted[1], positions.table[5:8])
     torch.testing.assert_close(positions(x), positions.table[:3].expand(2, 3, 8))
+
+
+def test_rope_equals_transformers_llama_rotation() -> None:
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    d, theta = 16, 500.0
+    rope = RotaryEmbedding(d, 64, theta)
+    q, k = torch.randn(2, 4, 9, d), torch.randn(2, 2, 9, d)
+    positions = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 0, 0, 1, 2, 3, 4, 5, 6]])
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = positions[..., None].double() * inv_freq
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+    q_ref, k_ref = apply_rotary_pos_emb(q, k, cos.float(), sin.float())
+    q_ours, k_ours = rope(q, k, positions, positions)
+    torch.testing.assert_close(q_ours, q_ref, atol=1e-6, rtol=0)
+    torch.testing.assert_close(k_ours, k_ref, atol=1e-6, rtol=0)
+
+
+def test_rope_scores_depend_only_on_the_distance() -> None:
+    rope = RotaryEmbedding(8, 200)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+
+    def score(m: int, n: int) -> float:
+        rq, rk = rope(q, k, torch.tensor([[m]]), torch.tensor([[n]]))
+        return (rq * rk).sum().item()
+
+    assert math.isclose(score(3, 10), score(103, 110), abs_tol=1e-5)
+    assert not math.isclose(score(3, 10), score(3, 11), abs_tol=1e-3)
+    # A rotation: lengths are kept.
+    rq, _ = rope(q, k, torch.tensor([[57]]), torch.tensor([[0]]))
+    torch.testing.assert_close(rq.norm(), q.norm())
+
+
+def test_ntk_scaling_is_transformers_dynamic_ntk_at_the_stretched_length() -> None:
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    d, trained, s = 16, 32, 4.0
+    hf = LlamaConfig(
+        hidden_size=4 * d,
+        num_attention_heads=4,
+        max_position_embeddings=trained,
+        rope_parameters={"rope_type": "dynamic", "factor": 1.0, "rope_theta": 10000.0},
+    )
+    inv_freq, _ = ROPE_INIT_FUNCTIONS["dynamic"](hf, seq_len=int(s * trained))
+    rope = RotaryEmbedding(d, int(s * trained), 10000.0, scaling=s)
+    angles = torch.arange(int(s * trained), dtype=torch.float64)[:, None] * inv_freq.double()
+    torch.testing.assert_close(rope.cos, angles.cos().float(), atol=2e-5, rtol=0)
+    torch.testing.assert_close(rope.sin, angles.sin().float(), atol=2e-5, rtol=0)
+    # The fastest pair is unchanged, the slowest turns s times slower.
+    plain = RotaryEmbedding(d, 8)
+    torch.testing.assert_close(rope.cos[1, 0], plain.cos[1, 0])
+    slowest = lambda r: torch.atan2(r.sin[1, -1], r.cos[1, -1]).item()  # noqa: E731
+    assert math.isclose(slowest(plain) / slowest(rope), s, rel_tol=1e-4)
+
+
+def test_alibi_slopes_equal_bloom_for_any_number_of_heads() -> None:
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    for n_heads in (1, 4, 6, 8, 12, 16):
+        # Bloom's bias at key position 1 is one slope per head.
+        bloom = build_alibi_tensor(torch.ones(1, 2), n_heads, torch.float32)[:, 0, 1]
+        torch.testing.assert_close(alibi_slopes(n_heads), bloom)
+    assert alibi_slopes(8).tolist() == [2.0**-i for i in range(1, 9)]
+
+
+def test_alibi_bias_is_minus_slope_times_distance() -> None:
+    slopes = alibi_slopes(4)
+    bias = alibi_bias(slopes, 2, 5)
+    assert bias.shape == (1, 4, 2, 5)
+    for h in range(4):
+        for i, query in enumerate((3, 4)):  # the queries are the last two keys
+            for key in range(5):
+                expected = -slopes[h].item() * abs(query - key)
+                assert math.isclose(bias[0, h, i, key].item(), expected, abs_tol=1e-7)

@@ -18,10 +18,10 @@ from typing import Any
 from attnkit.errors import AttnkitError
 
 SHAPES = ("encoder-decoder", "decoder", "encoder")
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-NORMS = ("layernorm",)
-NORM_POSITIONS = ("post", "pre")
-POSITIONALS = ("sinusoidal", "learned", "none")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
+NORMS = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("post", "pre", "deepnorm")
+POSITIONALS = ("sinusoidal", "learned", "rope", "alibi", "none")
 SINUSOIDAL_LAYOUTS = ("interleaved", "split")
 TIE_EMBEDDINGS = ("none", "decoder", "all")
 
@@ -46,7 +46,9 @@ class ModelConfig:
     attention_dropout: on the attention weights.
     embedding_dropout: on the sum of embeddings and positional encodings.
     norm_position: `post` is the paper's LayerNorm(x + Sublayer(x)); `pre` is
-        x + Sublayer(LayerNorm(x)), which trains deep stacks without warmup.
+        x + Sublayer(LayerNorm(x)), which trains deep stacks without warmup;
+        `deepnorm` is LayerNorm(alpha x + Sublayer(x)) with down-scaled initial
+        weights (Wang et al. 2022), post-LN that trains 1,000 layers deep.
     final_norm: a norm after the last block of each stack; defaults to on for
         pre-LN (whose residual stream is otherwise never normalised).
     scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4).
@@ -54,7 +56,24 @@ class ModelConfig:
         projection; `all` also shares it with the source embedding (one
         vocabulary for both sides, as in the paper).
     activation: `relu` (the paper), `gelu` (exact, BERT), `gelu_tanh` (GPT-2's
-        approximation) or `silu` (also called swish, Marian).
+        approximation), `silu` (also called swish, Marian), or a gated unit,
+        `swiglu` (LLaMA) or `geglu`, whose first projection has 2 d_ff outputs.
+    norm: `layernorm` (the paper) or `rmsnorm` (no centring and no bias, LLaMA).
+    positional: `sinusoidal` (the paper), `learned` (GPT-2, BERT), `rope`
+        (rotary: queries and keys rotated by position, LLaMA), `alibi` (a
+        linear penalty on distance added to attention scores) or `none`.
+    rope_theta: RoPE's base; pair i turns at theta^(-2i/d_head) per position.
+    rope_scaling: NTK-aware stretch of RoPE to rope_scaling x the trained
+        length: the base grows to theta * s^(d/(d-2)), 1.0 is plain RoPE.
+    attention_window: each query attends only to keys fewer than this many
+        positions away (a sliding window, Mistral; 0 is every position).
+    attention_stride: sparse attention (Child et al. 2019, strided): besides
+        its window a query also sees every key a multiple of this far away.
+    n_experts: a mixture of experts in place of each feed-forward network
+        (0 is none): a router sends each token to `n_experts_per_token` of
+        them and mixes their outputs by its renormalised softmax weights.
+    router_aux_loss_coef: weight of the load-balancing loss (Switch
+        Transformer) added to the training loss of a mixture of experts.
     sinusoidal_layout: `interleaved` is the paper's sin/cos alternation over
         the dimensions; `split` puts every sin first and every cos second, as
         Marian does. The frequencies are the same.
@@ -87,6 +106,13 @@ class ModelConfig:
     norm_eps: float = 1e-5
     final_norm: bool | None = None
     positional: str = "sinusoidal"
+    rope_theta: float = 10000.0
+    rope_scaling: float = 1.0
+    attention_window: int = 0
+    attention_stride: int = 0
+    n_experts: int = 0
+    n_experts_per_token: int = 2
+    router_aux_loss_coef: float = 0.01
     max_len: int = 1024
     scale_embeddings: bool = True
     tie_embeddings: str = "all"
@@ -140,12 +166,43 @@ class ModelConfig:
         if self.norm_eps <= 0:
             raise AttnkitError(f"norm_eps must be positive, got {self.norm_eps!r}")
         _choice("sinusoidal_layout", self.sinusoidal_layout, SINUSOIDAL_LAYOUTS)
+        self._validate_variants()
         self._validate_shape()
         if not 0 <= self.pad_id < max(self.vocab_size, self.src_vocab_size or 0):
             raise AttnkitError(
                 f"pad_id {self.pad_id} is outside the vocabulary of {self.vocab_size} tokens"
             )
         self._validate_interop_fields()
+
+    def _validate_variants(self) -> None:
+        for name in ("attention_window", "attention_stride", "n_experts"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise AttnkitError(
+                    f"{name} must be a non-negative integer (0 for off), got {value!r}"
+                )
+        if self.attention_stride and not self.attention_window:
+            raise AttnkitError(
+                "attention_stride adds strided keys to a local window; set attention_window too "
+                "(Child et al. use a window equal to the stride)"
+            )
+        if self.positional == "rope":
+            if self.d_head % 2:
+                raise AttnkitError(f"RoPE turns pairs of dimensions; d_head {self.d_head} is odd")
+            if self.rope_theta <= 1.0 or self.rope_scaling < 1.0:
+                raise AttnkitError(
+                    f"rope_theta must be over 1 and rope_scaling at least 1, got "
+                    f"{self.rope_theta!r} and {self.rope_scaling!r}"
+                )
+        if self.n_experts and not 1 <= self.n_experts_per_token <= self.n_experts:
+            raise AttnkitError(
+                f"n_experts_per_token must be between 1 and n_experts {self.n_experts}, "
+                f"got {self.n_experts_per_token!r}"
+            )
+        if self.router_aux_loss_coef < 0:
+            raise AttnkitError(
+                f"router_aux_loss_coef must be non-negative, got {self.router_aux_loss_coef!r}"
+            )
 
     def _validate_interop_fields(self) -> None:
         if (
@@ -343,6 +400,27 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_len": 1024,
         "scale_embeddings": False,
         "tie_embeddings": "decoder",
+    },
+    # LLaMA's architecture at the size of gpt-tiny: RMSNorm, RoPE, SwiGLU, GQA, no biases.
+    "llama-tiny": {
+        "shape": "decoder",
+        "vocab_size": 256,
+        "d_model": 128,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "n_decoder_layers": 4,
+        "d_ff": 352,
+        "dropout": 0.0,
+        "embedding_dropout": 0.0,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "norm_position": "pre",
+        "norm_eps": 1e-6,
+        "positional": "rope",
+        "max_len": 256,
+        "scale_embeddings": False,
+        "tie_embeddings": "none",
+        "bias": False,
     },
     "bert-mini": {
         "shape": "encoder",

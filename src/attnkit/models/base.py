@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.models.block import Block
 from attnkit.nn.kv_cache import KVCache
 
 
@@ -36,6 +37,8 @@ class TransformerModel(nn.Module):
     def _init_weights(self) -> None:
         """Glorot-uniform linear weights and zero biases, as torch.nn.Transformer.
 
+        DeepNorm then scales some of them down by its beta (`Block.scale_initial_weights`).
+
         Runs before weight tying, so a tied output projection keeps the
         embedding's initialisation.
         """
@@ -44,6 +47,10 @@ class TransformerModel(nn.Module):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+        if self.config.norm_position == "deepnorm":
+            for module in self.modules():
+                if isinstance(module, Block):
+                    module.scale_initial_weights()
 
     def _check(self, ids: Tensor, mask: Tensor | None, name: str) -> Tensor | None:
         """Validate ids (batch, length) and their padding mask; return the mask as bool."""

@@ -4,29 +4,45 @@ An encoder layer is self-attention then the feed-forward network; a decoder
 layer puts cross-attention over the encoder output (the "memory") between
 the two, and masks its self-attention causally so position i sees only
 positions <= i. Each sub-layer sits in a residual connection with its norm.
+With RoPE the self-attention turns its queries and keys by position; with
+DeepNorm the residuals carry alpha and the initial weights beta.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
-from attnkit.nn import FeedForward, MultiHeadAttention, Residual, make_norm
+from attnkit.nn import FeedForward, MixtureOfExperts, MultiHeadAttention, Residual, make_norm
 from attnkit.nn.kv_cache import LayerKV
+from attnkit.nn.norm import deepnorm_constants
+from attnkit.nn.positional import RotaryEmbedding
 
 Weights = tuple[Tensor | None, Tensor | None]
 
 
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig, *, causal: bool, cross: bool) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        causal: bool,
+        cross: bool,
+        rotary: RotaryEmbedding | None = None,
+    ) -> None:
         super().__init__()
         c = config
         self.causal = causal
+        # A causal stack is a decoder, the other an encoder; DeepNet sets each apart.
+        alpha, self.beta = (1.0, 1.0)
+        if c.norm_position == "deepnorm":
+            side = "decoder" if causal else "encoder"
+            alpha, self.beta = deepnorm_constants(c.n_encoder_layers, c.n_decoder_layers)[side]
 
         def residual() -> Residual:
-            return Residual(
-                make_norm(c.norm, c.d_model, c.norm_eps, c.bias), c.norm_position, c.dropout
-            )
+            norm = make_norm(c.norm, c.d_model, c.norm_eps, c.bias)
+            return Residual(norm, c.norm_position, c.dropout, alpha)
 
         def attention(is_cross: bool) -> MultiHeadAttention:
             return MultiHeadAttention(
@@ -36,19 +52,46 @@ class Block(nn.Module):
                 cross=is_cross,
                 bias=c.bias,
                 dropout=c.attention_dropout,
+                rotary=None if is_cross else rotary,
             )
 
         self.self_attn, self.self_attn_residual = attention(False), residual()
         self.cross_attn = attention(True) if cross else None
         self.cross_attn_residual = residual() if cross else None
-        self.ff = FeedForward(c.d_model, c.d_ff, c.activation, c.bias)
+        self.ff = (
+            MixtureOfExperts(
+                c.d_model, c.d_ff, c.n_experts, c.n_experts_per_token, c.activation, c.bias
+            )
+            if c.n_experts
+            else FeedForward(c.d_model, c.d_ff, c.activation, c.bias)
+        )
         self.ff_residual = residual()
+
+    @torch.no_grad()
+    def scale_initial_weights(self) -> None:
+        """DeepNet's initialisation: value, output and feed-forward weights times beta.
+
+        Queries and keys keep theirs: they set where attention looks, not how
+        much the sub-layer adds to the residual stream.
+        """
+        for attn in (self.self_attn, self.cross_attn):
+            if attn is None:
+                continue
+            values = attn.kv_proj if attn.cross else attn.qkv_proj
+            v_dim = attn.n_kv_heads * attn.d_head
+            values.weight[-v_dim:].mul_(self.beta)
+            attn.out_proj.weight.mul_(self.beta)
+        for ffn in self.ff.modules():
+            if isinstance(ffn, FeedForward):
+                ffn.w_1.weight.mul_(self.beta)
+                ffn.w_2.weight.mul_(self.beta)
 
     def forward(
         self,
         x: Tensor,
         *,
         mask: Tensor | None = None,
+        bias: Tensor | None = None,
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
         positions: Tensor | None = None,
@@ -58,6 +101,7 @@ class Block(nn.Module):
         """x: (batch, length, d_model) -> same shape, plus (self, cross) attention weights.
 
         `mask` is the full self-attention mask (None: only causal, if causal);
+        `bias` is added to the self-attention scores (ALiBi, with any mask folded in);
         `memory_mask` is (batch, 1, 1, source length) over the memory; `cache`
         is this layer's part of a `KVCache` when decoding step by step.
         """
@@ -65,7 +109,8 @@ class Block(nn.Module):
         h, self_weights = self.self_attn(
             r.before(x),
             mask=mask,
-            is_causal=self.causal and mask is None,
+            is_causal=self.causal and mask is None and bias is None,
+            bias=bias,
             positions=positions,
             need_weights=need_weights,
             cache=cache,

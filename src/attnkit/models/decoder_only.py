@@ -61,7 +61,8 @@ class DecoderOnly(TransformerModel):
         `mask` (batch, length) is True for real tokens; left or right padding both work.
         """
         mask = self._check(ids, mask, "ids")
-        x = self.embed(ids, self.positions_from_mask(mask))
-        hidden, weights = self.decoder(x, mask, need_weights=need_weights)
+        positions = self.positions_from_mask(mask)
+        x = self.embed(ids, positions)
+        hidden, weights = self.decoder(x, mask, positions=positions, need_weights=need_weights)
         attentions = {"decoder": collect(weights, 0)} if need_weights else None
         return self._output(hidden, attentions, need_logits)

@@ -46,15 +46,22 @@ class EncoderDecoder(TransformerModel):
 
     def _encode(self, src_ids: Tensor, src_mask: Tensor | None, need_weights: bool):
         src_mask = self._check(src_ids, src_mask, "src_ids")
-        x = self.src_embed(src_ids, self.positions_from_mask(src_mask))
-        memory, weights = self.encoder(x, src_mask, need_weights=need_weights)
+        positions = self.positions_from_mask(src_mask)
+        x = self.src_embed(src_ids, positions)
+        memory, weights = self.encoder(x, src_mask, positions=positions, need_weights=need_weights)
         return memory, src_mask, weights
 
     def _decode(self, tgt_ids, memory, src_mask, tgt_mask, need_weights):
         tgt_mask = self._check(tgt_ids, tgt_mask, "tgt_ids")
-        y = self.tgt_embed(tgt_ids, self.positions_from_mask(tgt_mask))
+        positions = self.positions_from_mask(tgt_mask)
+        y = self.tgt_embed(tgt_ids, positions)
         return self.decoder(
-            y, tgt_mask, memory=memory, memory_key_mask=src_mask, need_weights=need_weights
+            y,
+            tgt_mask,
+            memory=memory,
+            memory_key_mask=src_mask,
+            positions=positions,
+            need_weights=need_weights,
         )
 
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:

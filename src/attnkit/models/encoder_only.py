@@ -46,7 +46,8 @@ class EncoderOnly(TransformerModel):
         which segment each token belongs to (BERT's sentence A = 0, B = 1).
         """
         mask = self._check(ids, mask, "ids")
-        x = self.embed(ids, self.positions_from_mask(mask), token_types)
-        hidden, weights = self.encoder(x, mask, need_weights=need_weights)
+        positions = self.positions_from_mask(mask)
+        x = self.embed(ids, positions, token_types)
+        hidden, weights = self.encoder(x, mask, positions=positions, need_weights=need_weights)
         attentions = {"encoder": collect(weights, 0)} if need_weights else None
         return self._output(hidden, attentions, need_logits)

@@ -3,10 +3,14 @@
 Embed(ids) = Dropout(E[ids] * sqrt(d_model) + PE[positions])          (section 3.4, 3.5)
              (BERT adds a token-type vector T[types] and a norm before the dropout)
 Stack(x)   = Norm?(Block_N(... Block_1(x)))                           (section 3.1)
+
+The stack also owns what its blocks share: the RoPE tables, ALiBi's slopes,
+and the masks of local and sparse attention, built once per forward pass.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
@@ -19,8 +23,10 @@ from attnkit.nn import (
     padding_mask,
     self_attention_mask,
 )
+from attnkit.nn.attention import local_mask
 from attnkit.nn.embedding import check_ids
 from attnkit.nn.kv_cache import KVCache
+from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes
 
 
 class Embed(nn.Module):
@@ -67,9 +73,21 @@ class Stack(nn.Module):
 
     def __init__(self, config: ModelConfig, n_layers: int, *, causal: bool, cross: bool) -> None:
         super().__init__()
+        c = config
         self.causal = causal
+        self.window, self.stride = c.attention_window, c.attention_stride
+        rotary = (
+            RotaryEmbedding(c.d_head, c.max_len, c.rope_theta, c.rope_scaling)
+            if c.positional == "rope"
+            else None
+        )
+        self.alibi_slopes: Tensor | None
+        if c.positional == "alibi":
+            self.register_buffer("alibi_slopes", alibi_slopes(c.n_heads), persistent=False)
+        else:
+            self.alibi_slopes = None
         self.blocks = nn.ModuleList(
-            Block(config, causal=causal, cross=cross) for _ in range(n_layers)
+            Block(config, causal=causal, cross=cross, rotary=rotary) for _ in range(n_layers)
         )
         self.norm = (
             make_norm(config.norm, config.d_model, config.norm_eps, config.bias)
@@ -99,11 +117,14 @@ class Stack(nn.Module):
             memory_mask = None if memory_key_mask is None else padding_mask(memory_key_mask)
         else:
             mask, memory_mask = cache.mask, cache.memory_mask
+        k_len = x.shape[1] if cache is None else cache.length
+        mask, bias = self._relative(mask, x.shape[1], k_len, x.device)
         weights = []
         for i, block in enumerate(self.blocks):
             x, w = block(
                 x,
                 mask=mask,
+                bias=bias,
                 memory=memory,
                 memory_mask=memory_mask,
                 positions=positions,
@@ -114,3 +135,25 @@ class Stack(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return x, weights
+
+    def _relative(
+        self, mask: Tensor | None, q_len: int, k_len: int, device: torch.device
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """The mask narrowed to the local window, and ALiBi's bias with the mask folded in.
+
+        Distances are counted in slots, the queries being the last q_len of
+        k_len keys: padding sits only at the ends, so within a sequence slot
+        distances are position distances.
+        """
+        if self.window:
+            local = local_mask(
+                q_len, k_len, self.window, self.stride, causal=self.causal, device=device
+            )
+            mask = local if mask is None else mask & local
+        if self.alibi_slopes is None:
+            return mask, None
+        bias = alibi_bias(self.alibi_slopes, q_len, k_len)
+        # Only one cached query, which sees every key, comes here without a mask.
+        if mask is not None:
+            bias = bias.masked_fill(~mask, float("-inf"))
+        return None, bias

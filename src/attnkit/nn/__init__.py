@@ -11,6 +11,7 @@ from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.feedforward import FeedForward
 from attnkit.nn.linear import Linear
 from attnkit.nn.lora import LoRALinear, apply_lora, lora_state_dict, merge_lora
+from attnkit.nn.moe import MixtureOfExperts, load_balancing_loss, router_aux_loss
 from attnkit.nn.norm import Residual, make_norm
 from attnkit.nn.positional import AbsolutePositions, sinusoidal_table
 
@@ -19,15 +20,18 @@ __all__ = [
     "FeedForward",
     "Linear",
     "LoRALinear",
+    "MixtureOfExperts",
     "MultiHeadAttention",
     "Residual",
     "TokenEmbedding",
     "apply_lora",
     "causal_mask",
+    "load_balancing_loss",
     "lora_state_dict",
     "make_norm",
     "merge_lora",
     "padding_mask",
+    "router_aux_loss",
     "scaled_dot_product_attention",
     "self_attention_mask",
     "sinusoidal_table",

@@ -9,6 +9,12 @@ are boolean tensors broadcastable to (batch, heads, queries, keys) with True
 where attention is allowed, the convention of `F.scaled_dot_product_attention`.
 An additive float bias (ALiBi) and a rotation of queries and keys (RoPE) plug
 in through `bias` and `rotary` without touching the rest.
+
+Local and sparse attention are masks too: a sliding window lets query i see
+key j only when |i - j| < w (Mistral, Longformer); the strided pattern of the
+Sparse Transformer (Child et al. 2019) adds the keys a multiple of the stride
+away, so that two layers connect any two positions. The mask only removes
+scores, so the cost stays that of full attention: these are correct, not faster.
 """
 
 from __future__ import annotations
@@ -43,6 +49,30 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> T
     """
     ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
     return ones.tril(diagonal=k_len - q_len)
+
+
+def local_mask(
+    q_len: int,
+    k_len: int,
+    window: int,
+    stride: int = 0,
+    *,
+    causal: bool,
+    device: torch.device | None = None,
+) -> Tensor:
+    """(q_len, k_len) boolean mask of a sliding window of `window` keys, plus strided keys.
+
+    Query i sees key j when d = i - j (|i - j| if not causal) is below `window`,
+    or, with a `stride`, is a multiple of it. The queries are the last q_len keys.
+    """
+    q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]
+    distance = q_pos - torch.arange(k_len, device=device)[None]
+    if not causal:
+        distance = distance.abs()
+    allowed = distance < window
+    if stride:
+        allowed |= distance % stride == 0
+    return allowed & (distance >= 0)
 
 
 def padding_mask(key_mask: Tensor) -> Tensor:
@@ -101,6 +131,8 @@ def scaled_dot_product_attention(
     if not need_weights:
         attn_mask = mask
         if bias is not None:
+            # Under autocast the queries may be half precision; SDPA wants the bias alike.
+            bias = bias.to(q.dtype)
             attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         out = F.scaled_dot_product_attention(
             q,

@@ -11,6 +11,21 @@ in the first d_model/2 dimensions, all the cosines in the second half.
 Learned: one trained vector per position, as in GPT-2 and BERT. Both are added
 to the scaled token embeddings; `positions` lets a left-padded batch start
 each sequence at position 0.
+
+The two relative schemes act inside attention instead, so that a score
+depends on how far apart a query and a key are, not on where they stand:
+
+RoPE (Su et al. 2021) turns each pair (x_i, x_{i+d/2}) of a query or key at
+position m by the angle m * theta_i, theta_i = theta^(-2i/d), so that
+
+    <R_m q, R_n k> = <q, R_{n-m} k>
+
+NTK-aware scaling stretches it to s times the trained length by raising the
+base to theta * s^(d/(d-2)): the slowest pair then turns s times slower while
+the fastest, which tell near neighbours apart, hardly change.
+
+ALiBi (Press et al. 2022) adds -m_h |i - j| to the score of query i and key j,
+with head h's slope m_h from a geometric sequence: 2^(-8/n), 2^(-16/n), ...
 """
 
 from __future__ import annotations
@@ -37,6 +52,57 @@ def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved") ->
     table[:, sin_dims] = torch.sin(position * inv_freq)
     table[:, cos_dims] = torch.cos(position * inv_freq[: d_model // 2])
     return table.float()
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE: rotates queries and keys by their positions (the `Rotary` hook of attention).
+
+    Pairs are (x_i, x_{i + d/2}), the "half" layout of GPT-NeoX and LLaMA in
+    Hugging Face; one instance serves every layer of a model.
+    """
+
+    def __init__(
+        self, d_head: int, max_len: int, theta: float = 10000.0, scaling: float = 1.0
+    ) -> None:
+        super().__init__()
+        base = theta * scaling ** (d_head / (d_head - 2))
+        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+        angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq
+        # Tables, not parameters: fixed functions of the shape, so not saved.
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """x (batch, heads, length, d_head) at positions (batch or 1, length) -> R x."""
+        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+    def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        return self.rotate(q, q_pos), self.rotate(k, k_pos)
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """ALiBi's slope of each head: 2^(-8h/n) for h = 1..n when n is a power of two.
+
+    Otherwise the slopes of the power of two below n, then every other slope
+    of the power of two above it, as in the paper's code.
+    """
+    below = 2 ** math.floor(math.log2(n_heads))
+
+    def geometric(n: int) -> Tensor:
+        return 2.0 ** (-8.0 * torch.arange(1, n + 1, dtype=torch.float64) / n)
+
+    extra = geometric(2 * below)[0::2][: n_heads - below]
+    return torch.cat((geometric(below), extra)).float()
+
+
+def alibi_bias(slopes: Tensor, q_len: int, k_len: int) -> Tensor:
+    """(1, heads, q_len, k_len) bias -m_h |i - j|; the queries are the last q_len keys."""
+    q_pos = torch.arange(k_len - q_len, k_len, device=slopes.device)[:, None]
+    k_pos = torch.arange(k_len, device=slopes.device)[None]
+    distance = (q_pos - k_pos).abs().to(slopes.dtype)
+    return -(slopes[:, None, None] * distance)[None]
 
 
 class AbsolutePositions(nn.Module):

@@ -47,11 +47,21 @@ class LossTerms:
     loss: the training loss (label-smoothed when eps > 0).
     nll: the plain negative log-likelihood, for validation loss and perplexity.
     tokens: how many target tokens were predicted.
+    aux: an auxiliary loss that training adds to `loss` (a mixture of experts'
+        load-balancing loss), scaled by `tokens` so that it sums like `loss`;
+        None when there is none. It is kept apart so the reported loss stays
+        the cross-entropy.
     """
 
     loss: Tensor
     nll: Tensor
     tokens: Tensor
+    aux: Tensor | None = None
+
+    @property
+    def total(self) -> Tensor:
+        """What training minimises: `loss` plus `aux`."""
+        return self.loss if self.aux is None else self.loss + self.aux
 
 
 def label_smoothed_cross_entropy(

@@ -5,7 +5,9 @@ scores them with the label-smoothed cross-entropy of `cross_entropy.py`, fused
 with the model's output projection (the logits are never held whole). It
 returns sums and a token count rather than a mean, so the trainer can divide
 by the token count of the whole global batch: accumulated micro-batches and
-DDP ranks then give exactly the gradient of one big batch.
+DDP ranks then give exactly the gradient of one big batch. A model with a
+mixture of experts also gets router_aux_loss_coef times its load-balancing
+loss (`nn/moe.py`), in `LossTerms.aux`.
 
 - translation: teacher forcing, the decoder reads <s> y_1 .. y_{n-1} and predicts y_1 .. </s>.
 - language model: the same without an encoder.
@@ -23,6 +25,7 @@ from torch import Tensor, nn
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.models.base import unwrap
+from attnkit.nn.moe import router_aux_loss
 from attnkit.train.cross_entropy import IGNORE, LossTerms, linear_cross_entropy
 
 
@@ -53,8 +56,17 @@ class Objective(ABC):
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
         hidden, targets = self.predict(model, batch)
-        head = unwrap(model).head
-        return linear_cross_entropy(hidden, head.weight, head.bias, targets, self.label_smoothing)
+        plain = unwrap(model)
+        head = plain.head
+        terms = linear_cross_entropy(hidden, head.weight, head.bias, targets, self.label_smoothing)
+        coef = plain.config.router_aux_loss_coef
+        if plain.config.n_experts and coef:
+            aux = router_aux_loss(plain)  # None in evaluation mode
+            if aux is not None:
+                # Times the tokens: the trainer divides the step's sums by its token count,
+                # so each step adds coef * L_aux (token-weighted over micro-batches).
+                terms.aux = coef * aux * terms.tokens
+        return terms
 
     @abstractmethod
     def predict(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:

@@ -290,13 +290,14 @@ class Trainer:
         batches = self._batches()
         self.model.train()
         start = time.perf_counter()
-        interval = {"loss": 0.0, "tokens": 0.0, "start": start}
+        interval = {"loss": 0.0, "tokens": 0.0, "aux": 0.0, "start": start}
         while self.step < c.steps:
             # One all-reduce gives every rank the global sums (NCCL wants them on the device).
-            loss_sum, tokens = dist.all_reduce_sum(self._accumulate(batches)).tolist()
-            if not math.isfinite(loss_sum):
+            loss_sum, tokens, aux_sum = dist.all_reduce_sum(self._accumulate(batches)).tolist()
+            if not math.isfinite(loss_sum + aux_sum):
+                bad = loss_sum + aux_sum
                 raise AttnkitError(
-                    f"the training loss became {loss_sum} at step {self.step + 1}, so the run "
+                    f"the training loss became {bad} at step {self.step + 1}, so the run "
                     f"stopped before updating the weights; the last checkpoint in {self.run_dir} "
                     "is intact: lower train.lr, keep train.clip_norm on or use bf16, then resume"
                 )
@@ -306,6 +307,7 @@ class Trainer:
             self.step += 1
             interval["loss"] += loss_sum
             interval["tokens"] += tokens
+            interval["aux"] += aux_sum
             info = {
                 "step": self.step,
                 "steps": c.steps,
@@ -338,9 +340,10 @@ class Trainer:
         return "finished"
 
     def _accumulate(self, batches: Iterator[Batch]) -> torch.Tensor:
-        """Forward and backward over `accumulate` micro-batches; the summed loss and tokens."""
+        """Forward and backward over `accumulate` micro-batches; the summed loss, tokens and
+        auxiliary loss (which is trained on but not reported as the loss)."""
         n = self.train_cfg.accumulate
-        sums = torch.zeros(2, dtype=torch.float64, device=self.device)
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
         for i in range(n):
             batch = next(batches).to(self.device, non_blocking=True)
             # DDP all-reduces on every backward unless told to wait for the last micro-batch.
@@ -349,8 +352,9 @@ class Trainer:
             with ctx:
                 with self._autocast():
                     terms = self.objective(self.forward_model, batch)
-                self.scaler.scale(terms.loss).backward()
-            sums += torch.stack([terms.loss.detach(), terms.tokens]).double()
+                self.scaler.scale(terms.total).backward()
+            aux = terms.loss.new_zeros(()) if terms.aux is None else terms.aux.detach()
+            sums += torch.stack([terms.loss.detach(), terms.tokens, aux]).double()
         return sums
 
     def _update(self, global_tokens: float) -> None:
@@ -375,6 +379,9 @@ class Trainer:
             "lr": self.scheduler.get_last_lr()[0],
             "tokens_per_s": interval["tokens"] / max(elapsed, 1e-9),
         }
+        if interval["aux"]:
+            # A mixture of experts' weighted load-balancing loss, trained on beside the loss.
+            record["train_aux_loss"] = interval["aux"] / interval["tokens"]
         self._record(record)
         log.info(
             "step %d/%d  loss %.4f  lr %.3g  %.0f tokens/s",
@@ -384,7 +391,7 @@ class Trainer:
             record["lr"],
             record["tokens_per_s"],
         )
-        interval.update(loss=0.0, tokens=0.0, start=time.perf_counter())
+        interval.update(loss=0.0, tokens=0.0, aux=0.0, start=time.perf_counter())
 
     def _maybe_evaluate(self) -> str | None:
         """Evaluate when due and track the best metric; 'early-stopped' when patience runs out."""

@@ -1,0 +1,37 @@
+"""The feed-forward network against eq. 2, and its gated variants against Shazeer (2020)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnkit.nn import FeedForward
+
+
+def test_plain_ffn_is_equation_2() -> None:
+    torch.manual_seed(0)
+    ffn, x = FeedForward(8, 32, "relu"), torch.randn(2, 3, 8)
+    w1, b1, w2, b2 = ffn.w_1.weight, ffn.w_1.bias, ffn.w_2.weight, ffn.w_2.bias
+    torch.testing.assert_close(ffn(x), torch.clamp(x @ w1.T + b1, min=0) @ w2.T + b2)
+
+
+@pytest.mark.parametrize(("name", "act"), [("swiglu", F.silu), ("geglu", F.gelu)])
+def test_gated_ffn_is_act_of_the_gate_times_the_linear_unit(name, act) -> None:
+    torch.manual_seed(0)
+    ffn, x = FeedForward(8, 32, name, bias=False), torch.randn(2, 3, 8)
+    w, v = ffn.w_1.weight[:32], ffn.w_1.weight[32:]  # gate rows first
+    assert ffn.w_1.weight.shape == (64, 8)
+    torch.testing.assert_close(ffn(x), (act(x @ w.T) * (x @ v.T)) @ ffn.w_2.weight.T)
+
+
+def test_swiglu_equals_llamas_mlp() -> None:
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    torch.manual_seed(0)
+    theirs = LlamaMLP(LlamaConfig(hidden_size=8, intermediate_size=32, num_attention_heads=2))
+    ours = FeedForward(8, 32, "swiglu", bias=False)
+    with torch.no_grad():
+        ours.w_1.weight.copy_(torch.cat([theirs.gate_proj.weight, theirs.up_proj.weight]))
+        ours.w_2.weight.copy_(theirs.down_proj.weight)
+    x = torch.randn(2, 5, 8)
+    torch.testing.assert_close(ours(x), theirs(x))
