@@ -11,7 +11,14 @@ from __future__ import annotations
 import tempfile
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, MarianConfig, MarianMTModel
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    MarianConfig,
+    MarianMTModel,
+    MistralConfig,
+    MistralForCausalLM,
+)
 
 from attnkit.interop import load_hf
 from attnkit.models import TransformerModel
@@ -39,6 +46,40 @@ def gpt2_twins(
             resid_pdrop=0.0,
             embd_pdrop=0.0,
             attn_pdrop=0.0,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
+    ).eval()
+    return _attnkit_twin(hf), hf
+
+
+def mistral_twins(
+    n_layers: int,
+    d_model: int,
+    n_heads: int,
+    vocab_size: int,
+    max_len: int,
+    sliding_window: int,
+    seed: int = 0,
+) -> tuple[TransformerModel, MistralForCausalLM]:
+    """A random Mistral (LLaMA with a sliding window; 2 key/value heads, tied embeddings)
+    and the attnkit `DecoderOnly` with its weights, both in eval mode."""
+    torch.manual_seed(seed)
+    hf = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=vocab_size,
+            max_position_embeddings=max_len,
+            hidden_size=d_model,
+            intermediate_size=2 * d_model,
+            num_hidden_layers=n_layers,
+            num_attention_heads=n_heads,
+            num_key_value_heads=2,
+            sliding_window=sliding_window,
+            tie_word_embeddings=True,
+            # With the default 0.02 the tied embedding dominates and every step repeats
+            # the last token; larger weights make the decoding exercise attention.
+            initializer_range=0.3,
             bos_token_id=1,
             eos_token_id=2,
             pad_token_id=0,

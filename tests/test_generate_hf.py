@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
-from hf_twins import gpt2_twins, marian_twins
+from hf_twins import gpt2_twins, marian_twins, mistral_twins
 
 from attnkit.generate import generate
 
@@ -47,6 +47,14 @@ def gpt2():
 
 
 @pytest.fixture(scope="module")
+def mistral():
+    """RoPE, RMSNorm, SwiGLU, grouped-query attention and a window of 4 over 18 positions."""
+    ours, hf = mistral_twins(2, 32, 4, 30, 64, sliding_window=4, seed=1)
+    boost_eos(ours.embed.token.weight, hf.model.embed_tokens.weight)
+    return ours, hf
+
+
+@pytest.fixture(scope="module")
 def marian():
     ours, hf = marian_twins(2, 32, 4, 30, 64, seed=1)
     boost_eos(ours.src_embed.token.weight, hf.model.shared.weight)
@@ -54,8 +62,9 @@ def marian():
 
 
 @pytest.mark.parametrize("options", OPTIONS)
-def test_gpt2_left_padded_prompts_match_transformers(gpt2, options):
-    ours, hf = gpt2
+@pytest.mark.parametrize("family", ["gpt2", "mistral"])
+def test_left_padded_prompts_match_transformers(family, options, request):
+    ours, hf = request.getfixturevalue(family)
     torch.manual_seed(5)
     ids = torch.randint(3, 30, (4, 6))
     mask = torch.ones_like(ids)

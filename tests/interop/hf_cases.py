@@ -15,8 +15,14 @@ from transformers import (
     BertModel,
     GPT2Config,
     GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
     MarianConfig,
     MarianMTModel,
+    MistralConfig,
+    MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     PretrainedConfig,
     PreTrainedModel,
 )
@@ -42,6 +48,13 @@ BERT_NAMES = {
     "intermediate_size": "d_ff",
     "max_position_embeddings": "max_len",
 }
+LLAMA_NAMES = {
+    "hidden_size": "d_model",
+    "num_hidden_layers": "n_layers",
+    "num_attention_heads": "n_heads",
+    "intermediate_size": "d_ff",
+    "max_position_embeddings": "max_len",
+}
 MARIAN_NAMES = {
     "d_model": "d_model",
     "max_position_embeddings": "max_len",
@@ -54,6 +67,12 @@ MARIAN_NAMES = {
 def _gpt2(**extra) -> GPT2Config:
     ids = {"bos_token_id": VOCAB - 1, "eos_token_id": VOCAB - 1}
     return tiny(GPT2Config, GPT2_NAMES, n_positions=TINY["max_len"], **ids, **extra)
+
+
+def llama_config(cls: type[PretrainedConfig] = LlamaConfig, **extra) -> PretrainedConfig:
+    """Grouped-query attention (2 key/value heads for 4) and a RoPE base of its own."""
+    rope = {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}
+    return tiny(cls, LLAMA_NAMES, num_key_value_heads=2, **rope, **extra)
 
 
 def marian_config(**extra) -> MarianConfig:
@@ -73,6 +92,17 @@ CASES = {
     "gpt2-untied": (
         GPT2LMHeadModel,
         lambda: _gpt2(tie_word_embeddings=False, activation_function="gelu"),
+    ),
+    "llama": (LlamaForCausalLM, llama_config),
+    "llama-tied-biased": (
+        LlamaForCausalLM,
+        lambda: llama_config(tie_word_embeddings=True, attention_bias=True, mlp_bias=True),
+    ),
+    # A window shorter than the test sequences, so that it masks something.
+    "mistral": (MistralForCausalLM, lambda: llama_config(MistralConfig, sliding_window=3)),
+    "mixtral": (
+        MixtralForCausalLM,
+        lambda: llama_config(MixtralConfig, num_local_experts=4, num_experts_per_tok=2),
     ),
     "bert": (BertModel, lambda: tiny(BertConfig, BERT_NAMES)),
     "marian": (MarianMTModel, marian_config),

@@ -57,8 +57,9 @@ def test_exported_model_loads_in_transformers_with_the_same_outputs(saved, tmp_p
     assert_real_positions_close(ours, run_hf(reloaded, batch), mask)
 
 
-def test_gpt2_left_padding_matches_transformers_given_the_same_positions(tmp_path):
-    hf = save_random("gpt2", tmp_path)
+@pytest.mark.parametrize("case", ["gpt2", "llama", "mistral", "mixtral"])
+def test_left_padding_matches_transformers_given_the_same_positions(case, tmp_path):
+    hf = save_random(case, tmp_path)
     model = load_hf(tmp_path).model
     ids = torch.randint(0, 60, (2, 6), generator=torch.Generator().manual_seed(3))
     mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
@@ -73,6 +74,9 @@ def test_gpt2_left_padding_matches_transformers_given_the_same_positions(tmp_pat
     ("preset", "changes", "hf_class"),
     [
         ("gpt-tiny", {}, "GPT2LMHeadModel"),
+        ("llama-tiny", {}, "LlamaForCausalLM"),
+        ("llama-tiny", {"attention_window": 4}, "MistralForCausalLM"),
+        ("llama-tiny", {"n_experts": 4, "n_experts_per_token": 2}, "MixtralForCausalLM"),
         ("bert-mini", {"n_token_types": 2, "embedding_norm": True}, "BertModel"),
     ],
 )

@@ -3,9 +3,10 @@
     load_hf(SRC_DIR)        config.json -> ModelConfig, tensors -> an attnkit model
     save_hf(model, OUT_DIR) the reverse: a folder that `transformers` loads
 
-GPT-2, BERT and Marian become `DecoderOnly`, `EncoderOnly` and
-`EncoderDecoder` built from a plain `ModelConfig`: every difference between
-the families is a config field, and the same `Block` runs all three.
+GPT-2, LLaMA, Mistral and Mixtral, BERT, and Marian become `DecoderOnly`,
+`EncoderOnly` and `EncoderDecoder` built from a plain `ModelConfig`: every
+difference between the families is a config field, and the same `Block` runs
+them all.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.interop.bert import BERT
 from attnkit.interop.folder import (
@@ -27,6 +30,7 @@ from attnkit.interop.folder import (
     write_folder,
 )
 from attnkit.interop.gpt2 import GPT2
+from attnkit.interop.llama import LLAMA, MISTRAL, MIXTRAL
 from attnkit.interop.mapping import Family, dump_tensors, load_tensors
 from attnkit.interop.marian import MARIAN
 from attnkit.models import TransformerModel, build_model
@@ -34,7 +38,9 @@ from attnkit.run import TOKENIZER_FILE, atomic_write, load_pretrained, save_pret
 
 log = logging.getLogger(__name__)
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (GPT2, BERT, MARIAN)}
+FAMILIES: dict[str, Family] = {
+    f.model_type: f for f in (GPT2, LLAMA, MISTRAL, MIXTRAL, BERT, MARIAN)
+}
 
 
 def family_for(model_type: str | None) -> Family:
@@ -47,8 +53,19 @@ def family_for(model_type: str | None) -> Family:
     return FAMILIES[model_type]
 
 
-def _family_for_shape(shape: str) -> Family:
-    return next(f for f in FAMILIES.values() if f.shape == shape)
+def _family_for(config: ModelConfig) -> tuple[Family, dict[str, Any]]:
+    """The first family of the model's shape that can express it, with its config.json.
+
+    None can: the error of the shape's first family, which names the fields.
+    """
+    errors = []
+    for family in FAMILIES.values():
+        if family.shape == config.shape:
+            try:
+                return family, family.hf_config(config)
+            except AttnkitError as err:
+                errors.append(err)
+    raise errors[0]
 
 
 @dataclass
@@ -88,12 +105,12 @@ def save_hf(
 ) -> Path:
     """Write `model` as a Hugging Face folder: config.json, model.safetensors, tokenizer.json.
 
-    The family follows the shape (decoder: gpt2, encoder: bert, encoder-decoder:
-    marian); a model that family cannot express is refused, naming the fields.
+    The family is the first of the shape's that can express the model (decoder:
+    gpt2, llama, mistral, mixtral; encoder: bert; encoder-decoder: marian); a
+    model none can express is refused, naming the fields.
     """
     model = getattr(model, "_orig_mod", model)
-    family = _family_for_shape(model.config.shape)
-    config = family.hf_config(model.config)
+    family, config = _family_for(model.config)
     out = write_folder(out_dir, config, dump_tensors(model, family))
     if tokenizer is not None:
         _copy(Path(tokenizer), out / TOKENIZER_FILE)

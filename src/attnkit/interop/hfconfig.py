@@ -42,6 +42,11 @@ def require(hf: dict[str, Any], family: str, supported: dict[str, object]) -> No
 
 
 def activation_to_hf(name: str) -> str:
+    if name not in ACTIVATIONS_TO_HF:
+        raise AttnkitError(
+            f"activation {name!r} has no place in this family, whose feed-forward network is "
+            f"not gated; it takes {', '.join(ACTIVATIONS_TO_HF)}"
+        )
     return ACTIVATIONS_TO_HF[name]
 
 

@@ -7,7 +7,8 @@ each way:
     ours = join(theirs_1, ..., theirs_n)        (theirs_1, ..., theirs_n) = split(ours)
 
 The kinds: `copy`; `transpose` (GPT-2's Conv1D stores W^T); `concat` (separate
-Q, K, V projections into attnkit's fused one, along the output rows); `row`
+Q, K, V projections into attnkit's fused one, along the output rows, or
+LLaMA's gate and up projections into its gated `w_1`); `row`
 (a (1, vocab) buffer into a (vocab,) bias); `fixed` (a table attnkit computes,
 such as sinusoidal positions: checked on import, not written on export).
 
@@ -44,6 +45,8 @@ class Rule:
     `aliases` are other names under which some checkpoints store the same
     tensor a second time (a tied embedding saved under each of its names).
     An `optional` tensor that a checkpoint lacks keeps attnkit's initial value.
+    `sizes` are the rows of each part of a `concat` of unequal parts (the
+    queries, keys and values of grouped-query attention); empty is equal parts.
     """
 
     ours: str
@@ -51,6 +54,7 @@ class Rule:
     kind: str = "copy"
     aliases: tuple[str, ...] = ()
     optional: bool = False
+    sizes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -69,24 +73,32 @@ class Rule:
         if self.kind == "transpose":
             return [tensor.t()]
         if self.kind == "concat":
-            return list(tensor.chunk(len(self.theirs), dim=0))
+            parts = tensor.split(self.sizes) if self.sizes else tensor.chunk(len(self.theirs))
+            return list(parts)
         if self.kind == "row":
             return [tensor[None]]
         return [tensor]
 
 
-def module(ours: str, theirs: str | tuple[str, ...], kind: str = "copy") -> list[Rule]:
-    """Rules for a module's weight and bias (a Linear or a LayerNorm).
+def module(
+    ours: str,
+    theirs: str | tuple[str, ...],
+    kind: str = "copy",
+    *,
+    bias: bool = True,
+    sizes: tuple[int, ...] = (),
+) -> list[Rule]:
+    """Rules for a module's weight and, with `bias`, its bias (a Linear or a norm).
 
     A transposed Conv1D keeps its bias as it is; concatenated projections
     concatenate their biases too.
     """
     names = (theirs,) if isinstance(theirs, str) else theirs
     bias_kind = "copy" if kind == "transpose" else kind
-    return [
-        Rule(f"{ours}.weight", tuple(f"{n}.weight" for n in names), kind),
-        Rule(f"{ours}.bias", tuple(f"{n}.bias" for n in names), bias_kind),
-    ]
+    weight = Rule(f"{ours}.weight", tuple(f"{n}.weight" for n in names), kind, sizes=sizes)
+    if not bias:
+        return [weight]
+    return [weight, Rule(f"{ours}.bias", tuple(f"{n}.bias" for n in names), bias_kind, sizes=sizes)]
 
 
 @dataclass(frozen=True)
