@@ -12,6 +12,8 @@ import tempfile
 
 import torch
 from transformers import (
+    BloomConfig,
+    BloomForCausalLM,
     GPT2Config,
     GPT2LMHeadModel,
     MarianConfig,
@@ -80,6 +82,27 @@ def mistral_twins(
             # With the default 0.02 the tied embedding dominates and every step repeats
             # the last token; larger weights make the decoding exercise attention.
             initializer_range=0.3,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
+    ).eval()
+    return _attnkit_twin(hf), hf
+
+
+def bloom_twins(
+    n_layers: int, d_model: int, n_heads: int, vocab_size: int, seed: int = 0
+) -> tuple[TransformerModel, BloomForCausalLM]:
+    """A random BLOOM (ALiBi, no position vectors) and the attnkit `DecoderOnly` with its
+    weights, both in eval mode."""
+    torch.manual_seed(seed)
+    hf = BloomForCausalLM(
+        BloomConfig(
+            vocab_size=vocab_size,
+            hidden_size=d_model,
+            n_layer=n_layers,
+            n_head=n_heads,
+            initializer_range=0.3,  # as mistral_twins: so that decoding exercises attention
             bos_token_id=1,
             eos_token_id=2,
             pad_token_id=0,

@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
-from hf_twins import gpt2_twins, marian_twins, mistral_twins
+from hf_twins import bloom_twins, gpt2_twins, marian_twins, mistral_twins
 
 from attnkit.generate import generate
 
@@ -55,6 +55,14 @@ def mistral():
 
 
 @pytest.fixture(scope="module")
+def bloom():
+    """ALiBi over six heads (slopes of a number of heads that is not a power of two)."""
+    ours, hf = bloom_twins(2, 36, 6, 30, seed=1)
+    boost_eos(ours.embed.token.weight, hf.transformer.word_embeddings.weight)
+    return ours, hf
+
+
+@pytest.fixture(scope="module")
 def marian():
     ours, hf = marian_twins(2, 32, 4, 30, 64, seed=1)
     boost_eos(ours.src_embed.token.weight, hf.model.shared.weight)
@@ -62,7 +70,7 @@ def marian():
 
 
 @pytest.mark.parametrize("options", OPTIONS)
-@pytest.mark.parametrize("family", ["gpt2", "mistral"])
+@pytest.mark.parametrize("family", ["gpt2", "mistral", "bloom"])
 def test_left_padded_prompts_match_transformers(family, options, request):
     ours, hf = request.getfixturevalue(family)
     torch.manual_seed(5)

@@ -13,6 +13,8 @@ from torch import Tensor
 from transformers import (
     BertConfig,
     BertModel,
+    BloomConfig,
+    BloomForCausalLM,
     GPT2Config,
     GPT2LMHeadModel,
     LlamaConfig,
@@ -103,6 +105,11 @@ CASES = {
     "mixtral": (
         MixtralForCausalLM,
         lambda: llama_config(MixtralConfig, num_local_experts=4, num_experts_per_tok=2),
+    ),
+    # Six heads: ALiBi's slopes for a number of heads that is not a power of two.
+    "bloom": (
+        BloomForCausalLM,
+        lambda: BloomConfig(vocab_size=VOCAB, hidden_size=36, n_layer=2, n_head=6, seq_length=32),
     ),
     "bert": (BertModel, lambda: tiny(BertConfig, BERT_NAMES)),
     "marian": (MarianMTModel, marian_config),

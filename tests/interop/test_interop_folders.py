@@ -42,7 +42,7 @@ def gpt2_folder(tmp_path):
 
 def test_an_unsupported_model_type_lists_the_supported_ones(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    supported = r"gpt2, llama, mistral, mixtral, bert, marian"
+    supported = r"gpt2, llama, mistral, mixtral, bloom, bert, marian"
     with pytest.raises(AttnkitError, match=rf"'t5' is not supported; .*{supported}"):
         load_hf(tmp_path)
 

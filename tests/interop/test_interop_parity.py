@@ -57,7 +57,7 @@ def test_exported_model_loads_in_transformers_with_the_same_outputs(saved, tmp_p
     assert_real_positions_close(ours, run_hf(reloaded, batch), mask)
 
 
-@pytest.mark.parametrize("case", ["gpt2", "llama", "mistral", "mixtral"])
+@pytest.mark.parametrize("case", ["gpt2", "llama", "mistral", "mixtral", "bloom"])
 def test_left_padding_matches_transformers_given_the_same_positions(case, tmp_path):
     hf = save_random(case, tmp_path)
     model = load_hf(tmp_path).model

@@ -3,7 +3,7 @@
     load_hf(SRC_DIR)        config.json -> ModelConfig, tensors -> an attnkit model
     save_hf(model, OUT_DIR) the reverse: a folder that `transformers` loads
 
-GPT-2, LLaMA, Mistral and Mixtral, BERT, and Marian become `DecoderOnly`,
+GPT-2, LLaMA, Mistral, Mixtral and BLOOM, BERT, and Marian become `DecoderOnly`,
 `EncoderOnly` and `EncoderDecoder` built from a plain `ModelConfig`: every
 difference between the families is a config field, and the same `Block` runs
 them all.
@@ -22,6 +22,7 @@ import torch
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.interop.bert import BERT
+from attnkit.interop.bloom import BLOOM
 from attnkit.interop.folder import (
     is_hf_folder,
     read_config,
@@ -39,7 +40,7 @@ from attnkit.run import TOKENIZER_FILE, atomic_write, load_pretrained, save_pret
 log = logging.getLogger(__name__)
 
 FAMILIES: dict[str, Family] = {
-    f.model_type: f for f in (GPT2, LLAMA, MISTRAL, MIXTRAL, BERT, MARIAN)
+    f.model_type: f for f in (GPT2, LLAMA, MISTRAL, MIXTRAL, BLOOM, BERT, MARIAN)
 }
 
 
@@ -106,7 +107,7 @@ def save_hf(
     """Write `model` as a Hugging Face folder: config.json, model.safetensors, tokenizer.json.
 
     The family is the first of the shape's that can express the model (decoder:
-    gpt2, llama, mistral, mixtral; encoder: bert; encoder-decoder: marian); a
+    gpt2, llama, mistral, mixtral, bloom; encoder: bert; encoder-decoder: marian); a
     model none can express is refused, naming the fields.
     """
     model = getattr(model, "_orig_mod", model)

@@ -8,7 +8,9 @@ each way:
 
 The kinds: `copy`; `transpose` (GPT-2's Conv1D stores W^T); `concat` (separate
 Q, K, V projections into attnkit's fused one, along the output rows, or
-LLaMA's gate and up projections into its gated `w_1`); `row`
+LLaMA's gate and up projections into its gated `w_1`); `per-head` (BLOOM's
+fused projection, whose rows run head by head, q k v within each head, into
+attnkit's q, k, v blocks); `row`
 (a (1, vocab) buffer into a (vocab,) bias); `fixed` (a table attnkit computes,
 such as sinusoidal positions: checked on import, not written on export).
 
@@ -35,7 +37,7 @@ from attnkit.models import TransformerModel
 
 log = logging.getLogger(__name__)
 
-KINDS = ("copy", "transpose", "concat", "row", "fixed")
+KINDS = ("copy", "transpose", "concat", "row", "fixed", "per-head")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Rule:
     An `optional` tensor that a checkpoint lacks keeps attnkit's initial value.
     `sizes` are the rows of each part of a `concat` of unequal parts (the
     queries, keys and values of grouped-query attention); empty is equal parts.
+    `heads` is the number of heads of a `per-head` fused projection.
     """
 
     ours: str
@@ -55,6 +58,7 @@ class Rule:
     aliases: tuple[str, ...] = ()
     optional: bool = False
     sizes: tuple[int, ...] = ()
+    heads: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -67,6 +71,8 @@ class Rule:
             return torch.cat(tensors, dim=0)
         if self.kind == "row":
             return tensors[0].reshape(-1)
+        if self.kind == "per-head":
+            return tensors[0].unflatten(0, (self.heads, 3, -1)).transpose(0, 1).flatten(0, 2)
         return tensors[0]
 
     def split(self, tensor: Tensor) -> list[Tensor]:
@@ -77,6 +83,8 @@ class Rule:
             return list(parts)
         if self.kind == "row":
             return [tensor[None]]
+        if self.kind == "per-head":
+            return [tensor.unflatten(0, (3, self.heads, -1)).transpose(0, 1).flatten(0, 2)]
         return [tensor]
 
 
@@ -87,6 +95,7 @@ def module(
     *,
     bias: bool = True,
     sizes: tuple[int, ...] = (),
+    heads: int = 0,
 ) -> list[Rule]:
     """Rules for a module's weight and, with `bias`, its bias (a Linear or a norm).
 
@@ -95,10 +104,11 @@ def module(
     """
     names = (theirs,) if isinstance(theirs, str) else theirs
     bias_kind = "copy" if kind == "transpose" else kind
-    weight = Rule(f"{ours}.weight", tuple(f"{n}.weight" for n in names), kind, sizes=sizes)
+    shape = {"sizes": sizes, "heads": heads}
+    weight = Rule(f"{ours}.weight", tuple(f"{n}.weight" for n in names), kind, **shape)
     if not bias:
         return [weight]
-    return [weight, Rule(f"{ours}.bias", tuple(f"{n}.bias" for n in names), bias_kind, sizes=sizes)]
+    return [weight, Rule(f"{ours}.bias", tuple(f"{n}.bias" for n in names), bias_kind, **shape)]
 
 
 @dataclass(frozen=True)
