@@ -10,7 +10,7 @@ from attnkit.nn import (
     scaled_dot_product_attention,
     self_attention_mask,
 )
-from attnkit.nn.attention import local_mask
+from attnkit.nn.attention import local_mask, slot_distance
 
 
 def copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
@@ -143,15 +143,15 @@ def test_sliding_window_mask_is_mistrals() -> None:
         ],
         dtype=torch.bool,
     )
-    assert torch.equal(local_mask(5, 5, 3, causal=True), expected)
+    assert torch.equal(local_mask(slot_distance(5, 5), 3, causal=True), expected)
     # With a cache the queries are the last rows.
-    assert torch.equal(local_mask(2, 5, 3, causal=True), expected[3:])
+    assert torch.equal(local_mask(slot_distance(2, 5), 3, causal=True), expected[3:])
     # An encoder's window reaches both ways.
-    assert torch.equal(local_mask(5, 5, 3, causal=False), expected | expected.T)
+    assert torch.equal(local_mask(slot_distance(5, 5), 3, causal=False), expected | expected.T)
 
 
 def test_strided_sparse_mask_adds_every_stride_th_key() -> None:
-    mask = local_mask(9, 9, 2, 3, causal=True)
+    mask = local_mask(slot_distance(9, 9), 2, 3, causal=True)
     for i in range(9):
         seen = {j for j in range(9) if mask[i, j]}
         local = {j for j in (i - 1, i) if j >= 0}

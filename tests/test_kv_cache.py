@@ -123,3 +123,28 @@ def test_cache_overflow_and_batch_mismatch_are_clear_errors():
         model.decode_step(torch.ones(2, 1, dtype=torch.long), cache)
     with pytest.raises(AttnkitError, match="max_len"):
         model.new_cache(prompt, capacity=1000)
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi", "learned"])
+@torch.no_grad()
+def test_a_sliding_window_cache_is_a_ring_of_window_slots_that_decodes_exactly(positional):
+    model = tiny("decoder", attention_window=3, positional=positional)
+    prompt, mask = left_pad(*padded_batch([5, 2, 4], 5))
+    cache = model.new_cache(prompt, mask, capacity=20)
+    assert cache.kv.shape[4] == 3  # the window, not the capacity
+    logits = model.decode_step(prompt, cache, mask)
+    ids = prompt
+    # Chunks longer than the window, equal to it, and single tokens, as a prompt continues.
+    for n in (4, 1, 3, 1, 1, 2):
+        torch.testing.assert_close(logits, model(ids, mask).logits[:, -1], atol=1e-5, rtol=0)
+        new = torch.randint(5, 40, (3, n))
+        ids, mask = torch.cat([ids, new], 1), torch.cat([mask, torch.ones_like(new).bool()], 1)
+        logits = model.decode_step(new, cache)
+    torch.testing.assert_close(logits, model(ids, mask).logits[:, -1], atol=1e-5, rtol=0)
+    assert cache.kv.shape[4] == 3 and cache.length == ids.shape[1]
+
+
+def test_strided_attention_keeps_every_position():
+    model = tiny("decoder", attention_window=2, attention_stride=3)
+    cache = model.new_cache(torch.ones(1, 4, dtype=torch.long), capacity=20)
+    assert cache.kv.shape[4] == 20  # strided keys reach back past any window

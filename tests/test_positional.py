@@ -5,6 +5,7 @@ import math
 import torch
 
 from attnkit.nn import AbsolutePositions, sinusoidal_table
+from attnkit.nn.attention import slot_distance
 from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes
 
 
@@ -99,7 +100,7 @@ def test_alibi_slopes_equal_bloom_for_any_number_of_heads() -> None:
 
 def test_alibi_bias_is_minus_slope_times_distance() -> None:
     slopes = alibi_slopes(4)
-    bias = alibi_bias(slopes, 2, 5)
+    bias = alibi_bias(slopes, slot_distance(2, 5))
     assert bias.shape == (1, 4, 2, 5)
     for h in range(4):
         for i, query in enumerate((3, 4)):  # the queries are the last two keys

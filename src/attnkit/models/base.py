@@ -98,6 +98,8 @@ class TransformerModel(nn.Module):
             c.n_kv_heads,
             c.d_head,
             capacity,
+            # Strided keys reach back past the window, so only a plain window makes a ring.
+            window=0 if c.attention_stride else c.attention_window,
             dtype=param.dtype,
             device=param.device,
         )

@@ -10,7 +10,6 @@ and the masks of local and sparse attention, built once per forward pass.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
@@ -23,7 +22,7 @@ from attnkit.nn import (
     padding_mask,
     self_attention_mask,
 )
-from attnkit.nn.attention import local_mask
+from attnkit.nn.attention import local_mask, slot_distance
 from attnkit.nn.embedding import check_ids
 from attnkit.nn.kv_cache import KVCache
 from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes
@@ -117,8 +116,15 @@ class Stack(nn.Module):
             memory_mask = None if memory_key_mask is None else padding_mask(memory_key_mask)
         else:
             mask, memory_mask = cache.mask, cache.memory_mask
-        k_len = x.shape[1] if cache is None else cache.length
-        mask, bias = self._relative(mask, x.shape[1], k_len, x.device)
+        if self.window or self.alibi_slopes is not None:
+            # Distances from each new query to each key, in the order the keys are held.
+            if cache is None:
+                distance = slot_distance(x.shape[1], x.shape[1], x.device)
+            else:
+                distance = cache.distance()
+            mask, bias = self._relative(mask, distance)
+        else:
+            bias = None
         weights = []
         for i, block in enumerate(self.blocks):
             x, w = block(
@@ -137,22 +143,19 @@ class Stack(nn.Module):
         return x, weights
 
     def _relative(
-        self, mask: Tensor | None, q_len: int, k_len: int, device: torch.device
+        self, mask: Tensor | None, distance: Tensor
     ) -> tuple[Tensor | None, Tensor | None]:
         """The mask narrowed to the local window, and ALiBi's bias with the mask folded in.
 
-        Distances are counted in slots, the queries being the last q_len of
-        k_len keys: padding sits only at the ends, so within a sequence slot
-        distances are position distances.
+        Distances are counted in slots (`slot_distance`): padding sits only at
+        the ends, so within a sequence slot distances are position distances.
         """
         if self.window:
-            local = local_mask(
-                q_len, k_len, self.window, self.stride, causal=self.causal, device=device
-            )
+            local = local_mask(distance, self.window, self.stride, causal=self.causal)
             mask = local if mask is None else mask & local
         if self.alibi_slopes is None:
             return mask, None
-        bias = alibi_bias(self.alibi_slopes, q_len, k_len)
+        bias = alibi_bias(self.alibi_slopes, distance)
         # Only one cached query, which sees every key, comes here without a mask.
         if mask is not None:
             bias = bias.masked_fill(~mask, float("-inf"))

@@ -51,28 +51,24 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> T
     return ones.tril(diagonal=k_len - q_len)
 
 
-def local_mask(
-    q_len: int,
-    k_len: int,
-    window: int,
-    stride: int = 0,
-    *,
-    causal: bool,
-    device: torch.device | None = None,
-) -> Tensor:
-    """(q_len, k_len) boolean mask of a sliding window of `window` keys, plus strided keys.
-
-    Query i sees key j when d = i - j (|i - j| if not causal) is below `window`,
-    or, with a `stride`, is a multiple of it. The queries are the last q_len keys.
-    """
+def slot_distance(q_len: int, k_len: int, device: torch.device | None = None) -> Tensor:
+    """(q_len, k_len) distance i - j from each query to each key; the queries are the last keys."""
     q_pos = torch.arange(k_len - q_len, k_len, device=device)[:, None]
-    distance = q_pos - torch.arange(k_len, device=device)[None]
-    if not causal:
-        distance = distance.abs()
-    allowed = distance < window
+    return q_pos - torch.arange(k_len, device=device)[None]
+
+
+def local_mask(distance: Tensor, window: int, stride: int = 0, *, causal: bool) -> Tensor:
+    """Boolean mask of a sliding window of `window` keys, plus strided keys, from distances.
+
+    `distance` holds i - j for each query i and key j (`slot_distance`). Query i
+    sees key j when d = i - j (|i - j| if not causal) is below `window`, or,
+    with a `stride`, is a multiple of it.
+    """
+    d = distance if causal else distance.abs()
+    allowed = d < window
     if stride:
-        allowed |= distance % stride == 0
-    return allowed & (distance >= 0)
+        allowed |= d % stride == 0
+    return allowed & (d >= 0)
 
 
 def padding_mask(key_mask: Tensor) -> Tensor:

@@ -11,6 +11,13 @@ computed once per source, and the beams of a sentence share them (`group`).
 Buffers are preallocated for the whole decode, so a step writes in place and
 never concatenates; beam search reorders the rows by batch index, copying only
 the positions written so far into a spare buffer.
+
+With a sliding window of w keys (Mistral) no query ever looks further back
+than w - 1 positions, so the cache is a ring of w slots: position p lives in
+slot p mod w, and memory stays w positions however long the decode. Keys are
+held in ring order, not position order; attention does not care about the
+order of its keys, and the masks and ALiBi's bias are built from the position
+held in each slot (`distance`).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import AttnkitError
-from attnkit.nn.attention import causal_mask, padding_mask, self_attention_mask
+from attnkit.nn.attention import causal_mask, padding_mask, self_attention_mask, slot_distance
 
 
 class LayerKV:
@@ -31,14 +38,31 @@ class LayerKV:
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the new positions' (batch, kv_heads, n, d_head) keys and values.
 
-        Returns the keys and values of every position so far (views, no copy).
+        Returns the keys and values of every position so far (views, no copy),
+        or, on a ring, of every position the new queries may see.
         """
         cache = self.cache
-        end = cache.length
+        end, n = cache.length, k.shape[2]
         kv = cache.kv[self.index]
-        kv[0, :, :, end - k.shape[2] : end] = k
-        kv[1, :, :, end - v.shape[2] : end] = v
-        return kv[0, :, :, :end], kv[1, :, :, :end]
+        if not cache.ring:
+            kv[0, :, :, end - n : end] = k
+            kv[1, :, :, end - n : end] = v
+            return kv[0, :, :, :end], kv[1, :, :, :end]
+        held = cache.held_before
+        if n > 1:
+            # The first new queries need keys that this write overwrites: they attend
+            # over what the ring held, followed by the new keys (a copy, once per prompt).
+            keys, values = (
+                torch.cat((kv[0, :, :, :held], k), 2),
+                torch.cat((kv[1, :, :, :held], v), 2),
+            )
+        slots = cache.write_slots
+        kv[0].index_copy_(2, slots, k[:, :, n - len(slots) :])
+        kv[1].index_copy_(2, slots, v[:, :, n - len(slots) :])
+        if n > 1:
+            return keys, values
+        filled = min(end, cache.slots)
+        return kv[0, :, :, :filled], kv[1, :, :, :filled]
 
     def memory(self) -> tuple[Tensor, Tensor] | None:
         """The cross-attention keys and values over the memory, when computed."""
@@ -49,9 +73,11 @@ class LayerKV:
 class KVCache:
     """Preallocated self-attention keys and values of every layer, plus cross-attention ones.
 
-    kv: (layers, 2, batch, kv_heads, capacity, d_head), filled up to `length`.
-    key_mask: (batch, capacity), True where the key is a real token; left
+    kv: (layers, 2, batch, kv_heads, slots, d_head), filled up to `length`;
+        slots is the capacity, or the `window` when that is smaller (a ring).
+    key_mask: (batch, slots), True where the key is a real token; left
         padding of prompts stays False, so padded keys are never attended.
+    positions_held: (slots,) on a ring, the position whose key each slot holds.
     memory_kv: (layers, 2, batch / group, kv_heads, source length, d_head) or None.
     memory_mask: (batch / group, 1, 1, source length) over the memory, or None.
     group: rows of the batch per row of the memory; beam search makes it the
@@ -66,15 +92,24 @@ class KVCache:
         d_head: int,
         capacity: int,
         *,
+        window: int = 0,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> None:
+        self._capacity = capacity
+        self.ring = 0 < window < capacity
+        slots = window if self.ring else capacity
         self.kv = torch.empty(
-            n_layers, 2, batch_size, n_kv_heads, capacity, d_head, dtype=dtype, device=device
+            n_layers, 2, batch_size, n_kv_heads, slots, d_head, dtype=dtype, device=device
         )
-        self.key_mask = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
+        self.key_mask = torch.zeros(batch_size, slots, dtype=torch.bool, device=device)
+        self.positions_held = torch.full((slots,), -1, dtype=torch.long, device=device)
+        self.held_before = 0
+        self.write_slots = torch.empty(0, dtype=torch.long, device=device)
+        self._distance: Tensor | None = None
         self.n_real = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.length = 0
+        self.n_last = 0
         self.padded = False
         self.memory_kv: Tensor | None = None
         self.memory_mask: Tensor | None = None
@@ -85,6 +120,12 @@ class KVCache:
 
     @property
     def capacity(self) -> int:
+        """The most positions this cache decodes."""
+        return self._capacity
+
+    @property
+    def slots(self) -> int:
+        """The positions it holds at once: the capacity, or the window of a ring."""
         return self.kv.shape[4]
 
     @property
@@ -109,23 +150,57 @@ class KVCache:
                 f"the KV cache holds {self.capacity} positions and {end} are needed; "
                 "make it with a larger capacity"
             )
-        self.length = end
+        self.length, self.n_last = end, n
         if key_mask is None:
-            self.key_mask[:, start:end] = True
+            real = torch.ones(self.batch_size, n, dtype=torch.bool, device=self.kv.device)
             steps = torch.arange(n, device=self.n_real.device)
             positions = (self.n_real[:, None] + steps) if self.padded else (start + steps)[None]
             self.n_real += n
         else:
-            self.key_mask[:, start:end] = key_mask
+            real = key_mask
             self.padded = self.padded or not bool(key_mask.all())
             positions = (self.n_real[:, None] + key_mask.long().cumsum(-1) - 1).clamp(min=0)
             self.n_real += key_mask.sum(-1)
-        if self.padded:
-            self.mask = self_attention_mask(self.key_mask[:, :end], n, causal=True)
+        if self.ring:
+            self._extend_ring(real, start, end)
         else:
-            # One new query is the last position: it may attend to every key.
-            self.mask = None if n == 1 else causal_mask(n, end, self.kv.device)
+            self.key_mask[:, start:end] = real
+            self._distance = None
+            if self.padded:
+                self.mask = self_attention_mask(self.key_mask[:, :end], n, causal=True)
+            else:
+                # One new query is the last position: it may attend to every key.
+                self.mask = None if n == 1 else causal_mask(n, end, self.kv.device)
         return positions
+
+    def _extend_ring(self, real: Tensor, start: int, end: int) -> None:
+        """Choose the ring slots of the new positions and describe the keys `update` returns.
+
+        Those keys are what the ring held before, then the new ones, for several
+        new positions; the ring after the write, for one.
+        """
+        new = torch.arange(start, end, device=self.kv.device)
+        self.held_before = min(start, self.slots)
+        if len(new) > 1:
+            keys_at = torch.cat((self.positions_held[: self.held_before], new))
+            keys_real = torch.cat((self.key_mask[:, : self.held_before], real), 1)
+        kept = new[-self.slots :]  # a prompt longer than the ring leaves only its end
+        self.write_slots = kept % self.slots
+        self.positions_held[self.write_slots] = kept
+        self.key_mask[:, self.write_slots] = real[:, len(new) - len(kept) :]
+        if len(new) == 1:
+            filled = min(end, self.slots)
+            keys_at, keys_real = self.positions_held[:filled], self.key_mask[:, :filled]
+        self._distance = new[:, None] - keys_at[None]
+        # Causality and the window come from the distances (the stack's local mask);
+        # the cache adds padding, and each query's own key for padded queries.
+        self.mask = padding_mask(keys_real) | (self._distance == 0) if self.padded else None
+
+    def distance(self) -> Tensor:
+        """(new queries, keys) distance from each query of the last `extend` to each key."""
+        if self._distance is not None:
+            return self._distance
+        return slot_distance(self.n_last, self.length, self.kv.device)
 
     def repeat_rows(self, n: int) -> None:
         """Each row becomes `n` consecutive rows (the beams of a sentence) sharing its memory."""

@@ -97,12 +97,9 @@ def alibi_slopes(n_heads: int) -> Tensor:
     return torch.cat((geometric(below), extra)).float()
 
 
-def alibi_bias(slopes: Tensor, q_len: int, k_len: int) -> Tensor:
-    """(1, heads, q_len, k_len) bias -m_h |i - j|; the queries are the last q_len keys."""
-    q_pos = torch.arange(k_len - q_len, k_len, device=slopes.device)[:, None]
-    k_pos = torch.arange(k_len, device=slopes.device)[None]
-    distance = (q_pos - k_pos).abs().to(slopes.dtype)
-    return -(slopes[:, None, None] * distance)[None]
+def alibi_bias(slopes: Tensor, distance: Tensor) -> Tensor:
+    """(1, heads, queries, keys) bias -m_h |i - j| from the distances i - j (queries, keys)."""
+    return -(slopes[:, None, None] * distance.abs().to(slopes.dtype))[None]
 
 
 class AbsolutePositions(nn.Module):
