@@ -186,3 +186,16 @@ def test_an_expert_without_tokens_still_gets_a_gradient():
     moe(torch.rand(3, 5, D_MODEL)).sum().backward()
     unused = [p.grad for expert in moe.experts[2:] for p in expert.parameters()]
     assert all(g is not None and not g.any() for g in unused)
+
+
+def test_padding_stays_out_of_a_models_balancing_loss():
+    model = moe_model("decoder").train()
+    ids = torch.randint(5, 24, (1, 6))
+    model(ids)
+    alone = router_aux_loss(model)
+    padded = torch.cat([ids, torch.full((1, 4), 0)], 1)
+    mask = torch.arange(10)[None] < 6
+    model(padded, mask)
+    torch.testing.assert_close(router_aux_loss(model), alone)
+    model(padded)  # the same tokens counted as real change the loss
+    assert not torch.allclose(router_aux_loss(model), alone)

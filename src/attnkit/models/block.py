@@ -97,13 +97,16 @@ class Block(nn.Module):
         positions: Tensor | None = None,
         need_weights: bool = False,
         cache: LayerKV | None = None,
+        key_mask: Tensor | None = None,
     ) -> tuple[Tensor, Weights]:
         """x: (batch, length, d_model) -> same shape, plus (self, cross) attention weights.
 
         `mask` is the full self-attention mask (None: only causal, if causal);
         `bias` is added to the self-attention scores (ALiBi, with any mask folded in);
         `memory_mask` is (batch, 1, 1, source length) over the memory; `cache`
-        is this layer's part of a `KVCache` when decoding step by step.
+        is this layer's part of a `KVCache` when decoding step by step;
+        `key_mask` (batch, length), True for real tokens, keeps padding out of
+        a mixture of experts' load-balancing loss.
         """
         r = self.self_attn_residual
         h, self_weights = self.self_attn(
@@ -123,5 +126,7 @@ class Block(nn.Module):
                 r.before(x), memory, mask=memory_mask, need_weights=need_weights, cache=cache
             )
             x = r.after(x, h)
-        x = self.ff_residual.after(x, self.ff(self.ff_residual.before(x)))
+        h = self.ff_residual.before(x)
+        h = self.ff(h, key_mask) if isinstance(self.ff, MixtureOfExperts) else self.ff(h)
+        x = self.ff_residual.after(x, h)
         return x, (self_weights, cross_weights)

@@ -136,6 +136,7 @@ class Stack(nn.Module):
                 positions=positions,
                 need_weights=need_weights,
                 cache=None if cache is None else cache.layers[i],
+                key_mask=key_mask if cache is None else None,
             )
             weights.append(w)
         if self.norm is not None:
