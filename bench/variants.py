@@ -1,0 +1,74 @@
+"""The variants on real data: Tiny Shakespeare's character-level GPT, one change at a time.
+
+Each row trains configs/tinyshakespeare_char.toml (nanoGPT's CPU recipe: 4 layers,
+d_model 128, context 64, batch 12, 2,000 steps, cosine from 1e-3) with the row's
+`[model]` changes and reports the validation loss at the end (same 90/10 split,
+same seed, same batches), the parameters and the training time. Gated
+feed-forward rows use d_ff 352 so their three matrices hold what the plain two
+of d_ff 512 hold.
+
+    PYTHONPATH=src python bench/variants.py [--steps 2000] [--only rope alibi ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from attnkit import ModelConfig, build_model
+from attnkit.cli import main as attnkit
+
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tinyshakespeare_char.toml"
+GATED = {"activation": "swiglu", "d_ff": 352}
+VARIANTS: dict[str, dict[str, object]] = {
+    "gpt-tiny (learned positions, GELU, LayerNorm, pre-LN)": {},
+    "RoPE": {"positional": "rope"},
+    "ALiBi": {"positional": "alibi"},
+    "SwiGLU": GATED,
+    "RMSNorm": {"norm": "rmsnorm"},
+    "GQA, 2 key/value heads": {"n_kv_heads": 2},
+    "sliding window of 16": {"attention_window": 16},
+    "DeepNorm (post-LN)": {"norm_position": "deepnorm"},
+    "mixture of 4 experts, top 2": {"n_experts": 4, "n_experts_per_token": 2},
+    "llama-tiny (RoPE, RMSNorm, SwiGLU, GQA 2, no biases)": {"preset": "llama-tiny", **GATED},
+}
+
+
+def train(changes: dict[str, object], steps: int, out: Path) -> dict[str, float]:
+    sets = [f"model.{key}={json.dumps(value)}" for key, value in changes.items()]
+    sets += [f"train.steps={steps}", f"train.out_dir={json.dumps(str(out))}"]
+    sets += [f"train.save_every={steps}", f"eval.every={steps}", "train.log_every=500"]
+    start = time.perf_counter()
+    attnkit(["train", str(CONFIG), *[arg for s in sets for arg in ("--set", s)]])
+    seconds = time.perf_counter() - start
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    val = [r["val_loss"] for r in records if "val_loss" in r][-1]
+    model = build_model(ModelConfig.from_json(out / "config.json"))
+    return {"val_loss": val, "seconds": seconds, "parameters": model.num_parameters()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--only", nargs="*", help="rows whose name starts with one of these")
+    args = parser.parse_args()
+    rows = [
+        name
+        for name in VARIANTS
+        if not args.only or any(name.startswith(prefix) for prefix in args.only)
+    ]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, name in enumerate(rows):
+            results[name] = train(VARIANTS[name], args.steps, Path(tmp) / str(i))
+    print(f"\n| variant | parameters | val loss after {args.steps} steps | training time |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, r in results.items():
+        print(f"| {name} | {r['parameters']:,} | {r['val_loss']:.3f} | {r['seconds']:.0f} s |")
+
+
+if __name__ == "__main__":
+    main()
