@@ -63,6 +63,14 @@ def test_config_is_frozen_and_replace_validates() -> None:
         ({"n_decoder_layers": 0}, "needs n_decoder_layers >= 1"),
         ({"pad_id": 40000}, "pad_id 40000 is outside the vocabulary"),
         ({"norm_eps": 0.0}, "norm_eps must be positive"),
+        ({"attention_window": -1}, "attention_window must be a non-negative integer"),
+        ({"attention_stride": 4}, "attention_stride adds strided keys to a local window"),
+        ({"positional": "rope", "d_model": 36, "n_heads": 4}, "d_head 9 is odd"),
+        ({"positional": "rope", "rope_scaling": 0.5}, "rope_scaling at least 1"),
+        ({"rope_theta": 500.0}, "rope_theta and rope_scaling only apply to RoPE"),
+        ({"n_experts": 4, "n_experts_per_token": 5}, "n_experts_per_token must be between 1"),
+        ({"router_aux_loss_coef": -0.1}, "router_aux_loss_coef must be non-negative"),
+        ({"norm": "batchnorm"}, "norm 'batchnorm' is not one of layernorm, rmsnorm"),
     ],
 )
 def test_invalid_configs_get_one_clear_sentence(changes: dict, message: str) -> None:

@@ -186,6 +186,11 @@ class ModelConfig:
                 "attention_stride adds strided keys to a local window; set attention_window too "
                 "(Child et al. use a window equal to the stride)"
             )
+        if self.positional != "rope" and (self.rope_theta, self.rope_scaling) != (10000.0, 1.0):
+            raise AttnkitError(
+                f"rope_theta and rope_scaling only apply to RoPE, but positional is "
+                f"{self.positional!r}; set positional to 'rope' or leave them at their defaults"
+            )
         if self.positional == "rope":
             if self.d_head % 2:
                 raise AttnkitError(f"RoPE turns pairs of dimensions; d_head {self.d_head} is odd")
