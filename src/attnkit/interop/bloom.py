@@ -19,7 +19,7 @@ from typing import Any
 
 from attnkit.config import ModelConfig
 from attnkit.interop.hfconfig import require, special_id
-from attnkit.interop.mapping import Family, Rule, module
+from attnkit.interop.mapping import Family, Rule, lm_head, module
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
@@ -67,10 +67,9 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
 
 
 def rules(c: ModelConfig) -> list[Rule]:
-    tied = c.tie_embeddings == "decoder"
-    head = ("lm_head.weight",) if tied else ()
+    embed, head = lm_head(c, "transformer.word_embeddings.weight")
     out = [
-        Rule("embed.token.weight", ("transformer.word_embeddings.weight",), aliases=head),
+        embed,
         *module("embed.norm", "transformer.word_embeddings_layernorm"),
     ]
     for i in range(c.n_decoder_layers):
@@ -83,9 +82,7 @@ def rules(c: ModelConfig) -> list[Rule]:
         out += module(f"{ours}.ff.w_1", f"{theirs}.mlp.dense_h_to_4h")
         out += module(f"{ours}.ff.w_2", f"{theirs}.mlp.dense_4h_to_h")
     out += module("decoder.norm", "transformer.ln_f")
-    if not tied:
-        out.append(Rule("head.weight", ("lm_head.weight",)))
-    return out
+    return out + head
 
 
 BLOOM = Family(

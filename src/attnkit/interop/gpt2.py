@@ -14,7 +14,7 @@ from typing import Any
 
 from attnkit.config import ModelConfig
 from attnkit.interop.hfconfig import activation_from_hf, activation_to_hf, require, special_id
-from attnkit.interop.mapping import Family, Rule, module
+from attnkit.interop.mapping import Family, Rule, lm_head, module
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
@@ -73,10 +73,9 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
 
 
 def rules(c: ModelConfig) -> list[Rule]:
-    tied = c.tie_embeddings == "decoder"
-    head = ("lm_head.weight",) if tied else ()
+    embed, head = lm_head(c, "transformer.wte.weight")
     out = [
-        Rule("embed.token.weight", ("transformer.wte.weight",), aliases=head),
+        embed,
         Rule("embed.positions.table", ("transformer.wpe.weight",)),
     ]
     for i in range(c.n_decoder_layers):
@@ -88,9 +87,7 @@ def rules(c: ModelConfig) -> list[Rule]:
         out += module(f"{ours}.ff.w_1", f"{theirs}.mlp.c_fc", "transpose")
         out += module(f"{ours}.ff.w_2", f"{theirs}.mlp.c_proj", "transpose")
     out += module("decoder.norm", "transformer.ln_f")
-    if not tied:
-        out.append(Rule("head.weight", ("lm_head.weight",)))
-    return out
+    return out + head
 
 
 GPT2 = Family(

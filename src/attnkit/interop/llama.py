@@ -20,7 +20,7 @@ from typing import Any
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.interop.hfconfig import require, special_id
-from attnkit.interop.mapping import Family, Rule, module
+from attnkit.interop.mapping import Family, Rule, lm_head, module
 
 
 def _rope_theta(hf: dict[str, Any]) -> float:
@@ -134,10 +134,9 @@ def _feed_forward(c: ModelConfig, ours: str, theirs: str) -> list[Rule]:
 
 
 def rules(c: ModelConfig) -> list[Rule]:
-    tied = c.tie_embeddings == "decoder"
-    head = ("lm_head.weight",) if tied else ()
+    embed, head = lm_head(c, "model.embed_tokens.weight")
     q_rows, kv_rows = c.n_heads * c.d_head, c.n_kv_heads * c.d_head
-    out = [Rule("embed.token.weight", ("model.embed_tokens.weight",), aliases=head)]
+    out = [embed]
     for i in range(c.n_decoder_layers):
         ours, theirs = f"decoder.blocks.{i}", f"model.layers.{i}"
         qkv = tuple(f"{theirs}.self_attn.{n}_proj" for n in "qkv")
@@ -153,9 +152,7 @@ def rules(c: ModelConfig) -> list[Rule]:
         out += _feed_forward(c, ours, theirs)
         out += module(f"{ours}.ff_residual.norm", f"{theirs}.post_attention_layernorm", bias=False)
     out += module("decoder.norm", "model.norm", bias=False)
-    if not tied:
-        out.append(Rule("head.weight", ("lm_head.weight",)))
-    return out
+    return out + head
 
 
 def _family(

@@ -111,6 +111,17 @@ def module(
     return [weight, Rule(f"{ours}.bias", tuple(f"{n}.bias" for n in names), bias_kind, **shape)]
 
 
+def lm_head(config: ModelConfig, embedding: str) -> tuple[Rule, list[Rule]]:
+    """A decoder's token embedding (checkpoint name `embedding`) and its output head.
+
+    Tied, the head is the embedding, which checkpoints may store again as
+    `lm_head.weight`; untied, the head has its own rule.
+    """
+    if config.tie_embeddings == "decoder":
+        return Rule("embed.token.weight", (embedding,), aliases=("lm_head.weight",)), []
+    return Rule("embed.token.weight", (embedding,)), [Rule("head.weight", ("lm_head.weight",))]
+
+
 @dataclass(frozen=True)
 class Family:
     """One Hugging Face model_type and how it maps onto attnkit.
