@@ -48,7 +48,7 @@ class LayerKV:
             kv[0, :, :, end - n : end] = k
             kv[1, :, :, end - n : end] = v
             return kv[0, :, :, :end], kv[1, :, :, :end]
-        held = cache.held_before
+        held = min(end - n, cache.slots)
         if n > 1:
             # The first new queries need keys that this write overwrites: they attend
             # over what the ring held, followed by the new keys (a copy, once per prompt).
@@ -104,7 +104,6 @@ class KVCache:
         )
         self.key_mask = torch.zeros(batch_size, slots, dtype=torch.bool, device=device)
         self.positions_held = torch.full((slots,), -1, dtype=torch.long, device=device)
-        self.held_before = 0
         self.write_slots = torch.empty(0, dtype=torch.long, device=device)
         self._distance: Tensor | None = None
         self.n_real = torch.zeros(batch_size, dtype=torch.long, device=device)
@@ -152,19 +151,17 @@ class KVCache:
             )
         self.length, self.n_last = end, n
         if key_mask is None:
-            real = torch.ones(self.batch_size, n, dtype=torch.bool, device=self.kv.device)
             steps = torch.arange(n, device=self.n_real.device)
             positions = (self.n_real[:, None] + steps) if self.padded else (start + steps)[None]
             self.n_real += n
         else:
-            real = key_mask
             self.padded = self.padded or not bool(key_mask.all())
             positions = (self.n_real[:, None] + key_mask.long().cumsum(-1) - 1).clamp(min=0)
             self.n_real += key_mask.sum(-1)
         if self.ring:
-            self._extend_ring(real, start, end)
+            self._extend_ring(key_mask, start, end)
         else:
-            self.key_mask[:, start:end] = real
+            self.key_mask[:, start:end] = True if key_mask is None else key_mask
             self._distance = None
             if self.padded:
                 self.mask = self_attention_mask(self.key_mask[:, :end], n, causal=True)
@@ -173,21 +170,25 @@ class KVCache:
                 self.mask = None if n == 1 else causal_mask(n, end, self.kv.device)
         return positions
 
-    def _extend_ring(self, real: Tensor, start: int, end: int) -> None:
+    def _extend_ring(self, key_mask: Tensor | None, start: int, end: int) -> None:
         """Choose the ring slots of the new positions and describe the keys `update` returns.
 
         Those keys are what the ring held before, then the new ones, for several
         new positions; the ring after the write, for one.
         """
         new = torch.arange(start, end, device=self.kv.device)
-        self.held_before = min(start, self.slots)
         if len(new) > 1:
-            keys_at = torch.cat((self.positions_held[: self.held_before], new))
-            keys_real = torch.cat((self.key_mask[:, : self.held_before], real), 1)
+            held = min(start, self.slots)
+            real = key_mask
+            if real is None:
+                real = torch.ones(self.batch_size, len(new), dtype=torch.bool, device=new.device)
+            keys_at = torch.cat((self.positions_held[:held], new))
+            keys_real = torch.cat((self.key_mask[:, :held], real), 1)
         kept = new[-self.slots :]  # a prompt longer than the ring leaves only its end
         self.write_slots = kept % self.slots
         self.positions_held[self.write_slots] = kept
-        self.key_mask[:, self.write_slots] = real[:, len(new) - len(kept) :]
+        written = True if key_mask is None else key_mask[:, len(new) - len(kept) :]
+        self.key_mask[:, self.write_slots] = written
         if len(new) == 1:
             filled = min(end, self.slots)
             keys_at, keys_real = self.positions_held[:filled], self.key_mask[:, :filled]

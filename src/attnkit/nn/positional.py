@@ -72,14 +72,22 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
 
-    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """x (batch, heads, length, d_head) at positions (batch or 1, length) -> R x."""
-        cos, sin = self.cos[positions][:, None], self.sin[positions][:, None]
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+    def tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin of the angles at positions (batch or 1, length), shaped to broadcast
+        over (batch, heads, length, d_head / 2)."""
+        return self.cos[positions][:, None], self.sin[positions][:, None]
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        return self.rotate(q, q_pos), self.rotate(k, k_pos)
+        q_tables = self.tables(q_pos)
+        # Self-attention passes one positions tensor for both: look the angles up once.
+        k_tables = q_tables if k_pos is q_pos else self.tables(k_pos)
+        return _rotate(q, *q_tables), _rotate(k, *k_tables)
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """R x: each pair (x_i, x_{i + d/2}) of x (batch, heads, length, d_head) turned by its angle."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
