@@ -83,6 +83,17 @@ def test_overrides_are_parsed_to_the_field_type(tmp_path):
         ("", ["data.task=summarise"], "data.task 'summarise' is not one of"),
         ("", ["model.preset=paper-bse"], "did you mean 'paper-base'"),
         ("", ["train.average_last=5"], "raise train.keep_last"),
+        ("", ["train.decay_over=hours"], "train.decay_over 'hours' is not one of"),
+        (
+            "",
+            ["train.decay_over=minutes", "train.schedule=cosine"],
+            "train.decay_over 'minutes' needs train.max_minutes > 0",
+        ),
+        (
+            "",
+            ["train.decay_over=minutes", "train.max_minutes=5"],
+            "not 'inverse-sqrt'",
+        ),
         ("", ["trainsteps=5"], "is not section.key=value"),
         ("[train\n", [], "is not valid TOML"),
         ("", ["lora.rank=-1"], "lora.rank must be zero or more"),

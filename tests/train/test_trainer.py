@@ -1,7 +1,9 @@
+import itertools
 import json
 import math
 import os
 import signal
+from dataclasses import replace
 
 import pytest
 import torch
@@ -220,3 +222,18 @@ def test_time_budget_stops_saves_and_averages(tmp_path):
     assert result.stopped == "time-limit" and result.step == 1
     assert load_trainer_state(tmp_path)["step"] == 1
     assert (tmp_path / "curves.png").is_file()
+
+
+def test_decay_over_minutes_reaches_the_floor_when_the_budget_ends(tmp_path):
+    """A step budget far too large for 1.2 s: the linear decay still ends with the time."""
+    lr = 3e-3
+    train = settings(tmp_path, steps=100_000, max_minutes=0.02, schedule="linear", warmup=0, lr=lr)
+    rates: list[float] = []
+    trainer = Trainer(
+        tiny_model(), translation_batches(4), train=replace(train, decay_over="minutes")
+    )
+    trainer.callbacks.append(lambda info: rates.append(info["lr"]))
+    result = trainer.fit()
+    assert result.stopped == "time-limit" and 10 < result.step < 100_000
+    assert all(a >= b for a, b in itertools.pairwise(rates))
+    assert rates[0] > 0.9 * lr and rates[-1] < 0.1 * lr

@@ -11,11 +11,18 @@ The paper's schedule (section 5.3), for step = 1, 2, ...:
 a linear warmup then inverse-square-root decay, peaking at step = warmup with
 (d_model * warmup)^-0.5. Linear warmup + cosine decay goes from 0 to the peak
 in `warmup` steps, then along half a cosine to `min_lr` at the last step.
+
+A run bounded by wall-clock time rather than steps can stretch the decay over
+its budget instead (`TimeBudget`), as budget-aware training recipes do
+(Li et al. 2020, "Budgeted Training"; Geiping & Goldstein 2022, "Cramming"):
+the last step is re-estimated at every step as the one the budget reaches at
+the pace so far, so the rate arrives at `min_lr` as the time runs out.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 import torch
@@ -77,34 +84,71 @@ def paper_rate(step: int, d_model: int, warmup: int) -> float:
 
 def schedule_factor(
     kind: str, *, lr: float, warmup: int, steps: int, min_lr: float = 0.0
-) -> Callable[[int], float]:
+) -> Callable[..., float]:
     """The multiplier of `lr` at optimizer step `step` (1-based), by schedule name.
 
     inverse-sqrt: the paper's shape scaled to peak at `lr` (with lr =
     (d_model * warmup)^-0.5 it is the paper's schedule exactly); cosine and
     linear: warmup, then decay to `min_lr` at `steps`; constant: warmup, then flat.
+    The returned function takes `(step, last=steps)`: `last` moves the end of
+    the decay (a `TimeBudget.last_step`).
     """
     floor = min_lr / lr
 
     def warm(step: int) -> float:
         return min(1.0, step / warmup) if warmup else 1.0
 
-    def progress(step: int) -> float:
-        return min(1.0, max(0.0, (step - warmup) / max(1, steps - warmup)))
+    def progress(step: int, last: float) -> float:
+        return min(1.0, max(0.0, (step - warmup) / max(1.0, last - warmup)))
+
+    def cosine(step: int, last: float = steps) -> float:
+        if step <= warmup:
+            return warm(step)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress(step, last)))
+
+    def linear(step: int, last: float = steps) -> float:
+        return warm(step) if step <= warmup else 1 - (1 - floor) * progress(step, last)
 
     if kind == "inverse-sqrt":
-        return lambda step: warmup**0.5 * min(step**-0.5, step * warmup**-1.5)
+        return lambda step, last=steps: warmup**0.5 * min(step**-0.5, step * warmup**-1.5)
     if kind == "cosine":
-        return lambda step: (
-            warm(step)
-            if step <= warmup
-            else floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress(step)))
-        )
+        return cosine
     if kind == "linear":
-        return lambda step: warm(step) if step <= warmup else 1 - (1 - floor) * progress(step)
+        return linear
     if kind == "constant":
-        return warm
+        return lambda step, last=steps: warm(step)
     raise AttnkitError(f"unknown schedule {kind!r}; use inverse-sqrt, cosine, linear or constant")
+
+
+class TimeBudget:
+    """The last step of a decay that should end when `seconds` of wall time are spent.
+
+    Before step s, t seconds into the session that began after step s0, the
+    s - 1 - s0 steps done so far put the budget's end at step
+    s0 + (s - 1 - s0) * seconds / t, capped by `steps`. Without warmup the
+    decay's progress is then the fraction of the budget spent; evaluations and
+    a slow start count as spent time, so the rate is never late to reach its
+    floor. A resumed run gets a fresh budget: its decay stretches over the new
+    session.
+    """
+
+    def __init__(self, seconds: float, steps: int, clock: Callable[[], float] = time.perf_counter):
+        self.seconds, self.steps, self.clock = seconds, steps, clock
+        self.start: float | None = None
+        self.first_step = 0
+
+    def begin(self, step: int) -> None:
+        """Start the session's clock at optimizer step `step` (0 for a new run)."""
+        self.start, self.first_step = self.clock(), step
+
+    def last_step(self, step: int) -> float:
+        """The step the budget ends at, at the pace of the steps before `step`."""
+        if self.start is None:
+            return self.steps
+        spent, done = self.clock() - self.start, step - 1 - self.first_step
+        if spent <= 0 or done <= 0:
+            return self.steps
+        return min(self.steps, self.first_step + done * self.seconds / spent)
 
 
 def build_scheduler(

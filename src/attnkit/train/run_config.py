@@ -31,6 +31,8 @@ from attnkit.nn.lora import ATTENTION_PROJECTIONS
 
 TASKS = ("translation", "language-model", "masked-lm", "reverse")
 SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
+DECAY_OVER = ("steps", "minutes")
+DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 TOKENIZER_KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char")
@@ -133,6 +135,9 @@ class TrainSection:
         `lr`; the paper's own peak is (d_model · warmup)^-0.5.
     max_minutes: a wall-clock budget for this session's training; the run
         stops, saves and finishes (averaging, curves) when it is spent; 0 is none.
+    decay_over: `steps` ends a cosine or linear decay at `steps`; `minutes`
+        ends it when `max_minutes` run out (or at `steps`, if that comes
+        first), at the pace measured so far, for runs bounded by time.
     accumulate: micro-batches per optimizer step (gradient accumulation).
     precision: `bf16` autocasts on CPU and CUDA; `fp16` (CUDA only) adds a
         gradient scaler.
@@ -153,6 +158,7 @@ class TrainSection:
     lr: float = 1e-3
     min_lr: float = 0.0
     schedule: str = "inverse-sqrt"
+    decay_over: str = "steps"
     warmup: int = 100
     weight_decay: float = 0.01
     beta1: float = 0.9
@@ -173,6 +179,7 @@ class TrainSection:
 
     def __post_init__(self) -> None:
         _choice("train", "schedule", self.schedule, SCHEDULES)
+        _choice("train", "decay_over", self.decay_over, DECAY_OVER)
         _choice("train", "precision", self.precision, PRECISIONS)
         _choice("train", "device", self.device, DEVICES)
         _positive("train", self, "steps", "lr", "accumulate", "log_every", "save_every")
@@ -185,6 +192,11 @@ class TrainSection:
         _check(
             self.schedule != "inverse-sqrt" or self.warmup > 0,
             "train.schedule 'inverse-sqrt' needs train.warmup > 0",
+        )
+        _check(
+            self.decay_over == "steps" or (self.max_minutes > 0 and self.schedule in DECAYS),
+            "train.decay_over 'minutes' needs train.max_minutes > 0 and a schedule that ends "
+            f"(one of {', '.join(DECAYS)}), not {self.schedule!r}",
         )
         _check(
             self.average_last <= self.keep_last,

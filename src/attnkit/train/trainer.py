@@ -40,7 +40,7 @@ from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
 from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.objectives import Objective, objective_for
-from attnkit.train.optim import build_optimizer, build_scheduler, schedule_factor
+from attnkit.train.optim import TimeBudget, build_optimizer, build_scheduler, schedule_factor
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,14 @@ class Trainer:
         factor = schedule_factor(
             c.schedule, lr=c.lr, warmup=c.warmup, steps=c.steps, min_lr=c.min_lr
         )
-        self.scheduler = build_scheduler(self.optimizer, factor)
+        if c.decay_over == "minutes":
+            self.budget = TimeBudget(60 * c.max_minutes, c.steps)
+            self.scheduler = build_scheduler(
+                self.optimizer, lambda step: factor(step, self.budget.last_step(step))
+            )
+        else:
+            self.budget = None
+            self.scheduler = build_scheduler(self.optimizer, factor)
         self.scaler = torch.amp.GradScaler(
             "cuda", enabled=c.precision == "fp16" and self.device.type == "cuda"
         )
@@ -290,6 +297,8 @@ class Trainer:
         batches = self._batches()
         self.model.train()
         start = time.perf_counter()
+        if self.budget is not None:
+            self.budget.begin(self.step)
         interval = {"loss": 0.0, "tokens": 0.0, "aux": 0.0, "start": start}
         while self.step < c.steps:
             # One all-reduce gives every rank the global sums (NCCL wants them on the device).
