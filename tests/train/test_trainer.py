@@ -3,7 +3,6 @@ import json
 import math
 import os
 import signal
-from dataclasses import replace
 
 import pytest
 import torch
@@ -227,11 +226,17 @@ def test_time_budget_stops_saves_and_averages(tmp_path):
 def test_decay_over_minutes_reaches_the_floor_when_the_budget_ends(tmp_path):
     """A step budget far too large for 1.2 s: the linear decay still ends with the time."""
     lr = 3e-3
-    train = settings(tmp_path, steps=100_000, max_minutes=0.02, schedule="linear", warmup=0, lr=lr)
-    rates: list[float] = []
-    trainer = Trainer(
-        tiny_model(), translation_batches(4), train=replace(train, decay_over="minutes")
+    train = settings(
+        tmp_path,
+        steps=100_000,
+        max_minutes=0.02,
+        schedule="linear",
+        decay_over="minutes",
+        warmup=0,
+        lr=lr,
     )
+    rates: list[float] = []
+    trainer = Trainer(tiny_model(), translation_batches(4), train=train)
     trainer.callbacks.append(lambda info: rates.append(info["lr"]))
     result = trainer.fit()
     assert result.stopped == "time-limit" and 10 < result.step < 100_000

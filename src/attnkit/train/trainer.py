@@ -140,14 +140,12 @@ class Trainer:
         factor = schedule_factor(
             c.schedule, lr=c.lr, warmup=c.warmup, steps=c.steps, min_lr=c.min_lr
         )
-        if c.decay_over == "minutes":
-            self.budget = TimeBudget(60 * c.max_minutes, c.steps)
-            self.scheduler = build_scheduler(
-                self.optimizer, lambda step: factor(step, self.budget.last_step(step))
-            )
-        else:
-            self.budget = None
-            self.scheduler = build_scheduler(self.optimizer, factor)
+        budget = TimeBudget(60 * c.max_minutes, c.steps) if c.decay_over == "minutes" else None
+        self.budget = budget
+        self.scheduler = build_scheduler(
+            self.optimizer,
+            factor if budget is None else lambda step: factor(step, budget.last_step(step)),
+        )
         self.scaler = torch.amp.GradScaler(
             "cuda", enabled=c.precision == "fp16" and self.device.type == "cuda"
         )
