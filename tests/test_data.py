@@ -180,7 +180,10 @@ def test_language_model_blocks_overlap_by_one_and_splits_partition_the_stream(
     assert train[0][-1] == train[1][0]
     assert chars.decode(np.concatenate([train[i][:-1] for i in range(3)])) == text[:48]
     batch = train.collate([train[0], train[1]])
-    assert batch.src is None and batch.tgt.shape == (2, 17) and batch.tgt_mask.all()
+    # Blocks of one length carry no mask; a shorter one is padded and masked.
+    assert batch.src is None and batch.tgt.shape == (2, 17) and batch.tgt_mask is None
+    batch = train.collate([train[0], train[1][:5]])
+    assert batch.tgt_mask.sum(1).tolist() == [17, 5]
 
 
 def test_language_model_split_too_short_is_an_error(tmp_path: Path) -> None:

@@ -64,3 +64,10 @@ def test_perplexity_is_exp_mean_nll_over_real_tokens(shape):
     score = perplexity(model, [batch])
     assert score.value == pytest.approx(math.exp(sum(nll) / len(nll)), rel=1e-5)
     assert score.signature == "6 tokens"
+    # Without a mask (an unpadded batch) every label counts: the first row alone.
+    unpadded = Batch(src[:1, :3], None, tgt[:1], None)
+    if shape == "decoder":
+        unpadded = Batch(None, None, tgt[:1], None)
+    score = perplexity(model, [unpadded])
+    assert score.value == pytest.approx(math.exp(sum(nll[:4]) / 4), rel=1e-5)
+    assert score.signature == "4 tokens"

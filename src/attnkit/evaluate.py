@@ -99,13 +99,15 @@ def perplexity(model: TransformerModel, batches: Iterable[Batch]) -> Score:
             tgt, tgt_mask = batch.tgt, batch.tgt_mask
             if tgt is None:
                 raise AttnkitError("perplexity needs batches with a target (tgt)")
-            if tgt_mask is None:
-                tgt_mask = torch.ones_like(tgt, dtype=torch.bool)
+            # No mask means no padding (`collate_lm`): every label counts.
+            mask = None if tgt_mask is None else tgt_mask[:, :-1]
             if model.config.shape == "encoder-decoder":
-                logits = model(batch.src, tgt[:, :-1], batch.src_mask, tgt_mask[:, :-1]).logits
+                logits = model(batch.src, tgt[:, :-1], batch.src_mask, mask).logits
             else:
-                logits = model(tgt[:, :-1], tgt_mask[:, :-1]).logits
-            labels = tgt[:, 1:].masked_fill(~tgt_mask[:, 1:].bool(), -100)
+                logits = model(tgt[:, :-1], mask).logits
+            labels = tgt[:, 1:]
+            if tgt_mask is not None:
+                labels = labels.masked_fill(~tgt_mask[:, 1:].bool(), -100)
             nll = F.cross_entropy(
                 logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
             )
