@@ -65,7 +65,9 @@ def plot_curves(records: Sequence[dict[str, float]], path: str | Path) -> Path:
     """Loss curves (training and validation) and every other validation metric, by step, to a PNG.
 
     `records` are the lines of a run's metrics.jsonl: each has a `step` and some
-    of `train_loss`, `val_loss`, `val_ppl` and extra metrics such as `bleu`.
+    of `train_loss`, `val_loss`, `val_ppl`, `lr` and extra metrics such as `bleu`.
+    The learning rate is drawn on its own axis beside the losses, so a bend in
+    the loss can be read against the warmup and decay.
     """
     skip = {"step", "lr", "tokens_per_s", "train_loss", "val_loss", "val_ppl"}
     extra = sorted({k for r in records for k in r} - skip)
@@ -79,7 +81,16 @@ def plot_curves(records: Sequence[dict[str, float]], path: str | Path) -> Path:
         ax.set_xlabel("step")
         ax.set_title("loss (nats per token)" if keys[0] == "train_loss" else keys[0], fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        lines = ax.get_lines()
+        rates = [(r["step"], r["lr"]) for r in records if "lr" in r]
+        if keys[0] == "train_loss" and rates:
+            twin = ax.twinx()
+            steps, values = zip(*rates, strict=True)
+            twin.plot(steps, values, color="grey", linestyle="--", linewidth=1, label="lr")
+            twin.set_ylabel("learning rate", fontsize=8)
+            twin.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+            lines += twin.get_lines()
+        ax.legend(lines, [line.get_label() for line in lines], fontsize=8)
     return _save(fig, path)
 
 
