@@ -10,7 +10,7 @@ from attnkit.nn import (
     scaled_dot_product_attention,
     self_attention_mask,
 )
-from attnkit.nn.attention import local_mask, slot_distance
+from attnkit.nn.attention import local_attention, local_mask, slot_distance
 
 
 def copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
@@ -148,6 +148,34 @@ def test_sliding_window_mask_is_mistrals() -> None:
     assert torch.equal(local_mask(slot_distance(2, 5), 3, causal=True), expected[3:])
     # An encoder's window reaches both ways.
     assert torch.equal(local_mask(slot_distance(5, 5), 3, causal=False), expected | expected.T)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("length", "window"), [(12, 3), (11, 3), (7, 2), (4, 4), (3, 5)])
+@pytest.mark.parametrize("n_kv_heads", [4, 2])
+@pytest.mark.parametrize("padded", [False, True])
+def test_blockwise_window_equals_the_masked_one(causal, length, window, n_kv_heads, padded):
+    # Lengths that are and are not a multiple of the window, shorter than it, GQA, and
+    # padding on the right of one sequence and on the left of the other.
+    torch.manual_seed(length + window)
+    q = torch.randn(2, 4, length, 8, dtype=torch.float64, requires_grad=True)
+    k, v = (
+        torch.randn(2, n_kv_heads, length, 8, dtype=torch.float64, requires_grad=True)
+        for _ in range(2)
+    )
+    key_mask = None
+    mask = local_mask(slot_distance(length, length), window, causal=causal)
+    if padded:
+        key_mask = torch.ones(2, length, dtype=torch.bool)
+        key_mask[0, -2:] = key_mask[1, :1] = False
+        mask = mask & self_attention_mask(key_mask, length, causal)
+    expected, _ = scaled_dot_product_attention(q, k, v, mask)
+    out = local_attention(q, k, v, window, causal=causal, key_mask=key_mask)
+    torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
+    grad = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), grad)
+    for ours, theirs in zip(grads, torch.autograd.grad(expected, (q, k, v), grad), strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
 
 
 def test_strided_sparse_mask_adds_every_stride_th_key() -> None:

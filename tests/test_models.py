@@ -1,11 +1,13 @@
 """The three model shapes: parity with torch.nn.Transformer, invariances, gradients, counts."""
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from torch import nn
 
 from attnkit import DecoderOnly, EncoderDecoder, EncoderOnly, ModelConfig, build_model
-from attnkit.nn import causal_mask
+from attnkit.nn import attention, causal_mask
 from tests.test_attention import copy_from_torch as copy_attention
 
 
@@ -165,6 +167,37 @@ def test_padding_never_changes_real_positions_of_encoder_decoder(variant: str) -
         alone = model(src, tgt).logits
         padded = model(src_padded, tgt_padded, src_mask, tgt_mask).logits
     torch.testing.assert_close(padded[tgt_mask].view_as(alone), alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("left", [False, True])
+@pytest.mark.parametrize("shape", ["decoder", "encoder"])
+def test_a_window_over_a_long_sequence_runs_blockwise_as_the_mask_would(
+    shape: str, left: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Beyond two windows the stack drops the mask for `local_attention`; asking for the
+    # weights takes the masked path, which must give the same logits.
+    blockwise = []
+    monkeypatch.setattr(attention, "local_attention", spy(attention.local_attention, blockwise))
+    model = build_model(tiny(shape, attention_window=3)).eval()
+    ids, mask = with_padding(torch.randint(4, 50, (2, 8)), 3, left=left)
+    with torch.no_grad():
+        out = model(ids, mask).logits
+        assert len(blockwise) == 2  # one call per layer
+        masked = model(ids, mask, need_weights=True).logits
+        assert len(blockwise) == 2
+        model(ids[:, :6], mask[:, :6])  # no longer than two windows: the masked path
+        assert len(blockwise) == 2
+    torch.testing.assert_close(out[mask], masked[mask], atol=1e-5, rtol=1e-5)
+
+
+def spy(fn: Callable, calls: list) -> Callable:
+    """`fn`, appending to `calls` each time it is called."""
+
+    def wrapper(*args, **kwargs):
+        calls.append(fn)
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 @variants

@@ -110,16 +110,28 @@ class Stack(nn.Module):
         With a `cache` (already extended by `KVCache.extend` for these
         positions) the masks come from the cache and `key_mask` is unused.
         """
+        # A plain window over more than two windows of positions runs block by block, with
+        # no mask (`local_attention`); the weights, a cache, strides and ALiBi need the mask.
+        length = x.shape[1]
+        blockwise = (
+            cache is None
+            and self.window
+            and not self.stride
+            and self.alibi_slopes is None
+            and not need_weights
+            and length > 2 * self.window
+        )
+        window = self.window if blockwise else 0
         # Masks are built once here, not once per layer.
         if cache is None:
-            mask = self_attention_mask(key_mask, x.shape[1], self.causal)
+            mask = None if window else self_attention_mask(key_mask, length, self.causal)
             memory_mask = None if memory_key_mask is None else padding_mask(memory_key_mask)
         else:
             mask, memory_mask = cache.mask, cache.memory_mask
-        if self.window or self.alibi_slopes is not None:
+        if (self.window or self.alibi_slopes is not None) and not window:
             # Distances from each new query to each key, in the order the keys are held.
             if cache is None:
-                distance = slot_distance(x.shape[1], x.shape[1], x.device)
+                distance = slot_distance(length, length, x.device)
             else:
                 distance = cache.distance()
             mask, bias = self._relative(mask, distance)
@@ -137,6 +149,7 @@ class Stack(nn.Module):
                 need_weights=need_weights,
                 cache=None if cache is None else cache.layers[i],
                 key_mask=key_mask if cache is None else None,
+                window=window,
             )
             weights.append(w)
         if self.norm is not None:

@@ -13,8 +13,11 @@ in through `bias` and `rotary` without touching the rest.
 Local and sparse attention are masks too: a sliding window lets query i see
 key j only when |i - j| < w (Mistral, Longformer); the strided pattern of the
 Sparse Transformer (Child et al. 2019) adds the keys a multiple of the stride
-away, so that two layers connect any two positions. The mask only removes
-scores, so the cost stays that of full attention: these are correct, not faster.
+away, so that two layers connect any two positions. A mask only removes
+scores, so its cost stays that of full attention. A plain window over a
+sequence longer than two windows is computed block by block instead
+(`local_attention`): each block of w queries reads only its own and the
+neighbouring blocks of keys, O(length x w) rather than O(length^2).
 """
 
 from __future__ import annotations
@@ -69,6 +72,67 @@ def local_mask(distance: Tensor, window: int, stride: int = 0, *, causal: bool) 
     if stride:
         allowed |= d % stride == 0
     return allowed & (d >= 0)
+
+
+def local_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    window: int,
+    *,
+    causal: bool,
+    key_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """Attention over a sliding window of `window` keys, block by block (Longformer's chunks).
+
+    Computes what `scaled_dot_product_attention` computes with the mask
+    `local_mask` (and `self_attention_mask` for padding), on q, k, v of shape
+    (batch, heads, length, d_k). The sequence is cut into blocks of w =
+    `window` positions; query i of block c may only see keys of blocks c - 1
+    and c (and c + 1 when not causal), since |i - j| < w. Each block attends
+    over those 2w (3w) keys with the window as its mask, so the cost is
+    O(length x w). `key_mask` (batch, length) is True for real tokens.
+    """
+    batch, heads, length, _ = q.shape
+    w = window
+    n = -(-length // w)  # blocks, the last one padded
+    pad = n * w - length
+    # Key blocks per query block: the previous, its own, and (both ways) the next.
+    shifts = (1, 0) if causal else (1, 0, -1)
+
+    def neighbours(x: Tensor) -> Tensor:
+        """(batch, h, length, d) -> (batch * n, h, len(shifts) * w, d): each block's keys."""
+        x = F.pad(x, (0, 0, w, pad + w)).unflatten(2, (n + 2, w))  # an empty block each side
+        parts = [x[:, :, 1 - shift : n + 1 - shift] for shift in shifts]
+        return torch.cat(parts, 3).transpose(1, 2).flatten(0, 1)
+
+    # Positions of the queries (n, w, 1) and of each block's keys (n, 1, keys).
+    blocks = torch.arange(n, device=q.device)
+    offsets = torch.cat([torch.arange(w, device=q.device) - shift * w for shift in shifts])
+    query_at = (blocks[:, None] * w + torch.arange(w, device=q.device))[:, :, None]
+    key_at = (blocks[:, None] * w + offsets)[:, None, :]
+    distance = query_at - key_at
+    allowed = local_mask(distance, w, causal=causal)
+    # Keys before the start or past the end are the zero padding of the blocks.
+    inside = (key_at >= 0) & (key_at < length)
+    if key_mask is None:
+        mask = (allowed & inside).expand(batch, -1, -1, -1)
+    else:
+        real = F.pad(key_mask.bool(), (w, pad + w))[:, key_at.squeeze(1) + w]  # (batch, n, keys)
+        # As in `self_attention_mask`, a padding query still sees its own key.
+        mask = (allowed & inside & real[:, :, None, :]) | (distance == 0)
+    qb = F.pad(q, (0, 0, 0, pad)).unflatten(2, (n, w)).transpose(1, 2).flatten(0, 1)
+    out = F.scaled_dot_product_attention(
+        qb,
+        neighbours(k),
+        neighbours(v),
+        attn_mask=mask.flatten(0, 1)[:, None],
+        dropout_p=dropout_p,
+        enable_gqa=heads != k.shape[1],
+    )
+    # (batch * n, heads, w, d_k) -> (batch, heads, length, d_k)
+    return out.unflatten(0, (batch, n)).transpose(1, 2).flatten(2, 3)[:, :, :length]
 
 
 def padding_mask(key_mask: Tensor) -> Tensor:
@@ -215,11 +279,15 @@ class MultiHeadAttention(nn.Module):
         positions: Tensor | None = None,
         need_weights: bool = False,
         cache: LayerKV | None = None,
+        window: int = 0,
+        key_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from `x` (batch, queries, d_model) to itself or to `memory`.
 
         `mask` is boolean and broadcastable to (batch, heads, queries, keys);
         `positions` (batch or 1, length) feed the rotary hook when there is one.
+        A `window` (self-attention without a cache) runs `local_attention`
+        over the (batch, length) padding `key_mask` instead of a mask.
         With a `cache`, self-attention appends the new keys and values and
         attends over all cached ones; cross-attention reuses the cached memory
         keys and values.
@@ -249,6 +317,12 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.update(k, v)
         # Beams of one sentence share its cached memory (`KVCache.group`): their queries
         # attend together, as more query positions over one copy of the keys and values.
+        dropout_p = self.dropout if self.training else 0.0
+        if window:
+            out = local_attention(
+                q, k, v, window, causal=is_causal, key_mask=key_mask, dropout_p=dropout_p
+            )
+            return self.out_proj(out.transpose(1, 2).flatten(2)), None
         group = q.shape[0] // k.shape[0]
         if group > 1:
             q = q.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
@@ -259,7 +333,7 @@ class MultiHeadAttention(nn.Module):
             mask,
             bias=bias,
             is_causal=is_causal,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=dropout_p,
             need_weights=need_weights,
         )
         if group > 1:
