@@ -67,7 +67,17 @@ def test_config_is_frozen_and_replace_validates() -> None:
         ({"attention_stride": 4}, "attention_stride adds strided keys to a local window"),
         ({"positional": "rope", "d_model": 36, "n_heads": 4}, "d_head 9 is odd"),
         ({"positional": "rope", "rope_scaling": 0.5}, "rope_scaling at least 1"),
-        ({"rope_theta": 500.0}, "rope_theta and rope_scaling only apply to RoPE"),
+        ({"rope_theta": 500.0}, "the rope_ settings only apply to RoPE"),
+        ({"rope_scaling_type": "linear"}, "the rope_ settings only apply to RoPE"),
+        ({"positional": "rope", "rope_scaling_type": "yarn"}, "'yarn' is not one of ntk"),
+        (
+            {"positional": "rope", "rope_scaling_type": "llama3"},
+            "rope_original_max_len .* is what llama3 scaling needs",
+        ),
+        (
+            {"positional": "rope", "rope_original_max_len": 8192},
+            "set both or neither, got rope_scaling_type 'ntk'",
+        ),
         ({"n_experts": 4, "n_experts_per_token": 5}, "n_experts_per_token must be between 1"),
         ({"router_aux_loss_coef": -0.1}, "router_aux_loss_coef must be non-negative"),
         ({"norm": "batchnorm"}, "norm 'batchnorm' is not one of layernorm, rmsnorm"),

@@ -2,11 +2,12 @@
 
 import math
 
+import pytest
 import torch
 
 from attnkit.nn import AbsolutePositions, sinusoidal_table
 from attnkit.nn.attention import slot_distance
-from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes
+from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes, rope_frequencies
 
 
 def test_sinusoidal_table_is_the_papers_formula() -> None:
@@ -107,3 +108,37 @@ def test_alibi_bias_is_minus_slope_times_distance() -> None:
             for key in range(5):
                 expected = -slopes[h].item() * abs(query - key)
                 assert math.isclose(bias[0, h, i, key].item(), expected, abs_tol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra"),
+    [
+        ("linear", {}),
+        # A trained length of 512 puts the 64 dimensions' pairs in all three of Llama 3.1's
+        # bands: kept (wavelength under 128), blended, divided (over 512).
+        ("llama3", {"low_freq_factor": 1.0, "high_freq_factor": 4.0}),
+    ],
+)
+def test_linear_and_llama3_scaling_are_transformers(kind: str, extra: dict) -> None:
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    d, theta, s, trained = 64, 500000.0, 8.0, 512
+    params = {"rope_type": kind, "factor": s, "rope_theta": theta, **extra}
+    if kind == "llama3":
+        params["original_max_position_embeddings"] = trained
+    hf = LlamaConfig(hidden_size=4 * d, num_attention_heads=4, rope_parameters=params)
+    expected, _ = ROPE_INIT_FUNCTIONS[kind](hf, device=None)
+    ours = rope_frequencies(d, theta, s, kind, trained if kind == "llama3" else 0)
+    torch.testing.assert_close(ours.float(), expected.float(), rtol=1e-6, atol=0)
+    plain = rope_frequencies(d, theta)
+    ratio = plain / ours
+    if kind == "linear":
+        torch.testing.assert_close(ratio, torch.full_like(ratio, s))
+    else:
+        wavelength = 2 * math.pi / plain
+        assert (
+            ratio[wavelength < trained / 4].eq(1).all() and ratio[wavelength > trained].eq(s).all()
+        )
+        blended = ratio[(wavelength >= trained / 4) & (wavelength <= trained)]
+        assert len(blended) > 0 and ((blended > 1) & (blended < s)).all()

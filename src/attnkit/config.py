@@ -22,6 +22,8 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("post", "pre", "deepnorm")
 POSITIONALS = ("sinusoidal", "learned", "rope", "alibi", "none")
+ROPE_SCALINGS = ("ntk", "linear", "llama3")
+ROPE_SETTINGS = ("theta", "scaling", "scaling_type", "original_max_len")
 SINUSOIDAL_LAYOUTS = ("interleaved", "split")
 TIE_EMBEDDINGS = ("none", "decoder", "all")
 
@@ -63,8 +65,11 @@ class ModelConfig:
         (rotary: queries and keys rotated by position, LLaMA), `alibi` (a
         linear penalty on distance added to attention scores) or `none`.
     rope_theta: RoPE's base; pair i turns at theta^(-2i/d_head) per position.
-    rope_scaling: NTK-aware stretch of RoPE to rope_scaling x the trained
-        length: the base grows to theta * s^(d/(d-2)), 1.0 is plain RoPE.
+    rope_scaling: stretch of RoPE to rope_scaling x the trained length (1.0
+        is plain RoPE), in the way `rope_scaling_type` names: `ntk` (the
+        base grows to theta * s^(d/(d-2))), `linear` (positions divided by s,
+        Chen et al. 2023) or `llama3` (Llama 3.1's: slow pairs divided by s,
+        fast ones kept, a blend between, set by `rope_original_max_len`).
     attention_window: each query attends only to keys fewer than this many
         positions away (a sliding window, Mistral; 0 is every position).
     attention_stride: sparse attention (Child et al. 2019, strided): besides
@@ -108,6 +113,8 @@ class ModelConfig:
     positional: str = "sinusoidal"
     rope_theta: float = 10000.0
     rope_scaling: float = 1.0
+    rope_scaling_type: str = "ntk"
+    rope_original_max_len: int = 0
     attention_window: int = 0
     attention_stride: int = 0
     n_experts: int = 0
@@ -162,6 +169,7 @@ class ModelConfig:
         _choice("norm", self.norm, NORMS)
         _choice("norm_position", self.norm_position, NORM_POSITIONS)
         _choice("positional", self.positional, POSITIONALS)
+        _choice("rope_scaling_type", self.rope_scaling_type, ROPE_SCALINGS)
         _choice("tie_embeddings", self.tie_embeddings, TIE_EMBEDDINGS)
         if self.norm_eps <= 0:
             raise AttnkitError(f"norm_eps must be positive, got {self.norm_eps!r}")
@@ -186,9 +194,10 @@ class ModelConfig:
                 "attention_stride adds strided keys to a local window; set attention_window too "
                 "(Child et al. use a window equal to the stride)"
             )
-        if self.positional != "rope" and (self.rope_theta, self.rope_scaling) != (10000.0, 1.0):
+        rope = [getattr(self, f"rope_{n}") for n in ROPE_SETTINGS]
+        if self.positional != "rope" and rope != [10000.0, 1.0, "ntk", 0]:
             raise AttnkitError(
-                f"rope_theta and rope_scaling only apply to RoPE, but positional is "
+                f"the rope_ settings only apply to RoPE, but positional is "
                 f"{self.positional!r}; set positional to 'rope' or leave them at their defaults"
             )
         if self.positional == "rope":
@@ -198,6 +207,13 @@ class ModelConfig:
                 raise AttnkitError(
                     f"rope_theta must be over 1 and rope_scaling at least 1, got "
                     f"{self.rope_theta!r} and {self.rope_scaling!r}"
+                )
+            if (self.rope_scaling_type == "llama3") != (self.rope_original_max_len > 0):
+                raise AttnkitError(
+                    "rope_original_max_len (the trained length, 8192 for Llama 3.1) is what "
+                    "llama3 scaling needs, and only it; set both or neither, got "
+                    f"rope_scaling_type {self.rope_scaling_type!r} and rope_original_max_len "
+                    f"{self.rope_original_max_len!r}"
                 )
         if self.n_experts and not 1 <= self.n_experts_per_token <= self.n_experts:
             raise AttnkitError(

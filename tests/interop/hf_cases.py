@@ -71,10 +71,21 @@ def _gpt2(**extra) -> GPT2Config:
     return tiny(GPT2Config, GPT2_NAMES, n_positions=TINY["max_len"], **ids, **extra)
 
 
-def llama_config(cls: type[PretrainedConfig] = LlamaConfig, **extra) -> PretrainedConfig:
-    """Grouped-query attention (2 key/value heads for 4) and a RoPE base of its own."""
-    rope = {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}
-    return tiny(cls, LLAMA_NAMES, num_key_value_heads=2, **rope, **extra)
+def llama_config(
+    cls: type[PretrainedConfig] = LlamaConfig, rope_type: str = "default", **extra
+) -> PretrainedConfig:
+    """Grouped-query attention (2 key/value heads for 4) and a RoPE base of its own.
+
+    A stretched RoPE (`rope_type` linear or llama3) is stretched 8 times; llama3's
+    trained length of 32 puts the 4 pairs of a head of 8 in all three of its bands.
+    """
+    rope = {"rope_type": rope_type, "rope_theta": 500.0}
+    if rope_type != "default":
+        rope["factor"] = 8.0
+    if rope_type == "llama3":
+        rope |= {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+        rope["original_max_position_embeddings"] = 32
+    return tiny(cls, LLAMA_NAMES, num_key_value_heads=2, rope_parameters=rope, **extra)
 
 
 def marian_config(**extra) -> MarianConfig:
@@ -100,6 +111,8 @@ CASES = {
         LlamaForCausalLM,
         lambda: llama_config(tie_word_embeddings=True, attention_bias=True, mlp_bias=True),
     ),
+    "llama-linear-rope": (LlamaForCausalLM, lambda: llama_config(rope_type="linear")),
+    "llama3-rope": (LlamaForCausalLM, lambda: llama_config(rope_type="llama3")),
     # A window shorter than the test sequences, so that it masks something.
     "mistral": (MistralForCausalLM, lambda: llama_config(MistralConfig, sliding_window=3)),
     "mixtral": (

@@ -142,6 +142,28 @@ def test_a_model_the_family_cannot_express_is_refused_naming_the_fields(tmp_path
         save_hf(model, tmp_path)
 
 
+def test_ntk_scaled_rope_has_no_place_in_llama(tmp_path):
+    model = build_model(ModelConfig.from_preset("llama-tiny", rope_scaling=4.0))
+    with pytest.raises(AttnkitError, match=r"cannot be written as llama: rope_scaling is 4.0"):
+        save_hf(model, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "yarn", "factor": 4.0},
+        {"rope_type": "dynamic", "factor": 4.0},
+        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 2.0, "high_freq_factor": 4.0},
+    ],
+)
+def test_rope_scalings_attnkit_does_not_compute_are_refused(rope):
+    from attnkit.interop.llama import config_from_hf
+
+    with pytest.raises(AttnkitError, match=f"RoPE scaling of type '{rope['rope_type']}'") as info:
+        config_from_hf({"rope_parameters": {"rope_theta": 500.0, **rope}})
+    assert "\n" not in str(info.value)
+
+
 def test_from_pretrained_reads_both_folder_kinds(gpt2_folder, tmp_path):
     from_hf = from_pretrained(gpt2_folder)
     from_run = from_pretrained(save_pretrained(from_hf, tmp_path / "run"))

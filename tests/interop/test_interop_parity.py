@@ -75,6 +75,7 @@ def test_left_padding_matches_transformers_given_the_same_positions(case, tmp_pa
     [
         ("gpt-tiny", {}, "GPT2LMHeadModel"),
         ("llama-tiny", {}, "LlamaForCausalLM"),
+        ("llama-tiny", {"rope_scaling": 4.0, "rope_scaling_type": "linear"}, "LlamaForCausalLM"),
         ("llama-tiny", {"attention_window": 4}, "MistralForCausalLM"),
         ("llama-tiny", {"n_experts": 4, "n_experts_per_token": 2}, "MixtralForCausalLM"),
         ("bert-mini", {"n_token_types": 2, "embedding_norm": True}, "BertModel"),

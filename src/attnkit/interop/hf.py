@@ -57,16 +57,21 @@ def family_for(model_type: str | None) -> Family:
 def _family_for(config: ModelConfig) -> tuple[Family, dict[str, Any]]:
     """The first family of the model's shape that can express it, with its config.json.
 
-    None can: the error of the shape's first family, which names the fields.
+    None can: the error of each family, which names the fields it has no place for.
     """
-    errors = []
+    errors = {}
     for family in FAMILIES.values():
         if family.shape == config.shape:
             try:
                 return family, family.hf_config(config)
             except AttnkitError as err:
-                errors.append(err)
-    raise errors[0]
+                errors[family.model_type] = err
+    if len(errors) == 1:
+        raise next(iter(errors.values()))
+    raise AttnkitError(
+        f"no {config.shape} family of transformers can hold this model: "
+        + "; ".join(f"[{name}] {err}" for name, err in errors.items())
+    )
 
 
 @dataclass

@@ -21,18 +21,56 @@ from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.interop.hfconfig import require, special_id
 from attnkit.interop.mapping import Family, Rule, lm_head, module
+from attnkit.nn.positional import HIGH_FREQ_FACTOR, LOW_FREQ_FACTOR
 
 
-def _rope_theta(hf: dict[str, Any]) -> float:
-    """The RoPE base, from `rope_parameters` (transformers 5) or the older top-level keys."""
+def _rope_settings(hf: dict[str, Any]) -> dict[str, Any]:
+    """attnkit's rope_ settings from `rope_parameters` (transformers 5) or the older keys.
+
+    Plain, linear and Llama 3.1's scaling are computed alike; the others are refused.
+    """
     params = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
     kind = params.get("rope_type", params.get("type", "default"))
-    if kind != "default":
-        raise AttnkitError(
-            f"RoPE scaling of type {kind!r} is not supported by attnkit, which computes "
-            "plain RoPE for LLaMA checkpoints"
-        )
-    return float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    theta = float(params.get("rope_theta", hf.get("rope_theta", 10000.0)))
+    if kind == "default":
+        return {"rope_theta": theta}
+    if kind == "linear":
+        return {"rope_theta": theta, "rope_scaling": params["factor"], "rope_scaling_type": kind}
+    factors = (params.get("low_freq_factor"), params.get("high_freq_factor"))
+    if kind == "llama3" and factors == (LOW_FREQ_FACTOR, HIGH_FREQ_FACTOR):
+        return {
+            "rope_theta": theta,
+            "rope_scaling": params["factor"],
+            "rope_scaling_type": kind,
+            "rope_original_max_len": params["original_max_position_embeddings"],
+        }
+    raise AttnkitError(
+        f"RoPE scaling of type {kind!r} (with {params}) is not supported by attnkit, which "
+        f"computes plain RoPE, linear scaling, and llama3 scaling with low_freq_factor "
+        f"{LOW_FREQ_FACTOR} and high_freq_factor {HIGH_FREQ_FACTOR} (every Llama 3.x release)"
+    )
+
+
+def _rope_parameters(c: ModelConfig) -> dict[str, Any]:
+    """`rope_parameters` of transformers 5 for attnkit's rope_ settings.
+
+    transformers has no static NTK-aware scaling: such a model comes back
+    unscaled, so `Family.hf_config` refuses to export it.
+    """
+    if c.rope_scaling_type == "ntk":
+        return {"rope_type": "default", "rope_theta": c.rope_theta}
+    params = {
+        "rope_type": c.rope_scaling_type,
+        "rope_theta": c.rope_theta,
+        "factor": c.rope_scaling,
+    }
+    if c.rope_scaling_type == "llama3":
+        params |= {
+            "low_freq_factor": LOW_FREQ_FACTOR,
+            "high_freq_factor": HIGH_FREQ_FACTOR,
+            "original_max_position_embeddings": c.rope_original_max_len,
+        }
+    return params
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
@@ -65,7 +103,7 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         norm_eps=hf.get("rms_norm_eps", 1e-6),
         final_norm=True,
         positional="rope",
-        rope_theta=_rope_theta(hf),
+        **_rope_settings(hf),
         attention_window=hf.get("sliding_window") or 0,
         n_experts=hf.get("num_local_experts", 0),
         n_experts_per_token=hf.get("num_experts_per_tok", 2),
@@ -91,7 +129,7 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
         "attention_dropout": c.attention_dropout,
         "hidden_act": "silu",
         "rms_norm_eps": c.norm_eps,
-        "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta},
+        "rope_parameters": _rope_parameters(c),
         "max_position_embeddings": c.max_len,
         "tie_word_embeddings": c.tie_embeddings == "decoder",
         "attention_bias": c.bias,

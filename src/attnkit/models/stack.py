@@ -76,7 +76,14 @@ class Stack(nn.Module):
         self.causal = causal
         self.window, self.stride = c.attention_window, c.attention_stride
         rotary = (
-            RotaryEmbedding(c.d_head, c.max_len, c.rope_theta, c.rope_scaling)
+            RotaryEmbedding(
+                c.d_head,
+                c.max_len,
+                c.rope_theta,
+                scaling=c.rope_scaling,
+                kind=c.rope_scaling_type,
+                original_max_len=c.rope_original_max_len,
+            )
             if c.positional == "rope"
             else None
         )

@@ -20,9 +20,13 @@ position m by the angle m * theta_i, theta_i = theta^(-2i/d), so that
 
     <R_m q, R_n k> = <q, R_{n-m} k>
 
-NTK-aware scaling stretches it to s times the trained length by raising the
-base to theta * s^(d/(d-2)): the slowest pair then turns s times slower while
-the fastest, which tell near neighbours apart, hardly change.
+Three ways stretch it to s times the trained length (`rope_frequencies`):
+NTK-aware scaling raises the base to theta * s^(d/(d-2)): the slowest pair
+then turns s times slower while the fastest, which tell near neighbours
+apart, hardly change. Linear scaling (position interpolation, Chen et al.
+2023) divides every frequency by s. Llama 3.1's divides by s only the pairs
+whose wavelength 2 pi / theta_i exceeds the trained length L, keeps those
+shorter than L / 4, and blends the two in between.
 
 ALiBi (Press et al. 2022) adds -m_h |i - j| to the score of query i and key j,
 with head h's slope m_h from a geometric sequence: 2^(-8/n), 2^(-16/n), ...
@@ -31,6 +35,7 @@ with head h's slope m_h from a geometric sequence: 2^(-8/n), 2^(-16/n), ...
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -54,19 +59,44 @@ def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved") ->
     return table.float()
 
 
+# Llama 3.1's scaling keeps the pairs of wavelength under L / HIGH_FREQ_FACTOR and divides
+# those over L / LOW_FREQ_FACTOR by s (the values of every Llama 3.x release).
+LOW_FREQ_FACTOR, HIGH_FREQ_FACTOR = 1.0, 4.0
+
+
+def rope_frequencies(
+    d_head: int,
+    theta: float = 10000.0,
+    scaling: float = 1.0,
+    kind: str = "ntk",
+    original_max_len: int = 0,
+) -> Tensor:
+    """theta_i of each pair i < d_head / 2, in float64, stretched `scaling` times by `kind`."""
+    exponent = -torch.arange(0, d_head, 2, dtype=torch.float64) / d_head
+    if kind == "ntk":
+        return (theta * scaling ** (d_head / (d_head - 2))) ** exponent
+    freq = theta**exponent
+    if kind == "linear":
+        return freq / scaling
+    # llama3: by wavelength against the trained length L, divided by s, kept, or blended
+    # with a weight that goes from 0 at wavelength L to 1 at L / 4.
+    turns_in_context = original_max_len * freq / (2 * math.pi)  # L / wavelength
+    keep = (turns_in_context - LOW_FREQ_FACTOR) / (HIGH_FREQ_FACTOR - LOW_FREQ_FACTOR)
+    keep = keep.clamp(0.0, 1.0)
+    return (1 - keep) * freq / scaling + keep * freq
+
+
 class RotaryEmbedding(nn.Module):
     """RoPE: rotates queries and keys by their positions (the `Rotary` hook of attention).
 
     Pairs are (x_i, x_{i + d/2}), the "half" layout of GPT-NeoX and LLaMA in
-    Hugging Face; one instance serves every layer of a model.
+    Hugging Face; one instance serves every layer of a model. The frequencies
+    come from `rope_frequencies` (its keyword arguments pass through).
     """
 
-    def __init__(
-        self, d_head: int, max_len: int, theta: float = 10000.0, scaling: float = 1.0
-    ) -> None:
+    def __init__(self, d_head: int, max_len: int, theta: float = 10000.0, **scaling: Any) -> None:
         super().__init__()
-        base = theta * scaling ** (d_head / (d_head - 2))
-        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+        inv_freq = rope_frequencies(d_head, theta, **scaling)
         angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq
         # Tables, not parameters: fixed functions of the shape, so not saved.
         self.register_buffer("cos", angles.cos().float(), persistent=False)
