@@ -10,7 +10,7 @@ from attnkit.nn import (
     scaled_dot_product_attention,
     self_attention_mask,
 )
-from attnkit.nn.attention import local_attention, local_mask, slot_distance
+from attnkit.nn.attention import local_attention, local_mask, runs_blockwise, slot_distance
 
 
 def copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
@@ -176,6 +176,13 @@ def test_blockwise_window_equals_the_masked_one(causal, length, window, n_kv_hea
     grads = torch.autograd.grad(out, (q, k, v), grad)
     for ours, theirs in zip(grads, torch.autograd.grad(expected, (q, k, v), grad), strict=True):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12)
+
+
+def test_blocks_run_only_where_they_pay() -> None:
+    assert runs_blockwise(512, 64) and runs_blockwise(4096, 256)
+    assert not runs_blockwise(512, 256)  # two windows: every key is a neighbour
+    assert not runs_blockwise(128, 16)  # short: full attention is as fast
+    assert not runs_blockwise(4096, 0)  # no window
 
 
 def test_strided_sparse_mask_adds_every_stride_th_key() -> None:

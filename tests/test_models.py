@@ -174,10 +174,11 @@ def test_padding_never_changes_real_positions_of_encoder_decoder(variant: str) -
 def test_a_window_over_a_long_sequence_runs_blockwise_as_the_mask_would(
     shape: str, left: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Beyond two windows the stack drops the mask for `local_attention`; asking for the
-    # weights takes the masked path, which must give the same logits.
+    # Beyond two windows (of a long enough sequence: here any) the stack drops the mask for
+    # `local_attention`; asking for the weights takes the masked path, which must agree.
     blockwise = []
     monkeypatch.setattr(attention, "local_attention", spy(attention.local_attention, blockwise))
+    monkeypatch.setattr(attention, "BLOCKWISE_MIN_LENGTH", 0)
     model = build_model(tiny(shape, attention_window=3)).eval()
     ids, mask = with_padding(torch.randint(4, 50, (2, 8)), 3, left=left)
     with torch.no_grad():

@@ -22,7 +22,7 @@ from attnkit.nn import (
     padding_mask,
     self_attention_mask,
 )
-from attnkit.nn.attention import local_mask, slot_distance
+from attnkit.nn.attention import local_mask, runs_blockwise, slot_distance
 from attnkit.nn.embedding import check_ids
 from attnkit.nn.kv_cache import KVCache
 from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes
@@ -117,16 +117,15 @@ class Stack(nn.Module):
         With a `cache` (already extended by `KVCache.extend` for these
         positions) the masks come from the cache and `key_mask` is unused.
         """
-        # A plain window over more than two windows of positions runs block by block, with
-        # no mask (`local_attention`); the weights, a cache, strides and ALiBi need the mask.
+        # A plain window over a long sequence runs block by block, with no mask
+        # (`local_attention`); the weights, a cache, strides and ALiBi need the mask.
         length = x.shape[1]
         blockwise = (
             cache is None
-            and self.window
             and not self.stride
             and self.alibi_slopes is None
             and not need_weights
-            and length > 2 * self.window
+            and runs_blockwise(length, self.window)
         )
         window = self.window if blockwise else 0
         # Masks are built once here, not once per layer.
