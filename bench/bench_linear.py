@@ -1,10 +1,11 @@
-"""A decoder's matrix products with few rows: `F.linear`, oneDNN's packed weight, two blocks.
+"""A decoder's matrix products with few rows: `F.linear`, oneDNN's packed weight, two halves.
 
 The matrices are those of one decoding step of the GPT-2-shaped benchmark
 model (6 layers, d_model 512, d_ff 2048, vocab 8,000): each row count runs
 all 25 products, the paths alternating over repetitions after a warm-up;
-medians are reported, with the speed-up of each packed path over `F.linear`.
-This is what sets `attnkit.nn.linear.FEW_ROWS` and `SPLIT_ROWS`.
+medians are reported, with the speed-up of oneDNN's packed weight (an extra
+copy of the weight in oneDNN's blocked layout) and of attnkit's halves (a view
+of the weight) over `F.linear`. This is what sets `attnkit.nn.linear.FEW_ROWS`.
 
     PYTHONPATH=src python bench/bench_linear.py --threads 2
 """
@@ -41,12 +42,12 @@ def main() -> None:
     weights = [torch.randn(shape) * 0.02 for shape in SHAPES]
     biases = [torch.zeros(shape[0]) for shape in SHAPES]
     packed = [torch.ops.mkldnn._reorder_linear_weight(w, 1) for w in weights]
-    # attnkit's own layer, so its two-block path is measured as it ships.
+    # attnkit's own layer, so its path over the weight's halves is measured as it ships.
     layers = [Linear(w.shape[1], w.shape[0]) for w in weights]
     for layer, w, b in zip(layers, weights, biases, strict=True):
         layer.weight.data.copy_(w)
         layer.bias.data.copy_(b)
-    header = f"{'F.linear ms':>12} {'oneDNN ms':>10} {'two blocks ms':>14} {'speed-ups':>12}"
+    header = f"{'F.linear ms':>12} {'oneDNN ms':>10} {'halves ms':>14} {'speed-ups':>12}"
     print(f"{'rows':>5} {header}")
     with torch.no_grad():
         for rows in args.rows:
@@ -60,12 +61,12 @@ def main() -> None:
                 for w, p, b in zip(weights, packed, biases, strict=True):
                     torch.ops.mkldnn._linear_pointwise(inputs[w.shape[1]], p, b, "none", [], "")
 
-            def two_blocks(inputs=inputs) -> None:
+            def halves(inputs=inputs) -> None:
                 for layer in layers:
-                    layer._two_block_product(inputs[layer.in_features])
+                    layer._halves_product(inputs[layer.in_features])
 
             calls = max(2, 64 // rows)
-            order = [("mkl", mkl), ("onednn", onednn), ("two blocks", two_blocks)]
+            order = [("mkl", mkl), ("onednn", onednn), ("halves", halves)]
             for _, fn in order:
                 fn()
             times: dict[str, list[float]] = {name: [] for name, _ in order}
