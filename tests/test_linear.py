@@ -35,6 +35,14 @@ def test_few_rows_without_autograd_take_the_halves(monkeypatch: pytest.MonkeyPat
     assert len(calls) == 1
 
 
+def test_a_weight_that_is_not_contiguous_still_works() -> None:
+    layer = Linear(16, 32)
+    layer.weight = torch.nn.Parameter(torch.randn(16, 32).t())  # a transposed view
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
 def test_gradients_flow_as_in_nn_linear() -> None:
     layer = Linear(8, 4)
     x = torch.randn(3, 8, requires_grad=True)
