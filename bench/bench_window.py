@@ -1,13 +1,16 @@
-"""Sliding-window attention block by block against the same window as a mask.
+"""Sliding-window (and strided) attention block by block against the same pattern as a mask.
 
 Forward and backward of causal self-attention, batch 4, 8 heads of 64, a
-window of 256 keys, at growing lengths. Ours is `local_attention` (blocks of
-the window, O(length x window)); the peer is `F.scaled_dot_product_attention`
-with the window as a boolean mask, which costs full attention (attnkit's path
-before the blocks, and the way a mask-based implementation computes a window).
-Full causal attention (no window, SDPA's own causal kernel) is shown for scale.
+window of 256 keys (with `--stride`, also every stride-th key: the Sparse
+Transformer's strided pattern), at growing lengths. Ours is `local_attention`
+(blocks of the window, O(length x window), and columns of the stride,
+O(length^2 / stride)); the peer is `F.scaled_dot_product_attention` with the
+pattern as a boolean mask, which costs full attention (attnkit's path before
+the blocks, and the way a mask-based implementation computes it). Full causal
+attention (SDPA's own causal kernel) is shown for scale.
 
     PYTHONPATH=src python -m bench.bench_window --threads 2
+    PYTHONPATH=src python -m bench.bench_window --window 32 --stride 32 --lengths 512 1024 2048
 """
 
 from __future__ import annotations
@@ -33,20 +36,20 @@ def forward_backward_ms(attend: Callable[[], torch.Tensor]) -> Callable[[], floa
     return run
 
 
-def measure(length: int, w: int, reps: int) -> Result:
+def measure(length: int, w: int, stride: int, reps: int) -> Result:
     q, k, v = (torch.randn(4, 8, length, 64, requires_grad=True) for _ in range(3))
-    mask = local_mask(slot_distance(length, length), w, causal=True)
-    blockwise = forward_backward_ms(lambda: local_attention(q, k, v, w, causal=True))
+    mask = local_mask(slot_distance(length, length), w, stride, causal=True)
+    blockwise = forward_backward_ms(lambda: local_attention(q, k, v, w, stride, causal=True))
     masked = forward_backward_ms(lambda: F.scaled_dot_product_attention(q, k, v, mask))
     full = forward_backward_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
     ours, peer = alternate(blockwise, masked, reps=reps)
     full()  # warm-up
     return Result(
-        f"window {w}, length {length}",
+        f"window {w}{f', stride {stride}' if stride else ''}, length {length}",
         "ms",
         ours,
         peer,
-        "the window as a mask",
+        "the pattern as a mask",
         higher_is_better=False,
         extra={"full causal attention, ms": statistics.median(full() for _ in range(reps))},
     )
@@ -57,10 +60,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--window", type=int, default=256)
+    parser.add_argument("--stride", type=int, default=0)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(markdown_table([measure(n, args.window, args.reps) for n in args.lengths]))
+    results = [measure(n, args.window, args.stride, args.reps) for n in args.lengths]
+    print(markdown_table(results))
 
 
 if __name__ == "__main__":

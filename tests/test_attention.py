@@ -151,26 +151,30 @@ def test_sliding_window_mask_is_mistrals() -> None:
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize(("length", "window"), [(12, 3), (11, 3), (7, 2), (4, 4), (3, 5)])
+@pytest.mark.parametrize(
+    ("length", "window", "stride"),
+    [(12, 3, 0), (11, 3, 0), (7, 2, 0), (4, 4, 0), (3, 5, 0), (12, 3, 3), (20, 4, 5), (9, 4, 2)],
+)
 @pytest.mark.parametrize("n_kv_heads", [4, 2])
 @pytest.mark.parametrize("padded", [False, True])
-def test_blockwise_window_equals_the_masked_one(causal, length, window, n_kv_heads, padded):
-    # Lengths that are and are not a multiple of the window, shorter than it, GQA, and
-    # padding on the right of one sequence and on the left of the other.
-    torch.manual_seed(length + window)
+def test_blockwise_window_equals_the_masked_one(causal, length, window, stride, n_kv_heads, padded):
+    # Lengths that are and are not a multiple of the window (and of the stride), shorter than
+    # it, a stride below, equal to and above the window, GQA, and padding on the right of one
+    # sequence and on the left of the other.
+    torch.manual_seed(length + window + stride)
     q = torch.randn(2, 4, length, 8, dtype=torch.float64, requires_grad=True)
     k, v = (
         torch.randn(2, n_kv_heads, length, 8, dtype=torch.float64, requires_grad=True)
         for _ in range(2)
     )
     key_mask = None
-    mask = local_mask(slot_distance(length, length), window, causal=causal)
+    mask = local_mask(slot_distance(length, length), window, stride, causal=causal)
     if padded:
         key_mask = torch.ones(2, length, dtype=torch.bool)
         key_mask[0, -2:] = key_mask[1, :1] = False
         mask = mask & self_attention_mask(key_mask, length, causal)
     expected, _ = scaled_dot_product_attention(q, k, v, mask)
-    out = local_attention(q, k, v, window, causal=causal, key_mask=key_mask)
+    out = local_attention(q, k, v, window, stride, causal=causal, key_mask=key_mask)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
     grad = torch.randn_like(out)
     grads = torch.autograd.grad(out, (q, k, v), grad)
@@ -183,6 +187,7 @@ def test_blocks_run_only_where_they_pay() -> None:
     assert not runs_blockwise(512, 256)  # two windows: every key is a neighbour
     assert not runs_blockwise(128, 16)  # short: full attention is as fast
     assert not runs_blockwise(4096, 0)  # no window
+    assert runs_blockwise(1024, 32, 32) and not runs_blockwise(256, 16, 16)  # strided: longer
 
 
 def test_strided_sparse_mask_adds_every_stride_th_key() -> None:

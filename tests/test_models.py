@@ -169,24 +169,26 @@ def test_padding_never_changes_real_positions_of_encoder_decoder(variant: str) -
     torch.testing.assert_close(padded[tgt_mask].view_as(alone), alone, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("variant", ["window", "sparse"])
 @pytest.mark.parametrize("left", [False, True])
 @pytest.mark.parametrize("shape", ["decoder", "encoder"])
 def test_a_window_over_a_long_sequence_runs_blockwise_as_the_mask_would(
-    shape: str, left: bool, monkeypatch: pytest.MonkeyPatch
+    shape: str, left: bool, variant: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Beyond two windows (of a long enough sequence: here any) the stack drops the mask for
     # `local_attention`; asking for the weights takes the masked path, which must agree.
     blockwise = []
     monkeypatch.setattr(attention, "local_attention", spy(attention.local_attention, blockwise))
     monkeypatch.setattr(attention, "BLOCKWISE_MIN_LENGTH", 0)
-    model = build_model(tiny(shape, attention_window=3)).eval()
+    monkeypatch.setattr(attention, "STRIDED_MIN_LENGTH", 0)
+    model = build_model(tiny(shape, **VARIANTS[variant])).eval()
     ids, mask = with_padding(torch.randint(4, 50, (2, 8)), 3, left=left)
     with torch.no_grad():
         out = model(ids, mask).logits
         assert len(blockwise) == 2  # one call per layer
         masked = model(ids, mask, need_weights=True).logits
         assert len(blockwise) == 2
-        model(ids[:, :6], mask[:, :6])  # no longer than two windows: the masked path
+        model(ids[:, :4], mask[:, :4])  # no longer than two windows: the masked path
         assert len(blockwise) == 2
     torch.testing.assert_close(out[mask], masked[mask], atol=1e-5, rtol=1e-5)
 

@@ -99,6 +99,7 @@ class Block(nn.Module):
         cache: LayerKV | None = None,
         key_mask: Tensor | None = None,
         window: int = 0,
+        stride: int = 0,
     ) -> tuple[Tensor, Weights]:
         """x: (batch, length, d_model) -> same shape, plus (self, cross) attention weights.
 
@@ -107,8 +108,8 @@ class Block(nn.Module):
         `memory_mask` is (batch, 1, 1, source length) over the memory; `cache`
         is this layer's part of a `KVCache` when decoding step by step;
         `key_mask` (batch, length), True for real tokens, keeps padding out of
-        a mixture of experts' load-balancing loss and of a `window` computed
-        block by block (`local_attention`; then `mask` is None).
+        a mixture of experts' load-balancing loss and of a `window` (and
+        `stride`) computed block by block (`local_attention`; then `mask` is None).
         """
         r = self.self_attn_residual
         h, self_weights = self.self_attn(
@@ -120,6 +121,7 @@ class Block(nn.Module):
             need_weights=need_weights,
             cache=cache,
             window=window,
+            stride=stride,
             key_mask=key_mask,
         )
         x = r.after(x, h)

@@ -117,15 +117,14 @@ class Stack(nn.Module):
         With a `cache` (already extended by `KVCache.extend` for these
         positions) the masks come from the cache and `key_mask` is unused.
         """
-        # A plain window over a long sequence runs block by block, with no mask
-        # (`local_attention`); the weights, a cache, strides and ALiBi need the mask.
+        # A window (and stride) over a long sequence runs block by block, with no mask
+        # (`local_attention`); the weights, a cache and ALiBi need the mask.
         length = x.shape[1]
         blockwise = (
             cache is None
-            and not self.stride
             and self.alibi_slopes is None
             and not need_weights
-            and runs_blockwise(length, self.window)
+            and runs_blockwise(length, self.window, self.stride)
         )
         window = self.window if blockwise else 0
         # Masks are built once here, not once per layer.
@@ -156,6 +155,7 @@ class Stack(nn.Module):
                 cache=None if cache is None else cache.layers[i],
                 key_mask=key_mask if cache is None else None,
                 window=window,
+                stride=self.stride if window else 0,
             )
             weights.append(w)
         if self.norm is not None:

@@ -18,7 +18,8 @@ scores, so its cost stays that of full attention. A plain window over a
 sequence longer than two windows (and than `BLOCKWISE_MIN_LENGTH`) is
 computed block by block instead (`local_attention`): each block of w queries
 reads only its own and the neighbouring blocks of keys, O(length x w) rather
-than O(length^2).
+than O(length^2); the strided keys, taken column by column, add
+O(length^2 / stride).
 """
 
 from __future__ import annotations
@@ -75,15 +76,17 @@ def local_mask(distance: Tensor, window: int, stride: int = 0, *, causal: bool) 
     return allowed & (d >= 0)
 
 
-# Below this many positions the window as a mask (full attention) is as fast as the blocks
-# or faster (bench/bench_window.py, window 32: 0.69x at 128 positions, 1.02x at 256, 2.03x
-# at 512; window 64, 8 heads: 1.07x at 256).
+# Below these many positions the mask (full attention) is as fast as the blocks or faster
+# (bench/bench_window.py: a window of 32 alone 0.69x at 128 positions, 1.02x at 256, 2.03x at
+# 512; a window and a stride of 32, 0.45x at 256, 1.21x at 512, 1.73x at 1,024).
 BLOCKWISE_MIN_LENGTH = 256
+STRIDED_MIN_LENGTH = 512
 
 
-def runs_blockwise(length: int, window: int) -> bool:
-    """Whether a window over `length` positions pays for `local_attention`'s blocks."""
-    return 0 < 2 * window < length and length >= BLOCKWISE_MIN_LENGTH
+def runs_blockwise(length: int, window: int, stride: int = 0) -> bool:
+    """Whether a window (and stride) over `length` positions pays for `local_attention`."""
+    shortest = STRIDED_MIN_LENGTH if stride else BLOCKWISE_MIN_LENGTH
+    return 0 < 2 * window < length and length >= shortest
 
 
 def local_attention(
@@ -91,27 +94,42 @@ def local_attention(
     k: Tensor,
     v: Tensor,
     window: int,
+    stride: int = 0,
     *,
     causal: bool,
     key_mask: Tensor | None = None,
     dropout_p: float = 0.0,
 ) -> Tensor:
-    """Attention over a sliding window of `window` keys, block by block (Longformer's chunks).
+    """Attention over a sliding window of `window` keys (plus strided keys), block by block.
 
     Computes what `scaled_dot_product_attention` computes with the mask
     `local_mask` (and `self_attention_mask` for padding), on q, k, v of shape
-    (batch, heads, length, d_k). The sequence is cut into blocks of w =
-    `window` positions; query i of block c may only see keys of blocks c - 1
-    and c (and c + 1 when not causal), since |i - j| < w. Each block attends
-    over those 2w (3w) keys with the window as its mask, so the cost is
-    O(length x w). `key_mask` (batch, length) is True for real tokens.
+    (batch, heads, length, d_k); `key_mask` (batch, length) is True for real
+    tokens. The window is Longformer's chunks: the sequence is cut into blocks
+    of w = `window` positions, and query i of block c may only see keys of
+    blocks c - 1 and c (and c + 1 when not causal), since |i - j| < w. Each
+    block attends over those 2w (3w) keys with the window as its mask,
+    O(length x w).
+
+    With a `stride` s (the Sparse Transformer's strided pattern) query i also
+    sees the keys j with i - j a multiple of s: those of its own residue
+    i mod s. Laid out as s columns of length / s positions, each column attends
+    within itself, O(length^2 / s); the scores of both parts share one softmax,
+    keys in the window counted once.
     """
-    batch, heads, length, _ = q.shape
+    batch, heads, length, d_k = q.shape
     w = window
     n = -(-length // w)  # blocks, the last one padded
     pad = n * w - length
     # Key blocks per query block: the previous, its own, and (both ways) the next.
     shifts = (1, 0) if causal else (1, 0, -1)
+
+    def to_blocks(x: Tensor) -> Tensor:
+        """(batch, h, length, e) -> (batch * n, h, w, e), zero-padded at the end."""
+        return F.pad(x, (0, 0, 0, pad)).unflatten(2, (n, w)).transpose(1, 2).flatten(0, 1)
+
+    def from_blocks(x: Tensor) -> Tensor:
+        return x.unflatten(0, (batch, n)).transpose(1, 2).flatten(2, 3)[:, :, :length]
 
     def neighbours(x: Tensor) -> Tensor:
         """(batch, h, length, d) -> (batch * n, h, len(shifts) * w, d): each block's keys."""
@@ -134,17 +152,51 @@ def local_attention(
         real = F.pad(key_mask.bool(), (w, pad + w))[:, key_at.squeeze(1) + w]  # (batch, n, keys)
         # As in `self_attention_mask`, a padding query still sees its own key.
         mask = (allowed & inside & real[:, :, None, :]) | (distance == 0)
-    qb = F.pad(q, (0, 0, 0, pad)).unflatten(2, (n, w)).transpose(1, 2).flatten(0, 1)
-    out = F.scaled_dot_product_attention(
-        qb,
-        neighbours(k),
-        neighbours(v),
-        attn_mask=mask.flatten(0, 1)[:, None],
-        dropout_p=dropout_p,
-        enable_gqa=heads != k.shape[1],
+    mask = mask.flatten(0, 1)[:, None]
+    if not stride:
+        out = F.scaled_dot_product_attention(
+            to_blocks(q),
+            neighbours(k),
+            neighbours(v),
+            attn_mask=mask,
+            dropout_p=dropout_p,
+            enable_gqa=heads != k.shape[1],
+        )
+        return from_blocks(out)
+    k, v = (x.repeat_interleave(heads // k.shape[1], dim=1) for x in (k, v))  # GQA
+    keys, values = neighbours(k), neighbours(v)
+    in_window = from_blocks(to_blocks(q) @ keys.transpose(-2, -1)).masked_fill(
+        ~from_blocks(mask.expand(-1, heads, -1, -1)), float("-inf")
     )
-    # (batch * n, heads, w, d_k) -> (batch, heads, length, d_k)
-    return out.unflatten(0, (batch, n)).transpose(1, 2).flatten(2, 3)[:, :, :length]
+    c = -(-length // stride)  # positions per column
+
+    def to_columns(x: Tensor) -> Tensor:
+        """(batch, h, length, e) -> (batch, h, s, c, e): column r holds r, r + s, r + 2s, ..."""
+        return F.pad(x, (0, 0, 0, c * stride - length)).unflatten(2, (c, stride)).transpose(2, 3)
+
+    def from_columns(x: Tensor) -> Tensor:
+        return x.transpose(2, 3).flatten(2, 3)[:, :, :length]
+
+    # Query b and key a of column r stand at b s + r and a s + r, (b - a) s apart; keys
+    # inside the window were counted above.
+    rows = torch.arange(c, device=q.device)
+    apart = (rows[:, None] - rows[None, :]) * stride
+    beyond = apart >= w if causal else apart.abs() >= w
+    key_at = rows * stride + torch.arange(stride, device=q.device)[:, None]  # (s, c)
+    allowed = beyond & (key_at < length)[:, None, :]  # (s, queries, keys)
+    if key_mask is not None:
+        real = to_columns(key_mask.bool()[:, None, :, None]).squeeze(-1)  # (batch, 1, s, c)
+        allowed = allowed & real[..., None, :]
+    on_stride = (to_columns(q) @ to_columns(k).transpose(-2, -1)).masked_fill(
+        ~allowed, float("-inf")
+    )
+    # One softmax over both sets of keys.
+    probs = torch.cat((in_window, from_columns(on_stride)), -1).div(math.sqrt(d_k)).softmax(-1)
+    probs = F.dropout(probs, dropout_p) if dropout_p > 0 else probs
+    p_window, p_stride = probs.split((keys.shape[2], c), -1)
+    return from_blocks(to_blocks(p_window) @ values) + from_columns(
+        to_columns(p_stride) @ to_columns(v)
+    )
 
 
 def padding_mask(key_mask: Tensor) -> Tensor:
@@ -292,14 +344,16 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cache: LayerKV | None = None,
         window: int = 0,
+        stride: int = 0,
         key_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from `x` (batch, queries, d_model) to itself or to `memory`.
 
         `mask` is boolean and broadcastable to (batch, heads, queries, keys);
         `positions` (batch or 1, length) feed the rotary hook when there is one.
-        A `window` (self-attention without a cache) runs `local_attention`
-        over the (batch, length) padding `key_mask` instead of a mask.
+        A `window` (self-attention without a cache, with a `stride` or not)
+        runs `local_attention` over the (batch, length) padding `key_mask`
+        instead of a mask.
         With a `cache`, self-attention appends the new keys and values and
         attends over all cached ones; cross-attention reuses the cached memory
         keys and values.
@@ -332,7 +386,7 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         if window:
             out = local_attention(
-                q, k, v, window, causal=is_causal, key_mask=key_mask, dropout_p=dropout_p
+                q, k, v, window, stride, causal=is_causal, key_mask=key_mask, dropout_p=dropout_p
             )
             return self.out_proj(out.transpose(1, 2).flatten(2)), None
         group = q.shape[0] // k.shape[0]
