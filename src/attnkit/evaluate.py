@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attnkit.data.batch import Batch
+from attnkit.data.batch import Batch, shift_targets
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 
@@ -99,15 +99,11 @@ def perplexity(model: TransformerModel, batches: Iterable[Batch]) -> Score:
             tgt, tgt_mask = batch.tgt, batch.tgt_mask
             if tgt is None:
                 raise AttnkitError("perplexity needs batches with a target (tgt)")
-            # No mask means no padding (`collate_lm`): every label counts.
-            mask = None if tgt_mask is None else tgt_mask[:, :-1]
+            inputs, mask, labels = shift_targets(tgt, tgt_mask, ignore=-100)
             if model.config.shape == "encoder-decoder":
-                logits = model(batch.src, tgt[:, :-1], batch.src_mask, mask).logits
+                logits = model(batch.src, inputs, batch.src_mask, mask).logits
             else:
-                logits = model(tgt[:, :-1], mask).logits
-            labels = tgt[:, 1:]
-            if tgt_mask is not None:
-                labels = labels.masked_fill(~tgt_mask[:, 1:].bool(), -100)
+                logits = model(inputs, mask).logits
             nll = F.cross_entropy(
                 logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
             )

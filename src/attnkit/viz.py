@@ -71,6 +71,7 @@ def plot_curves(records: Sequence[dict[str, float]], path: str | Path) -> Path:
     """
     skip = {"step", "lr", "tokens_per_s", "train_loss", "val_loss", "val_ppl"}
     extra = sorted({k for r in records for k in r} - skip)
+    rates = [(r["step"], r["lr"]) for r in records if "lr" in r]
     fig, axes = plt.subplots(1, 1 + len(extra), figsize=(5 * (1 + len(extra)), 3.6), squeeze=False)
     for ax, keys in zip(axes[0], [("train_loss", "val_loss"), *[(k,) for k in extra]], strict=True):
         for key in keys:
@@ -82,7 +83,6 @@ def plot_curves(records: Sequence[dict[str, float]], path: str | Path) -> Path:
         ax.set_title("loss (nats per token)" if keys[0] == "train_loss" else keys[0], fontsize=10)
         ax.grid(alpha=0.3)
         lines = ax.get_lines()
-        rates = [(r["step"], r["lr"]) for r in records if "lr" in r]
         if keys[0] == "train_loss" and rates:
             twin = ax.twinx()
             steps, values = zip(*rates, strict=True)

@@ -49,3 +49,14 @@ def pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor
         ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
     lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
     return ids, torch.arange(longest)[None, :] < lengths[:, None]
+
+
+def shift_targets(
+    tgt: Tensor, tgt_mask: Tensor | None, ignore: int
+) -> tuple[Tensor, Tensor | None, Tensor]:
+    """Teacher forcing: the decoder input (all but the last token), its mask, and the next
+    tokens to predict, `ignore` where they are padding (no mask: none is)."""
+    targets = tgt[:, 1:]
+    if tgt_mask is not None:
+        targets = targets.masked_fill(~tgt_mask[:, 1:].bool(), ignore)
+    return tgt[:, :-1], None if tgt_mask is None else tgt_mask[:, :-1], targets

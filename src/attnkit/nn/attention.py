@@ -182,13 +182,13 @@ def local_attention(
     rows = torch.arange(c, device=q.device)
     apart = (rows[:, None] - rows[None, :]) * stride
     beyond = apart >= w if causal else apart.abs() >= w
-    key_at = rows * stride + torch.arange(stride, device=q.device)[:, None]  # (s, c)
-    allowed = beyond & (key_at < length)[:, None, :]  # (s, queries, keys)
+    column_key_at = rows * stride + torch.arange(stride, device=q.device)[:, None]  # (s, c)
+    column_mask = beyond & (column_key_at < length)[:, None, :]  # (s, queries, keys)
     if key_mask is not None:
         real = to_columns(key_mask.bool()[:, None, :, None]).squeeze(-1)  # (batch, 1, s, c)
-        allowed = allowed & real[..., None, :]
+        column_mask = column_mask & real[..., None, :]
     on_stride = (to_columns(q) @ to_columns(k).transpose(-2, -1)).masked_fill(
-        ~allowed, float("-inf")
+        ~column_mask, float("-inf")
     )
     # One softmax over both sets of keys.
     probs = torch.cat((in_window, from_columns(on_stride)), -1).div(math.sqrt(d_k)).softmax(-1)
@@ -381,14 +381,14 @@ class MultiHeadAttention(nn.Module):
                 q, k = self.rotary(q, k, positions, positions)
             if cache is not None:
                 k, v = cache.update(k, v)
-        # Beams of one sentence share its cached memory (`KVCache.group`): their queries
-        # attend together, as more query positions over one copy of the keys and values.
         dropout_p = self.dropout if self.training else 0.0
         if window:
             out = local_attention(
                 q, k, v, window, stride, causal=is_causal, key_mask=key_mask, dropout_p=dropout_p
             )
             return self.out_proj(out.transpose(1, 2).flatten(2)), None
+        # Beams of one sentence share its cached memory (`KVCache.group`): their queries
+        # attend together, as more query positions over one copy of the keys and values.
         group = q.shape[0] // k.shape[0]
         if group > 1:
             q = q.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)

@@ -22,19 +22,11 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.batch import Batch
+from attnkit.data.batch import Batch, shift_targets
 from attnkit.errors import AttnkitError
 from attnkit.models.base import unwrap
 from attnkit.nn.moe import router_aux_loss
 from attnkit.train.cross_entropy import IGNORE, LossTerms, linear_cross_entropy
-
-
-def _shifted_targets(tgt: Tensor, tgt_mask: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
-    """Decoder input (all but the last token), its mask, and the next tokens to predict."""
-    targets = tgt[:, 1:]
-    if tgt_mask is not None:
-        targets = targets.masked_fill(~tgt_mask[:, 1:].bool(), IGNORE)
-    return tgt[:, :-1], None if tgt_mask is None else tgt_mask[:, :-1], targets
 
 
 def _need(batch: Batch, *names: str, task: str) -> None:
@@ -81,7 +73,7 @@ class TranslationObjective(Objective):
 
     def predict(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
         _need(batch, "src", "tgt", task=self.task)
-        dec_in, dec_mask, targets = _shifted_targets(batch.tgt, batch.tgt_mask)
+        dec_in, dec_mask, targets = shift_targets(batch.tgt, batch.tgt_mask, ignore=IGNORE)
         hidden = model(batch.src, dec_in, batch.src_mask, dec_mask, need_logits=False).hidden
         return hidden, targets
 
@@ -93,7 +85,7 @@ class LanguageModelObjective(Objective):
 
     def predict(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
         _need(batch, "tgt", task=self.task)
-        dec_in, dec_mask, targets = _shifted_targets(batch.tgt, batch.tgt_mask)
+        dec_in, dec_mask, targets = shift_targets(batch.tgt, batch.tgt_mask, ignore=IGNORE)
         return model(dec_in, dec_mask, need_logits=False).hidden, targets
 
 
