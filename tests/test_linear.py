@@ -1,11 +1,20 @@
-"""The linear layer's inference path over the weight's halves against `F.linear`."""
+"""The linear layer's inference paths (the few-row kernel, the weight's halves) against F.linear."""
+
+import logging
+import os
+import platform
+import shutil
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from attnkit.nn import Linear
+from attnkit.nn import Linear, few_rows
 from attnkit.nn import linear as linear_module
+
+needs_kernel = pytest.mark.skipif(
+    not few_rows.available(), reason="the few-row kernel is built only on x86-64 with AVX2"
+)
 
 
 @pytest.mark.parametrize("out_features", [80, 81])  # 81 cannot be cut into two halves
@@ -49,3 +58,86 @@ def test_gradients_flow_as_in_nn_linear() -> None:
     layer(x).sum().backward()
     assert x.grad is not None and layer.weight.grad is not None
     torch.testing.assert_close(layer.weight.grad, torch.ones(4, 3) @ x.detach())
+
+
+def test_the_kernel_is_built_where_it_can_be() -> None:
+    x86_with_avx2 = platform.machine().lower() in ("x86_64", "amd64") and (
+        torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    )
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if not (x86_with_avx2 and compiler):
+        pytest.skip("no x86-64 CPU with AVX2, or no C compiler")
+    assert few_rows.available()
+
+
+@needs_kernel
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 20])
+@pytest.mark.parametrize("in_features", [8, 13, 512])  # 13: every row ends in a tail
+def test_the_kernel_equals_f_linear(in_features: int, rows: int, bias: bool, threads: int) -> None:
+    weight = torch.randn(37, in_features) / in_features**0.5  # outputs of about 1, as in a model
+    b = torch.randn(37) if bias else None
+    x = torch.randn(rows, in_features)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out = few_rows.linear(x, weight, b)
+    finally:
+        torch.set_num_threads(before)
+    exact = F.linear(x.double(), weight.double(), None if b is None else b.double())
+    torch.testing.assert_close(out.double(), exact, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_up_to_kernel_rows_take_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = Linear(16, 32)
+    calls = []
+    kernel = few_rows.linear
+    monkeypatch.setattr(few_rows, "linear", lambda *a: calls.append(a) or kernel(*a))
+    x = torch.randn(2, linear_module.KERNEL_ROWS // 2, 16)  # rows counted over every dim
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+        assert len(calls) == 1
+        layer(torch.randn(linear_module.KERNEL_ROWS + 1, 16))
+        assert len(calls) == 1  # the halves took it
+        layer.weight = torch.nn.Parameter(torch.randn(16, 32).t())  # not contiguous
+        torch.testing.assert_close(layer(x[0]), F.linear(x[0], layer.weight, layer.bias))
+        assert len(calls) == 1
+
+
+@pytest.fixture
+def fresh_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    """`few_rows` as a new process finds it, with its cache in tmp_path; restored afterwards."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    few_rows._kernel.cache_clear()
+    yield monkeypatch
+    monkeypatch.undo()
+    few_rows._kernel.cache_clear()
+
+
+def test_a_failed_build_warns_and_falls_back(fresh_kernel, caplog: pytest.LogCaptureFixture):
+    fresh_kernel.setenv("CC", "false")  # a compiler that always fails
+    fresh_kernel.setattr(platform, "machine", lambda: "x86_64")
+    fresh_kernel.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    with caplog.at_level(logging.WARNING, logger="attnkit.nn.few_rows"):
+        assert not few_rows.available()
+    assert "false failed" in caplog.text
+    layer, x = Linear(16, 32), torch.randn(3, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_the_kernel_can_be_switched_off(fresh_kernel) -> None:
+    fresh_kernel.setenv("ATTNKIT_FEW_ROWS_KERNEL", "0")
+    assert not few_rows.available()
+
+
+@needs_kernel
+def test_a_build_is_kept_and_reused(tmp_path) -> None:
+    compiler = os.environ.get("CC", "cc")
+    library = few_rows.build(compiler, tmp_path)
+    built_at = library.stat().st_mtime_ns
+    assert few_rows.build(compiler, tmp_path) == library
+    assert library.stat().st_mtime_ns == built_at
+    assert [p.name for p in tmp_path.iterdir()] == [library.name]  # no partial file left
