@@ -36,6 +36,7 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=fast", "-fopenmp", "-shared", 
 
 
 def cache_dir() -> Path:
+    """Where built kernels are kept: `$XDG_CACHE_HOME/attnkit`, else `~/.cache/attnkit`."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "attnkit"
 
@@ -88,7 +89,10 @@ def available() -> bool:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """x W^T + b for float32 CPU tensors, W and b contiguous, x of any shape (..., in)."""
+    """x W^T + b for float32 CPU tensors, W and b contiguous, x of any shape (..., in).
+
+    Only where `available()`; `Linear` checks that and the rest before it calls this.
+    """
     rows = x.reshape(-1, weight.shape[1]).contiguous()
     y = torch.empty(rows.shape[0], weight.shape[0], dtype=x.dtype)
     _kernel()(
