@@ -14,11 +14,11 @@ from torch import nn
 
 
 class _Attention(nn.Module):
-    def __init__(self, d: int, heads: int) -> None:
+    def __init__(self, d: int, heads: int, bias: bool) -> None:
         super().__init__()
         self.heads = heads
-        self.c_attn = nn.Linear(d, 3 * d)
-        self.c_proj = nn.Linear(d, d)
+        self.c_attn = nn.Linear(d, 3 * d, bias=bias)
+        self.c_proj = nn.Linear(d, d, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
@@ -29,11 +29,13 @@ class _Attention(nn.Module):
 
 
 class _Block(nn.Module):
-    def __init__(self, d: int, heads: int) -> None:
+    def __init__(self, d: int, heads: int, bias: bool) -> None:
         super().__init__()
-        self.ln_1, self.attn = nn.LayerNorm(d), _Attention(d, heads)
-        self.ln_2 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.ln_1, self.attn = nn.LayerNorm(d, bias=bias), _Attention(d, heads, bias)
+        self.ln_2 = nn.LayerNorm(d, bias=bias)
+        self.mlp = nn.Sequential(
+            nn.Linear(d, 4 * d, bias=bias), nn.GELU(), nn.Linear(4 * d, d, bias=bias)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -41,13 +43,36 @@ class _Block(nn.Module):
 
 
 class NanoGPT(nn.Module):
-    def __init__(self, vocab: int, block: int, layers: int, heads: int, d: int) -> None:
+    """`bias=False` and `nanogpt_init=True` are nanoGPT's own defaults."""
+
+    def __init__(
+        self,
+        vocab: int,
+        block: int,
+        layers: int,
+        heads: int,
+        d: int,
+        *,
+        bias: bool = True,
+        nanogpt_init: bool = False,
+    ) -> None:
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block, d)
-        self.blocks = nn.ModuleList(_Block(d, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(d)
+        self.blocks = nn.ModuleList(_Block(d, heads, bias) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d, bias=bias)
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.lm_head.weight = self.wte.weight
+        if nanogpt_init:
+            # GPT-2's: N(0, 0.02) everywhere, zero biases, and the projections that end a
+            # residual branch scaled down by sqrt(2 * layers).
+            for module in self.modules():
+                if isinstance(module, nn.Linear | nn.Embedding):
+                    nn.init.normal_(module.weight, std=0.02)
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            for block in self.blocks:
+                for last in (block.attn.c_proj, block.mlp[2]):
+                    nn.init.normal_(last.weight, std=0.02 / (2 * layers) ** 0.5)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1])

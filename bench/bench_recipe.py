@@ -1,0 +1,89 @@
+"""The Tiny Shakespeare recipe end to end against a nanoGPT-style run of it, wall clock.
+
+ours: `attnkit train configs/tinyshakespeare_char.toml` (nanoGPT's CPU recipe:
+      4 layers, d_model 128, block 64, batch 12, 2,000 iterations);
+peer: `python -m bench.peers.nanogpt_train`, the same recipe in the one-file
+      loop that nanoGPT's users run (see that module).
+
+Each run is a fresh process timed from launch to exit: imports, data,
+training, evaluations, checkpoints, everything a user waits for. The sides
+alternate, ours first in even repetitions and the peer first in odd ones, so a
+steady drift of the machine's speed touches both alike; there is no warm-up
+(a first run is what a user gets). Reported: the median seconds of each, the
+ratio, and the last validation loss each printed (each side's own estimate
+over 20 batches).
+
+    python -m bench.bench_recipe --data-dir ../shared/data --reps 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.harness import Result, markdown_table
+
+CONFIG = Path(__file__).parent.parent / "configs" / "tinyshakespeare_char.toml"
+
+
+def run(command: list[str]) -> tuple[float, str]:
+    """Seconds from launch to exit, and what the command printed."""
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    return seconds, done.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=2000)
+    args = parser.parse_args()
+    losses: dict[str, list[float]] = {"ours": [], "peer": []}
+
+    def ours() -> float:
+        out = Path(tempfile.mkdtemp()) / "run"  # a fresh run folder each time
+        command = [sys.executable, "-m", "attnkit", "train", str(CONFIG)]
+        command += ["--set", f"data.data_dir={args.data_dir}", "--set", f"train.out_dir={out}"]
+        seconds, _ = run([*command, "--set", f"train.steps={args.steps}"])
+        with open(out / "metrics.jsonl") as f:
+            losses["ours"].append([json.loads(x)["val_loss"] for x in f if "val_loss" in x][-1])
+        shutil.rmtree(out.parent)
+        return seconds
+
+    def peer() -> float:
+        command = [sys.executable, "-m", "bench.peers.nanogpt_train", "--iters", str(args.steps)]
+        command += ["--input", str(args.data_dir / "tinyshakespeare" / "input.txt")]
+        seconds, printed = run(command)
+        losses["peer"].append(float(printed.strip().splitlines()[-1].split()[-1]))
+        return seconds
+
+    mine, theirs = [], []
+    for rep in range(args.reps):
+        for side in (ours, peer) if rep % 2 == 0 else (peer, ours):
+            (mine if side is ours else theirs).append(side())
+    result = Result(
+        "Tiny Shakespeare recipe, end to end",
+        "seconds",
+        mine,
+        theirs,
+        "nanoGPT-style loop",
+        higher_is_better=False,
+        extra={"val loss ours": losses["ours"][-1], "val loss peer": losses["peer"][-1]},
+    )
+    print(markdown_table([result]))
+    print(f"seconds: ours {[round(s, 1) for s in mine]}, peer {[round(s, 1) for s in theirs]}")
+    print(f"validation losses: ours {losses['ours']}, peer {losses['peer']}")
+
+
+if __name__ == "__main__":
+    main()
