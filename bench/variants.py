@@ -1,7 +1,7 @@
 """The variants on real data: Tiny Shakespeare's character-level GPT, one change at a time.
 
 Each row trains configs/tinyshakespeare_char.toml (nanoGPT's CPU recipe: 4 layers,
-d_model 128, context 64, batch 12, 2,000 steps, cosine from 1e-3) with the row's
+d_model 128, context 64, batch 12, no biases, 2,000 steps, cosine from 1e-3) with the row's
 `[model]` changes and reports the validation loss at the end (same 90/10 split,
 same seed, same batches), the parameters and the training time. Gated
 feed-forward rows use d_ff 352 so their three matrices hold what the plain two
@@ -33,7 +33,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "sliding window of 16": {"attention_window": 16},
     "DeepNorm (post-LN)": {"norm_position": "deepnorm"},
     "mixture of 4 experts, top 2": {"n_experts": 4, "n_experts_per_token": 2},
-    "llama-tiny (RoPE, RMSNorm, SwiGLU, GQA 2, no biases)": {"preset": "llama-tiny", **GATED},
+    "llama-tiny (RoPE, RMSNorm, SwiGLU, GQA 2)": {"preset": "llama-tiny", **GATED},
 }
 
 
