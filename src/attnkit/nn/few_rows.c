@@ -45,10 +45,12 @@ static inline __attribute__((always_inline)) void dot_rows(int R, const float *x
     }
 }
 
-/* b may be NULL (no bias). */
+/* b may be NULL (no bias). With one thread no OpenMP team is started, as torch's own
+ * parallel_for does: a DataLoader's forked workers run on one thread, and GNU OpenMP can hang
+ * when a forked child starts a team. */
 void few_rows_linear(const float *x, const float *w, const float *b, float *y, int64_t rows,
                      int64_t in, int64_t out, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t o = 0; o < out; ++o) {
         const float *wo = w + o * in;
         float bias = b ? b[o] : 0.0f;
