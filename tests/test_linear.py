@@ -1,6 +1,7 @@
 """The linear layer's inference paths (the few-row kernel, the weight's halves) against F.linear."""
 
 import logging
+import multiprocessing
 import os
 import platform
 import shutil
@@ -141,3 +142,19 @@ def test_a_build_is_kept_and_reused(tmp_path) -> None:
     assert few_rows.build(compiler, tmp_path) == library
     assert library.stat().st_mtime_ns == built_at
     assert [p.name for p in tmp_path.iterdir()] == [library.name]  # no partial file left
+
+
+def _forward(layer: Linear, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return layer(x)
+
+
+@needs_kernel
+def test_the_kernel_runs_in_a_forked_worker() -> None:
+    # A DataLoader's workers are forked from a process whose OpenMP threads already ran the
+    # kernel, and torch gives them one thread each.
+    layer, x = Linear(64, 64), torch.randn(4, 64)
+    expected = _forward(layer, x)  # the parent's OpenMP team starts here
+    fork = multiprocessing.get_context("fork")
+    with fork.Pool(1, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        assert torch.equal(pool.apply_async(_forward, (layer, x)).get(timeout=120), expected)

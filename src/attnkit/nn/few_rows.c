@@ -45,9 +45,9 @@ static inline __attribute__((always_inline)) void dot_rows(int R, const float *x
     }
 }
 
-/* b may be NULL (no bias). With one thread no OpenMP team is started, as torch's own
- * parallel_for does: a DataLoader's forked workers run on one thread, and GNU OpenMP can hang
- * when a forked child starts a team. */
+/* b may be NULL (no bias). With one thread no OpenMP team is started, as in torch's own
+ * parallel_for: that is how a DataLoader's forked workers run (tests/test_linear.py runs the
+ * kernel in one). */
 void few_rows_linear(const float *x, const float *w, const float *b, float *y, int64_t rows,
                      int64_t in, int64_t out, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
