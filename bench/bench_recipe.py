@@ -19,7 +19,6 @@ over 20 batches).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnkit.train.trainer import read_metrics
 from bench.harness import Result, markdown_table
 
 CONFIG = Path(__file__).parent.parent / "configs" / "tinyshakespeare_char.toml"
@@ -55,8 +55,7 @@ def main() -> None:
         command = [sys.executable, "-m", "attnkit", "train", str(CONFIG)]
         command += ["--set", f"data.data_dir={args.data_dir}", "--set", f"train.out_dir={out}"]
         seconds, _ = run([*command, "--set", f"train.steps={args.steps}"])
-        with open(out / "metrics.jsonl") as f:
-            losses["ours"].append([json.loads(x)["val_loss"] for x in f if "val_loss" in x][-1])
+        losses["ours"].append([r["val_loss"] for r in read_metrics(out) if "val_loss" in r][-1])
         shutil.rmtree(out.parent)
         return seconds
 

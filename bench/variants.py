@@ -20,6 +20,7 @@ from pathlib import Path
 
 from attnkit import ModelConfig, build_model
 from attnkit.cli import main as attnkit
+from attnkit.train.trainer import read_metrics
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tinyshakespeare_char.toml"
 GATED = {"activation": "swiglu", "d_ff": 352}
@@ -44,8 +45,7 @@ def train(changes: dict[str, object], steps: int, out: Path) -> dict[str, float]
     start = time.perf_counter()
     attnkit(["train", str(CONFIG), *[arg for s in sets for arg in ("--set", s)]])
     seconds = time.perf_counter() - start
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    val = [r["val_loss"] for r in records if "val_loss" in r][-1]
+    val = [r["val_loss"] for r in read_metrics(out) if "val_loss" in r][-1]
     model = build_model(ModelConfig.from_json(out / "config.json"))
     return {"val_loss": val, "seconds": seconds, "parameters": model.num_parameters()}
 

@@ -3,7 +3,6 @@
 import logging
 import multiprocessing
 import os
-import platform
 import shutil
 
 import pytest
@@ -62,11 +61,7 @@ def test_gradients_flow_as_in_nn_linear() -> None:
 
 
 def test_the_kernel_is_built_where_it_can_be() -> None:
-    x86_with_avx2 = platform.machine().lower() in ("x86_64", "amd64") and (
-        torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-    )
-    compiler = shutil.which(os.environ.get("CC", "cc"))
-    if not (x86_with_avx2 and compiler):
+    if not (few_rows.cpu_supported() and shutil.which(os.environ.get("CC", "cc"))):
         pytest.skip("no x86-64 CPU with AVX2, or no C compiler")
     assert few_rows.available()
 
@@ -119,8 +114,7 @@ def fresh_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path):
 
 def test_a_failed_build_warns_and_falls_back(fresh_kernel, caplog: pytest.LogCaptureFixture):
     fresh_kernel.setenv("CC", "false")  # a compiler that always fails
-    fresh_kernel.setattr(platform, "machine", lambda: "x86_64")
-    fresh_kernel.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    fresh_kernel.setattr(few_rows, "cpu_supported", lambda: True)
     with caplog.at_level(logging.WARNING, logger="attnkit.nn.few_rows"):
         assert not few_rows.available()
     assert "false failed" in caplog.text

@@ -63,14 +63,18 @@ def build(compiler: str, directory: Path) -> Path:
     return library
 
 
+def cpu_supported() -> bool:
+    """An x86-64 CPU with AVX2 and FMA (torch's capability AVX2 or AVX512), as measured."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    return x86 and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
 @functools.cache
 def _kernel():
     """The C function, or None where it is not built (see the module's docstring)."""
     if os.environ.get("ATTNKIT_FEW_ROWS_KERNEL", "1") == "0":
         return None
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+    if not cpu_supported():
         return None
     compiler = os.environ.get("CC", "cc")
     try:

@@ -46,6 +46,16 @@ from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of a run's metrics.jsonl, one dict per line (none if there is no file)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 CURVES_FILE = "curves.png"
 RUN_CONFIG_FILE = "run_config.toml"
 
@@ -248,18 +258,12 @@ class Trainer:
             )
         ckpt.set_rng_state(rngs[self.dist.rank % len(rngs)])
         if self.dist.is_main:
-            self.history = self._read_history()
+            self.history = read_metrics(self.run_dir)
             # Records written after the checkpoint belong to steps that will run again.
             self.history = [r for r in self.history if r["step"] <= self.step]
             lines = "".join(json.dumps(r) + "\n" for r in self.history)
             ckpt.atomic_write(self.run_dir / METRICS_FILE, lambda p: p.write_text(lines))
         log.info("resumed %s at step %d", self.run_dir, self.step)
-
-    def _read_history(self) -> list[dict[str, Any]]:
-        path = self.run_dir / METRICS_FILE
-        if not path.is_file():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     # -- the loop -------------------------------------------------------------------------------
 
