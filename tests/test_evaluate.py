@@ -9,7 +9,7 @@ import torch
 from attnkit import AttnkitError
 from attnkit.data.batch import Batch, pad
 from attnkit.evaluate import bleu, chrf, exact_match, perplexity
-from tests.test_kv_cache import tiny
+from tests.nn.test_kv_cache import tiny
 
 HYPS = ["the cat sat on the mat", "a dog runs in the park", "hello world"]
 REFS = ["the cat sat on a mat", "a dog is running in the park", "hello world"]

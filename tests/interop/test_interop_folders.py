@@ -7,15 +7,6 @@ import logging
 
 import pytest
 import torch
-from hf_cases import (
-    CASES,
-    marian_config,
-    padded_batch,
-    randomize,
-    run_attnkit,
-    run_hf,
-    save_random,
-)
 from safetensors.torch import load_file, save_file
 from transformers import BertForMaskedLM, MarianMTModel
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
@@ -25,6 +16,15 @@ from attnkit.cli import main
 from attnkit.interop import load_hf, save_hf
 from attnkit.nn import sinusoidal_table
 from attnkit.run import save_pretrained
+from tests.interop.hf_cases import (
+    CASES,
+    marian_config,
+    padded_batch,
+    randomize,
+    run_attnkit,
+    run_hf,
+    save_random,
+)
 
 
 def rewrite(folder, change):

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_cases import save_random
 
 from attnkit.data.batch import pad
 from attnkit.generate import generate
 from attnkit.interop import load_hf
+from tests.interop.hf_cases import save_random
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import torch
 from attnkit import AttnkitError, ModelConfig, build_model
 from attnkit.data.batch import pad
 from attnkit.generate import GenerationConfig, beam_search, generate, stream, warp
-from tests.test_kv_cache import padded_batch, tiny
+from tests.nn.test_kv_cache import padded_batch, tiny
 
 
 def peaked(shape: str, vocab_size: int = 40, scale: float = 4.0, seed: int = 1):

@@ -17,10 +17,10 @@ from attnkit.nn.moe import router_aux_loss
 from attnkit.train import Trainer
 from attnkit.train.objectives import TranslationObjective
 from attnkit.train.run_config import TrainSection
-from tests.test_kv_cache import padded_batch
+from tests.nn.test_kv_cache import padded_batch
 
 from .test_lora import randomise_updates
-from .train.tiny import tiny_model, translation_batches
+from tests.train.tiny import tiny_model, translation_batches
 
 D_MODEL, D_FF, N_EXPERTS = 16, 24, 4
 

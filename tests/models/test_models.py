@@ -8,7 +8,7 @@ from torch import nn
 
 from attnkit import DecoderOnly, EncoderDecoder, EncoderOnly, ModelConfig, build_model
 from attnkit.nn import attention, causal_mask
-from tests.test_attention import copy_from_torch as copy_attention
+from tests.nn.test_attention import copy_from_torch as copy_attention
 
 
 def tiny(shape: str = "encoder-decoder", **overrides) -> ModelConfig:

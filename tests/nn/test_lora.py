@@ -10,7 +10,7 @@ from attnkit.train import Trainer
 from attnkit.train.checkpoint import WEIGHTS_FILE, load_checkpoint, saved_steps, step_dir
 from attnkit.train.run_config import TrainSection
 
-from .train.tiny import tiny_model, translation_batches
+from tests.train.tiny import tiny_model, translation_batches
 
 
 def randomise_updates(model: torch.nn.Module) -> None:

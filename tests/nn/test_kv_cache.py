@@ -5,7 +5,7 @@ import torch
 
 from attnkit import AttnkitError, ModelConfig, build_model
 from attnkit.generate import left_pad
-from tests.test_models import VARIANTS
+from tests.models.test_models import VARIANTS
 
 
 def tiny(shape: str, **overrides) -> torch.nn.Module:

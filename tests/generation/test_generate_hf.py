@@ -1,16 +1,12 @@
 """Token-for-token agreement with Hugging Face `generate` on twin models with copied weights."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 pytest.importorskip("transformers")
-sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
-from hf_twins import bloom_twins, gpt2_twins, marian_twins, mistral_twins
 
 from attnkit.generate import generate
+from bench.hf_twins import bloom_twins, gpt2_twins, marian_twins, mistral_twins
 
 EOS = 2
 OPTIONS = [
