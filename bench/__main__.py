@@ -1,66 +1,85 @@
-"""`python -m bench`: the machine's matmul peaks and the training benchmarks, side by side.
+"""`python -m bench`: every benchmark of attnkit, listed and run from one registry.
 
-Prints a table and writes bench/results_train.json and bench/results_train.md.
-Decoding has its own script (bench/bench_generate.py), data its own
-(bench/bench_data.py). Both sides of every benchmark run in this one
-process, with the same threads and allocator: glibc's default, or with
-`--reuse-freed-memory` the setting `attnkit train` makes on a CPU
-(`attnkit/train/host_memory.py`), which then applies to both sides.
+    python -m bench                          # the list, name and one line each (or `list`)
+    python -m bench generate --threads 2     # one benchmark, with its own options
+    python -m bench window linear --reps 1   # several in turn; the options go to each
+    python -m bench train --help             # a benchmark's options
+
+Run it from the repository root. The registry is `BENCHMARKS` below: a name,
+the module under bench/ that measures it, and the line the list shows. Each
+module has a `main(argv)` that reads its own options (so it also runs alone,
+`python -m bench.bench_window`), opens with the machine's line
+(`bench.harness.opening`: the CPU, its vector flags, the kernels taken), and
+measures with `bench/harness.py` (alternating sides, `Result`, the markdown
+table and the files written with `--out`, whose place is bench/results/).
+The peers, the reference implementations the benchmarks and the tests compare
+against, are in bench/peers/. Adding a benchmark is a module with a `main` and
+one line here.
 """
 
 from __future__ import annotations
 
-import argparse
-import platform
-
-import torch
-
-from attnkit.train.host_memory import reuse_freed_memory
-from bench.harness import markdown_table, write
-from bench.peak import matmul_peaks
-from bench.training import WORKS, run
+import importlib
+import sys
+from dataclasses import dataclass
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", default=list(WORKS), help=f"of {', '.join(WORKS)}")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--reps", type=int, default=3, help="alternating repetitions per side")
-    parser.add_argument("--steps", type=int, default=2, help="training steps per repetition")
-    parser.add_argument("--bf16", action="store_true", help="also run each benchmark in bf16")
-    parser.add_argument(
-        "--compile", action="store_true", help="also run each with torch.compile on both sides"
-    )
-    parser.add_argument(
-        "--reuse-freed-memory",
-        action="store_true",
-        help="keep freed memory in the process, as `attnkit train` does (both sides)",
-    )
-    parser.add_argument(
-        "--no-memory", dest="memory", action="store_false", help="skip the peak-RSS subprocesses"
-    )
-    parser.add_argument("--out", default="bench/results_train")
-    args = parser.parse_args()
+@dataclass(frozen=True)
+class Benchmark:
+    module: str
+    about: str
 
-    torch.set_num_threads(args.threads)
-    if args.reuse_freed_memory and not reuse_freed_memory():
-        parser.error("--reuse-freed-memory needs glibc (Linux)")
-    allocator = "freed memory kept" if args.reuse_freed_memory else "glibc default"
-    peaks = matmul_peaks()
-    header = (
-        f"{platform.processor() or platform.machine()}, {args.threads} threads, "
-        f"torch {torch.__version__}, allocator {allocator}; matmul peaks: "
-        + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
-    )
-    print(header)
-    modes = ["fp32", *(["bf16"] if args.bf16 else []), *(["compile"] if args.compile else [])]
-    results = []
-    for name in args.names:
-        for mode in modes:
-            results.append(run(name, mode, peaks, args.reps, args.steps, args.memory))
-            print(markdown_table(results[-1:]).splitlines()[-1], flush=True)
-    print("\n" + markdown_table(results))
-    write(results, f"{args.out}.json", f"{args.out}.md", header)
+
+BENCHMARKS = {
+    "train": Benchmark(
+        "bench.training",
+        "training tokens/s against transformers, torch.nn.Transformer, nanoGPT (and MFU)",
+    ),
+    "generate": Benchmark(
+        "bench.bench_generate", "decoding tokens/s and memory against transformers' generate"
+    ),
+    "linear": Benchmark(
+        "bench.bench_linear", "few-row products: the weight's halves and the C kernel vs F.linear"
+    ),
+    "window": Benchmark(
+        "bench.bench_window", "sliding-window attention block by block vs the window as a mask"
+    ),
+    "data": Benchmark(
+        "bench.bench_data", "Multi30k: BPE training, encoding, padding of token-budget batches"
+    ),
+    "recipe": Benchmark(
+        "bench.bench_recipe", "the Tiny Shakespeare recipe end to end vs a nanoGPT-style run"
+    ),
+    "variants": Benchmark(
+        "bench.variants", "the model variants on Tiny Shakespeare, validation loss of each"
+    ),
+    "parity": Benchmark(
+        "bench.interop_parity", "largest difference of imported HF models from transformers"
+    ),
+    "trainer": Benchmark("bench.bench_trainer", "the Trainer's overhead over a bare training loop"),
+    "peak": Benchmark("bench.peak", "the machine's matmul GFLOP/s on each of torch's paths"),
+}
+
+
+def listing() -> str:
+    width = max(map(len, BENCHMARKS))
+    lines = [f"  {name:<{width}}  {b.about}" for name, b in BENCHMARKS.items()]
+    return "usage: python -m bench [NAME ...] [OPTIONS]\n\n" + "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    names = []
+    while len(names) < len(args) and args[len(names)] in BENCHMARKS:
+        names.append(args[len(names)])
+    options = args[len(names) :]
+    if not names:
+        if options and options[0] not in ("list", "-h", "--help"):
+            raise SystemExit(f"no benchmark {options[0]!r}\n\n{listing()}")
+        print(listing())
+        return
+    for name in names:
+        importlib.import_module(BENCHMARKS[name].module).main(options)
 
 
 if __name__ == "__main__":

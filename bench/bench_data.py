@@ -8,7 +8,7 @@ Reports, in one run:
   one epoch of token-budget batches at 4,096 tokens, against shuffled
   fixed-size batches of 32 and 64 pairs and of the budget batches' mean size.
 
-    python bench/bench_data.py --data-dir ../shared/data
+    python -m bench data --data-dir ../shared/data
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from attnkit.data import (
     read_lines,
 )
 from attnkit.tokenizer import Tokenizer
+from bench.harness import opening
 
 T = TypeVar("T")
 
@@ -46,8 +47,10 @@ def timed(fn: Callable[[], T], repeats: int = 1) -> tuple[T, float]:
     return result, best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench data", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--data-dir", default=None, help="folder holding multi30k/")
     parser.add_argument("--vocab-size", type=int, default=10000)
     parser.add_argument("--max-tokens", type=int, default=4096)
@@ -56,7 +59,8 @@ def main() -> None:
     parser.add_argument(
         "--batch-sizes", default="32,64", help="fixed batch sizes to compare, besides the mean"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    opening(f"tokenizers {tokenizers.__version__}")
 
     src_path, tgt_path = corpus_files(
         "multi30k", "train", langs=("de", "en"), data_dir=args.data_dir

@@ -10,19 +10,17 @@
     in its own process.
 
 Both sides run in one process with the same thread count; after a warm-up the
-sides alternate over repetitions and medians are reported, with ratios. The
-output ids of both sides are compared as a sanity check. Writes JSON with --json.
+sides alternate over repetitions, each side first in every other one, and
+medians are reported, with ratios. The output ids of both sides are compared
+as a sanity check. Writes OUT.json and OUT.md with --out.
 
-    PYTHONPATH=src python bench/bench_generate.py --threads 2 --json bench/results_generate.json
+    python -m bench generate --threads 2 --reps 5 --out bench/results/generate
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,27 +28,20 @@ from pathlib import Path
 import torch
 import transformers
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import peak_rss_added_mib, rss_in_subprocess
-from hf_twins import gpt2_twins, marian_twins
-
-from attnkit.generate import generate
+from attnkit.generation import generate
+from bench.harness import (
+    Result,
+    alternate,
+    finish,
+    markdown_row,
+    opening,
+    peak_rss_added_mib,
+    rss_in_subprocess,
+    seconds_per_call,
+)
+from bench.peers.hf_twins import gpt2_twins, marian_twins
 
 VOCAB = 8000
-
-
-def alternate(sides: dict[str, Callable[[], object]], reps: int) -> dict[str, list[float]]:
-    """Seconds per call of each side over `reps` runs, the sides alternating in order."""
-    for run in sides.values():
-        run()  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in sides}
-    names = list(sides)
-    for rep in range(reps):
-        for name in names if rep % 2 == 0 else names[::-1]:
-            start = time.perf_counter()
-            sides[name]()
-            times[name].append(time.perf_counter() - start)
-    return times
 
 
 def strip(rows: list[list[int]], eos: int) -> list[list[int]]:
@@ -64,7 +55,7 @@ def gpt2_sides(ours, hf, batch: int, new_tokens: int) -> dict[str, Callable[[], 
     mask = torch.ones_like(prompt)
 
     def run_ours():
-        return generate(ours, prompt, mask, max_new_tokens=new_tokens, eos_token_id=None).sequences
+        return generate(ours, prompt, mask, max_new_tokens=new_tokens, eos_token_id=()).sequences
 
     def run_hf():
         return hf.generate(
@@ -106,28 +97,33 @@ def marian_models():
     return marian_twins(6, 512, 8, VOCAB, 512)
 
 
-def bench_gpt2(reps: int, new_tokens: int) -> list[dict]:
+def _seconds(sides: dict[str, Callable[[], object]], reps: int) -> list[list[float]]:
+    """Seconds per call of each side over `reps` runs, each side first in every other run."""
+    return alternate(*map(seconds_per_call, sides.values()), reps=reps, swap=True)
+
+
+def bench_gpt2(reps: int, new_tokens: int) -> list[Result]:
     ours, hf = gpt2_models()
     results = []
     for batch in (1, 8):
         sides = gpt2_sides(ours, hf, batch, new_tokens)
         with torch.no_grad():
             same = torch.equal(sides["attnkit"](), sides["transformers"]())
-            seconds = alternate(sides, reps)
+            seconds = _seconds(sides, reps)
         tokens = batch * new_tokens
-        results.append(_row(f"(a) GPT-2 greedy, batch {batch}", tokens, seconds, same))
+        results.append(_result(f"(a) GPT-2 greedy, batch {batch}", tokens, seconds, same))
     return results
 
 
-def bench_marian(reps: int, new_tokens: int) -> dict:
+def bench_marian(reps: int, new_tokens: int) -> Result:
     ours, hf = marian_models()
     sides = marian_sides(ours, hf, new_tokens)
     with torch.no_grad():
         a, b = sides["attnkit"](), sides["transformers"]()
         same = strip(a.sequences.tolist(), 2) == strip(b.tolist(), 2)
         tokens = sum(len(t) for t in a.new_tokens())
-        seconds = alternate(sides, reps)
-    return _row("(b) Marian beam 4, batch 32", tokens, seconds, same)
+        seconds = _seconds(sides, reps)
+    return _result("(b) Marian beam 4, batch 32", tokens, seconds, same)
 
 
 # Memory: what one generation at batch 32 adds to the resident set of a process that
@@ -145,42 +141,54 @@ def generation_memory_mib(work: str, side: str, new_tokens: int) -> float:
     return peak_rss_added_mib(MEMORY_WORKS[work](new_tokens)[side])
 
 
-def bench_memory(threads: int, new_tokens: dict[str, int]) -> dict[str, dict[str, float]]:
-    return {
-        work: {
-            side: rss_in_subprocess(
-                "bench.bench_generate",
-                *("--threads", str(threads), "--rss", work, side),
-                *("--new-tokens", str(new_tokens[work])),
+def bench_memory(threads: int, new_tokens: dict[str, int]) -> list[Result]:
+    """(d): what one generation adds, each side measured in a process of its own."""
+
+    def mib(work: str, side: str) -> list[float]:
+        options = ("--threads", str(threads), "--rss", work, side)
+        return [
+            rss_in_subprocess(
+                "bench.bench_generate", *options, "--new-tokens", str(new_tokens[work])
             )
-            for side in ("attnkit", "transformers")
-        }
+        ]
+
+    return [
+        Result(
+            f"(d) {work}, memory one generation adds",
+            "MiB",
+            mib(work, "attnkit"),
+            mib(work, "transformers"),
+            "transformers",
+            higher_is_better=False,
+        )
         for work in MEMORY_WORKS
-    }
+    ]
 
 
-def _row(name: str, tokens: int, seconds: dict[str, list[float]], same: bool) -> dict:
-    """Tokens/s from the median run of each side; the best-run ratio shows the spread."""
-    ours = tokens / statistics.median(seconds["attnkit"])
-    theirs = tokens / statistics.median(seconds["transformers"])
-    return {
-        "benchmark": name,
-        "tokens": tokens,
-        "attnkit_tokens_per_s": ours,
-        "transformers_tokens_per_s": theirs,
-        "ratio": ours / theirs,
-        "best_run_ratio": min(seconds["transformers"]) / min(seconds["attnkit"]),
-        "seconds": seconds,
-        "same_output_ids": same,
-    }
+def _result(name: str, tokens: int, seconds: list[list[float]], same: bool) -> Result:
+    """Tokens/s of each run of each side; the best-run ratio shows the spread."""
+    ours, theirs = seconds
+    return Result(
+        name,
+        "tokens/s",
+        [tokens / s for s in ours],
+        [tokens / s for s in theirs],
+        "transformers",
+        extra={
+            "tokens": tokens,
+            "best-run ratio": f"{min(theirs) / min(ours):.2f}x",
+            "same ids": "yes" if same else "no",
+        },
+    )
 
 
 @torch.no_grad()
-def bench_positions(reps: int, steps: int = 16) -> dict:
+def bench_positions(reps: int, steps: int = 16) -> list[Result]:
     """attnkit ms per new token at positions 10 and 1,000, with the cache and with full forwards.
 
-    The four measurements take turns within each repetition, so a change in
-    the machine's load touches all of them alike; medians are reported.
+    The four measurements take turns within each repetition, after a first
+    round as warm-up, so a change in the machine's load touches all of them
+    alike; medians are reported.
     """
     model = gpt2_twins(6, 512, 8, VOCAB, 1280)[0]
 
@@ -202,82 +210,63 @@ def bench_positions(reps: int, steps: int = 16) -> dict:
         return time.perf_counter() - start
 
     prompts = {position: torch.randint(5, VOCAB, (1, position)) for position in (10, 1000)}
-    times: dict[str, list[float]] = {}
-    for rep in range(reps + 1):
-        for position, prompt in prompts.items():
-            for name, fn in (("cached", cached), ("uncached", uncached)):
-                seconds = fn(prompt)
-                if rep:  # the first round is a warm-up
-                    key = f"{name}_ms_per_token_at_{position}"
-                    times.setdefault(key, []).append(seconds / steps * 1000)
-    result = {key: statistics.median(values) for key, values in times.items()}
+    sides = {
+        (name, position): lambda fn=fn, prompt=prompt: fn(prompt) / steps * 1000
+        for position, prompt in prompts.items()
+        for name, fn in (("cached", cached), ("uncached", uncached))
+    }
+    times = dict(zip(sides, alternate(*sides.values(), reps=reps), strict=True))
+    results = []
     for name in ("cached", "uncached"):
-        result[f"{name}_ratio_1000_over_10"] = (
-            result[f"{name}_ms_per_token_at_1000"] / result[f"{name}_ms_per_token_at_10"]
+        at10, at1000 = times[name, 10], times[name, 1000]
+        slower = statistics.median(at1000) / statistics.median(at10)
+        results.append(Result(f"(c) {name}, position 10", "ms per new token", at10))
+        results.append(
+            Result(
+                f"(c) {name}, position 1000",
+                "ms per new token",
+                at1000,
+                extra={"over position 10": f"x{slower:.2f}"},
+            )
         )
-    return result
+    return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench generate", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=256, help="(a): new tokens per prompt")
     parser.add_argument("--beam-new-tokens", type=int, default=32, help="(b): most new tokens")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--out", type=Path, default=None, help="also write OUT.json and OUT.md")
     parser.add_argument(
         "--rss", nargs=2, metavar=("WORK", "SIDE"), help="internal: one side's generation memory"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.rss:
         print(generation_memory_mib(*args.rss, args.new_tokens))
         return
-    rows = [*bench_gpt2(args.reps, args.new_tokens), bench_marian(args.reps, args.beam_new_tokens)]
-    header = f"{'benchmark':<30} {'attnkit tok/s':>14} {'transformers tok/s':>19} {'ratio':>7}"
-    print(f"{header}  {'best-run ratio':>14}  same ids")
-    for r in rows:
-        print(
-            f"{r['benchmark']:<30} {r['attnkit_tokens_per_s']:>14.1f} "
-            f"{r['transformers_tokens_per_s']:>19.1f} {r['ratio']:>6.2f}x  "
-            f"{r['best_run_ratio']:>13.2f}x  {r['same_output_ids']}"
-        )
-    positions = bench_positions(args.reps)
-    print("\n(c) attnkit ms per new token (GPT-2 shape, batch 1)")
-    for name in ("cached", "uncached"):
-        at10 = positions[f"{name}_ms_per_token_at_10"]
-        at1000 = positions[f"{name}_ms_per_token_at_1000"]
-        ratio = positions[f"{name}_ratio_1000_over_10"]
-        print(
-            f"  {name:<9} position 10: {at10:7.2f} ms   "
-            f"position 1000: {at1000:7.2f} ms   x{ratio:.2f}"
-        )
-    memory = bench_memory(
-        args.threads,
-        {"gpt2-greedy-batch32": args.new_tokens, "marian-beam4-batch32": args.beam_new_tokens},
+    header = opening(
+        f"{args.threads} threads, {args.reps} reps, transformers {transformers.__version__}"
     )
-    print("\n(d) peak resident MiB one generation adds above the loaded models")
-    for work, sides in memory.items():
-        ours, theirs = sides["attnkit"], sides["transformers"]
-        print(f"  {work:<22} attnkit {ours:8.1f}   transformers {theirs:8.1f}")
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "threads": args.threads,
-                    "reps": args.reps,
-                    "torch": torch.__version__,
-                    "transformers": transformers.__version__,
-                    "machine": platform.machine(),
-                    "processor": platform.processor(),
-                    "results": rows,
-                    "positions": positions,
-                    "generation_memory_mib": memory,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+    new_tokens = {
+        "gpt2-greedy-batch32": args.new_tokens,
+        "marian-beam4-batch32": args.beam_new_tokens,
+    }
+    results = []
+    for measure in (
+        lambda: bench_gpt2(args.reps, args.new_tokens),
+        lambda: [bench_marian(args.reps, args.beam_new_tokens)],
+        lambda: bench_positions(args.reps),
+        lambda: bench_memory(args.threads, new_tokens),
+    ):
+        for result in measure():
+            results.append(result)
+            print(markdown_row(result), flush=True)
+    finish(results, header, args.out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ steady drift of the machine's speed touches both alike; there is no warm-up
 ratio, and the last validation loss each printed (each side's own estimate
 over 20 batches).
 
-    python -m bench.bench_recipe --data-dir ../shared/data --reps 4
+    python -m bench recipe --data-dir ../shared/data --reps 4
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnkit.train.trainer import read_metrics
-from bench.harness import Result, markdown_table
+from attnkit.run import RunFolder
+from bench.harness import Result, alternate, finish, opening
 
 CONFIG = Path(__file__).parent.parent / "configs" / "tinyshakespeare_char.toml"
 
@@ -42,12 +42,16 @@ def run(command: list[str]) -> tuple[float, str]:
     return seconds, done.stdout
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench recipe", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
     parser.add_argument("--reps", type=int, default=4)
     parser.add_argument("--steps", type=int, default=2000)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None, help="also write OUT.json and OUT.md")
+    args = parser.parse_args(argv)
+    header = opening(f"{args.reps} reps, {args.steps} steps")
     losses: dict[str, list[float]] = {"ours": [], "peer": []}
 
     def ours() -> float:
@@ -55,7 +59,8 @@ def main() -> None:
         command = [sys.executable, "-m", "attnkit", "train", str(CONFIG)]
         command += ["--set", f"data.data_dir={args.data_dir}", "--set", f"train.out_dir={out}"]
         seconds, _ = run([*command, "--set", f"train.steps={args.steps}"])
-        losses["ours"].append([r["val_loss"] for r in read_metrics(out) if "val_loss" in r][-1])
+        records = RunFolder(out).read_metrics()
+        losses["ours"].append([r["val_loss"] for r in records if "val_loss" in r][-1])
         shutil.rmtree(out.parent)
         return seconds
 
@@ -66,10 +71,8 @@ def main() -> None:
         losses["peer"].append(float(printed.strip().splitlines()[-1].split()[-1]))
         return seconds
 
-    mine, theirs = [], []
-    for rep in range(args.reps):
-        for side in (ours, peer) if rep % 2 == 0 else (peer, ours):
-            (mine if side is ours else theirs).append(side())
+    # No warm-up: a first run is what a user gets.
+    mine, theirs = alternate(ours, peer, reps=args.reps, warmup=0, swap=True)
     result = Result(
         "Tiny Shakespeare recipe, end to end",
         "seconds",
@@ -79,7 +82,7 @@ def main() -> None:
         higher_is_better=False,
         extra={"val loss ours": losses["ours"][-1], "val loss peer": losses["peer"][-1]},
     )
-    print(markdown_table([result]))
+    finish([result], header, args.out)
     print(f"seconds: ours {[round(s, 1) for s in mine]}, peer {[round(s, 1) for s in theirs]}")
     print(f"validation losses: ours {losses['ours']}, peer {losses['peer']}")
 

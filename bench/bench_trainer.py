@@ -1,6 +1,6 @@
 """The Trainer's overhead: the demo task trained by the Trainer and by a bare loop.
 
-    PYTHONPATH=src python -m bench.bench_trainer --steps 150 --threads 1 --reps 3
+    python -m bench trainer --steps 150 --threads 1 --reps 3
 
 Both sides train the same model on the same pre-made batches with the same
 AdamW settings and clipping; the peer is the demo's loop before the Trainer
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -22,19 +23,24 @@ import torch.nn.functional as F
 from attnkit import demo
 from attnkit.models import EncoderDecoder
 from attnkit.train import Trainer
-from bench.harness import Result, alternate, markdown_table
+from attnkit.train.tasks import build_task
+from bench.harness import Result, alternate, finish, opening
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench trainer", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--reps", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None, help="also write OUT.json and OUT.md")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    header = opening(f"{args.threads} threads, {args.reps} reps")
     base = {"train.steps": args.steps, "train.save_every": args.steps, "train.threads": 0}
     config = demo.demo_run_config(**base, **{"eval.every": 10 * args.steps})
-    setup = demo.reverse_setup(config)
+    setup = build_task(config)
     batches = [b for _, b in zip(range(args.steps), setup.train_data, strict=False)]
     c = config.train
     tmp = tempfile.TemporaryDirectory()
@@ -42,7 +48,7 @@ def main() -> None:
 
     def trainer() -> float:
         torch.manual_seed(c.seed)
-        model = EncoderDecoder(demo.demo_config())
+        model = EncoderDecoder(setup.model.config)
         run_dir = f"{tmp.name}/run{next(runs)}"
         start = time.perf_counter()
         Trainer(model, batches, train=c, eval=config.eval, run_dir=run_dir).fit()
@@ -50,7 +56,7 @@ def main() -> None:
 
     def bare_loop() -> float:
         torch.manual_seed(c.seed)
-        model = EncoderDecoder(demo.demo_config())
+        model = EncoderDecoder(setup.model.config)
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=c.lr, betas=(c.beta1, c.beta2), eps=c.eps, weight_decay=0.0
         )
@@ -80,7 +86,7 @@ def main() -> None:
         peer,
         "bare training loop",
     )
-    print(markdown_table([result]))
+    finish([result], header, args.out)
 
 
 if __name__ == "__main__":

@@ -9,31 +9,35 @@ pattern as a boolean mask, which costs full attention (attnkit's path before
 the blocks, and the way a mask-based implementation computes it). Full causal
 attention (SDPA's own causal kernel) is shown for scale.
 
-    PYTHONPATH=src python -m bench.bench_window --threads 2
-    PYTHONPATH=src python -m bench.bench_window --window 32 --stride 32 --lengths 512 1024 2048
+    python -m bench window --threads 2
+    python -m bench window --window 32 --stride 32 --lengths 512 1024 2048
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from attnkit.nn.attention import local_attention, local_mask, slot_distance
-from bench.harness import Result, alternate, markdown_table
+from attnkit.nn.local_attention import local_attention
+from attnkit.nn.masks import local_mask, slot_distance
+from bench.harness import (
+    Result,
+    alternate,
+    finish,
+    markdown_row,
+    opening,
+    seconds_per_call,
+)
 
 
 def forward_backward_ms(attend: Callable[[], torch.Tensor]) -> Callable[[], float]:
-    def run() -> float:
-        start = time.perf_counter()
-        attend().sum().backward()
-        return (time.perf_counter() - start) * 1e3
-
-    return run
+    seconds = seconds_per_call(lambda: attend().sum().backward())
+    return lambda: seconds() * 1e3
 
 
 def measure(length: int, w: int, stride: int, reps: int) -> Result:
@@ -55,17 +59,24 @@ def measure(length: int, w: int, stride: int, reps: int) -> Result:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench window", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--stride", type=int, default=0)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=None, help="also write OUT.json and OUT.md")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    results = [measure(n, args.window, args.stride, args.reps) for n in args.lengths]
-    print(markdown_table(results))
+    header = opening(f"{args.threads} threads, {args.reps} reps")
+    results = []
+    for n in args.lengths:
+        results.append(measure(n, args.window, args.stride, args.reps))
+        print(markdown_row(results[-1]), flush=True)
+    finish(results, header, args.out)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,37 @@
 """Side-by-side measurement: our code and a peer's on the same work, in one process.
 
-Each benchmark gives two callables that run the same work and return a
-throughput. They run alternately (ours, peer, ours, peer, ...) after a
-warm-up, so drift in the machine's speed touches both sides alike, and the
-result is the median of each side and the ratio of the medians.
+Each benchmark gives callables that run the same work and return a
+measurement (a throughput, or seconds). They run alternately (ours, peer,
+ours, peer, ...) after a warm-up, so drift in the machine's speed touches
+both sides alike, and the result is the median of each side and the ratio of
+the medians. Every benchmark opens with `opening()`: the line of `machine()`,
+on what CPU and through which kernels the numbers were taken, and the run's
+settings; `finish()` prints the table and writes it, when asked (`--out`),
+where bench/results/ keeps the runs the README cites.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import platform
+import re
 import resource
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from attnkit.nn import few_rows
+
+RESULTS = Path(__file__).parent / "results"
+# The instruction sets that decide torch's float32 and bfloat16 paths on x86.
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
 
 
 @dataclass
@@ -53,23 +70,34 @@ class Result:
 
 
 def alternate(
-    ours: Callable[[], float],
-    peer: Callable[[], float] | None,
-    *,
-    reps: int,
-    warmup: int = 1,
-) -> tuple[list[float], list[float] | None]:
-    """Run each side `warmup` times unmeasured, then `reps` times each, interleaved."""
+    *sides: Callable[[], float], reps: int, warmup: int = 1, swap: bool = False
+) -> list[list[float]]:
+    """Each side's measurements over `reps` rounds, after `warmup` unmeasured rounds.
+
+    A round runs the sides in the order given; with `swap`, every other round runs
+    them in reverse, so that neither side always follows the other.
+    """
     for _ in range(warmup):
-        ours()
-        if peer is not None:
-            peer()
-    mine, theirs = [], []
-    for _ in range(reps):
-        mine.append(ours())
-        if peer is not None:
-            theirs.append(peer())
-    return mine, (theirs if peer is not None else None)
+        for side in sides:
+            side()
+    values: list[list[float]] = [[] for _ in sides]
+    for rep in range(reps):
+        order = list(enumerate(sides))
+        for i, side in order[::-1] if swap and rep % 2 else order:
+            values[i].append(side())
+    return values
+
+
+def seconds_per_call(run: Callable[[], object], calls: int = 1) -> Callable[[], float]:
+    """A side that times `calls` calls of `run` and returns the seconds per call."""
+
+    def timed() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        return (time.perf_counter() - start) / calls
+
+    return timed
 
 
 def _status_mib(field: str) -> float | None:
@@ -114,24 +142,70 @@ def rss_in_subprocess(module: str, *args: str) -> float:
     return float(out.strip().splitlines()[-1])
 
 
+def _cpu() -> tuple[str, set[str]]:
+    """The CPU's model name and flags, from /proc/cpuinfo where there is one."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return model, flags
+    if found := re.search(r"^model name\s*:\s*(.+)$", info, re.MULTILINE):
+        model = found.group(1).strip()
+    if found := re.search(r"^flags\s*:\s*(.+)$", info, re.MULTILINE):
+        flags = set(found.group(1).split())
+    return model, flags
+
+
+def machine() -> str:
+    """One line: the CPU, its vector flags, and the path torch and attnkit take on it."""
+    model, flags = _cpu()
+    blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    path = [
+        f"torch {torch.__version__} kernels {torch.backends.cpu.get_cpu_capability()}",
+        f"BLAS {blas.group(1) if blas else 'unknown'}",
+        "oneDNN" if torch.backends.mkldnn.is_available() else "no oneDNN",
+        "few-row kernel" if few_rows.available() else "no few-row kernel",
+    ]
+    return (
+        f"{model} ({platform.machine()}, {os.cpu_count()} CPUs); flags: "
+        + ", ".join(f"{name} {'yes' if name in flags else 'no'}" for name in CPU_FLAGS)
+        + "; path: "
+        + ", ".join(path)
+    )
+
+
+def opening(*settings: str) -> str:
+    """The machine's line and then the run's settings: printed first, and kept for `write`."""
+    line = "; ".join([machine(), *settings])
+    print(line, flush=True)
+    return line
+
+
+def markdown_row(r: Result) -> str:
+    peer = f"{r.peer_median:,.1f}" if r.peer_median is not None else ""
+    ratio = f"**{r.ratio:.2f}x**" if r.ratio is not None else ""
+    notes = ", ".join(
+        f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in r.extra.items()
+    )
+    cells = [r.name, r.unit, f"{r.ours_median:,.1f}", r.peer_name, peer, ratio, notes]
+    return "| " + " | ".join(cells) + " |"
+
+
 def markdown_table(results: list[Result]) -> str:
     rows = [
         "| benchmark | unit | attnkit | peer | peer value | ratio | notes |",
         "| --- | --- | ---: | --- | ---: | ---: | --- |",
     ]
-    for r in results:
-        peer = f"{r.peer_median:,.1f}" if r.peer_median is not None else ""
-        ratio = f"**{r.ratio:.2f}x**" if r.ratio is not None else ""
-        notes = ", ".join(
-            f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in r.extra.items()
-        )
-        cells = [r.name, r.unit, f"{r.ours_median:,.1f}", r.peer_name, peer, ratio, notes]
-        rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+    return "\n".join(rows + [markdown_row(r) for r in results])
 
 
-def write(results: list[Result], json_path: str, md_path: str, header: str) -> None:
-    with open(json_path, "w") as f:
-        json.dump({"machine": header, "results": [r.to_dict() for r in results]}, f, indent=2)
-    with open(md_path, "w") as f:
-        f.write(f"{header}\n\n{markdown_table(results)}\n")
+def finish(results: list[Result], header: str, out: Path | None) -> None:
+    """Print the whole table; given `out`, write the results to `out`.json and the table,
+    under `header`, to `out`.md."""
+    print("\n" + markdown_table(results))
+    if out is None:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = {"machine": header, "results": [r.to_dict() for r in results]}
+    out.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
+    out.with_suffix(".md").write_text(f"{header}\n\n{markdown_table(results)}\n")

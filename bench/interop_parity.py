@@ -2,30 +2,30 @@
 
 For each family (random weights, a right-padded batch) the largest absolute
 difference between attnkit's and transformers' outputs over real positions;
-then all-MiniLM-L6-v2's real weights against sentence-transformers.
+then all-MiniLM-L6-v2's real weights against sentence-transformers. The
+random models are those of the parity tests (bench/peers/hf_cases.py), so
+both report on the same models.
 
-    PYTHONPATH=src python bench/interop_parity.py
+    python -m bench parity
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# The tiny random models of the parity tests, so both report on the same models.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "interop"))
-
-from hf_cases import CASES, padded_batch, run_attnkit, run_hf, save_random
 
 from attnkit.data.batch import pad
 from attnkit.interop import load_hf
 from attnkit.pooling import sentence_embeddings
 from attnkit.tokenizer import Tokenizer
+from bench.harness import opening
+from bench.peers.hf_cases import CASES, padded_batch, run_attnkit, run_hf, save_random
 
 
 def random_weights() -> None:
@@ -70,7 +70,16 @@ def minilm() -> None:
     )
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench parity", description=__doc__.splitlines()[0]
+    )
+    parser.parse_args(argv)
     torch.set_num_threads(1)
+    opening("1 thread")
     random_weights()
     minilm()
+
+
+if __name__ == "__main__":
+    main()

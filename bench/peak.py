@@ -10,14 +10,19 @@ A CPU without bf16 instructions (AVX2 only) runs bfloat16 products through a
 slow fallback, about 1 GFLOP/s, where one 2048 product takes many seconds; such
 a path is measured on 512 matrices instead, which is enough to show it is no
 limit worth reaching for.
+
+    python -m bench peak --threads 2
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 
 import torch
+
+from bench.harness import opening
 
 N = 2048
 PROBE = 512
@@ -55,7 +60,17 @@ def matmul_peaks(repeats: int = 3) -> dict[str, float]:
     return peaks
 
 
-if __name__ == "__main__":
-    torch.set_num_threads(2)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench peak", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    opening(f"{args.threads} threads")
     for name, value in matmul_peaks().items():
         print(f"{name:>16}: {value:7.1f} GFLOP/s")
+
+
+if __name__ == "__main__":
+    main()

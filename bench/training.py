@@ -9,20 +9,27 @@
 
 Each runs in a mode: fp32, bf16 (autocast), or compile (fp32, both sides'
 models wrapped in torch.compile; compilation happens in the warm-up).
+Printed after the machine's matmul peaks (bench/peak.py), and written to
+bench/results/train.json and .md.
 
 Both sides use dropout 0 (so neither pays for dropout the other skips), the
 same AdamW settings, and the same random batch. Model FLOPs per step are
 counted once by torch's FlopCounterMode on our side (forward and backward;
 the two sides compute the same products) and give the achieved GFLOP/s and
-the model FLOP utilisation against the measured matmul peak.
+the model FLOP utilisation against the measured matmul peak. Both sides of
+every benchmark run in this one process, with the same threads and allocator:
+glibc's default, or with `--reuse-freed-memory` the setting `attnkit train`
+makes on a CPU (`attnkit/train/host_memory.py`), which then applies to both.
+
+    python -m bench train --reps 3 --steps 2 [--bf16] [--compile] [gpt seq2seq nanogpt]
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +39,19 @@ from attnkit import DecoderOnly, EncoderDecoder, ModelConfig
 from attnkit.data.batch import Batch
 from attnkit.models.base import unwrap
 from attnkit.train import objective_for
-from bench.harness import Result, alternate, peak_rss_mib, rss_in_subprocess
+from attnkit.train.host_memory import reuse_freed_memory
+from bench.harness import (
+    RESULTS,
+    Result,
+    alternate,
+    finish,
+    markdown_row,
+    opening,
+    peak_rss_mib,
+    rss_in_subprocess,
+    seconds_per_call,
+)
+from bench.peak import matmul_peaks
 
 Step = Callable[[], torch.Tensor]  # one training step; returns the loss
 
@@ -195,13 +214,8 @@ def step_flops(step: Step) -> int:
 
 
 def _tokens_per_second(step: Step, tokens: int, steps: int) -> Callable[[], float]:
-    def run() -> float:
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        return tokens * steps / (time.perf_counter() - start)
-
-    return run
+    seconds = seconds_per_call(step, steps)
+    return lambda: tokens / seconds()
 
 
 def run(
@@ -234,14 +248,60 @@ def run(
     return result
 
 
-if __name__ == "__main__":
-    # `python -m bench.training --rss NAME SIDE MODE`: peak memory of one side, alone.
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rss", nargs=3, metavar=("NAME", "SIDE", "MODE"), required=True)
-    args = parser.parse_args()
-    name, side, mode = args.rss
+def peak_memory(name: str, side: str, mode: str) -> float:
+    """Peak resident MiB of three training steps of one side, alone in this process."""
     work = WORKS[name](mode)
     step = work.ours() if side == "ours" else work.peer()
     for _ in range(3):
         step()
-    print(peak_rss_mib())
+    return peak_rss_mib()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench train", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("names", nargs="*", default=list(WORKS), help=f"of {', '.join(WORKS)}")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3, help="alternating repetitions per side")
+    parser.add_argument("--steps", type=int, default=2, help="training steps per repetition")
+    parser.add_argument("--bf16", action="store_true", help="also run each benchmark in bf16")
+    parser.add_argument(
+        "--compile", action="store_true", help="also run each with torch.compile on both sides"
+    )
+    parser.add_argument(
+        "--reuse-freed-memory",
+        action="store_true",
+        help="keep freed memory in the process, as `attnkit train` does (both sides)",
+    )
+    parser.add_argument(
+        "--no-memory", dest="memory", action="store_false", help="skip the peak-RSS subprocesses"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS / "train", help="OUT.json, OUT.md")
+    parser.add_argument(
+        "--rss", nargs=3, metavar=("NAME", "SIDE", "MODE"), help="internal: one side's memory"
+    )
+    args = parser.parse_args(argv)
+    if args.rss:
+        print(peak_memory(*args.rss))
+        return
+    torch.set_num_threads(args.threads)
+    if args.reuse_freed_memory and not reuse_freed_memory():
+        parser.error("--reuse-freed-memory needs glibc (Linux)")
+    allocator = "freed memory kept" if args.reuse_freed_memory else "glibc default"
+    peaks = matmul_peaks()
+    header = opening(
+        f"{args.threads} threads, allocator {allocator}",
+        "matmul peaks: " + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()),
+    )
+    modes = ["fp32", *(["bf16"] if args.bf16 else []), *(["compile"] if args.compile else [])]
+    results = []
+    for name in args.names:
+        for mode in modes:
+            results.append(run(name, mode, peaks, args.reps, args.steps, args.memory))
+            print(markdown_row(results[-1]), flush=True)
+    finish(results, header, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -7,7 +7,7 @@ same seed, same batches), the parameters and the training time. Gated
 feed-forward rows use d_ff 352 so their three matrices hold what the plain two
 of d_ff 512 hold.
 
-    PYTHONPATH=src python bench/variants.py [--steps 2000] [--only rope alibi ...]
+    python -m bench variants [--steps 2000] [--only RoPE ALiBi ...]
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from pathlib import Path
 
 from attnkit import ModelConfig, build_model
 from attnkit.cli import main as attnkit
-from attnkit.train.trainer import read_metrics
+from attnkit.run import RunFolder
+from bench.harness import opening
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tinyshakespeare_char.toml"
 GATED = {"activation": "swiglu", "d_ff": 352}
@@ -45,16 +46,20 @@ def train(changes: dict[str, object], steps: int, out: Path) -> dict[str, float]
     start = time.perf_counter()
     attnkit(["train", str(CONFIG), *[arg for s in sets for arg in ("--set", s)]])
     seconds = time.perf_counter() - start
-    val = [r["val_loss"] for r in read_metrics(out) if "val_loss" in r][-1]
-    model = build_model(ModelConfig.from_json(out / "config.json"))
+    folder = RunFolder(out)
+    val = [r["val_loss"] for r in folder.read_metrics() if "val_loss" in r][-1]
+    model = build_model(ModelConfig.from_json(folder.config))
     return {"val_loss": val, "seconds": seconds, "parameters": model.num_parameters()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench variants", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--only", nargs="*", help="rows whose name starts with one of these")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    opening(f"{args.steps} steps")
     rows = [
         name
         for name in VARIANTS

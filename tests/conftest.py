@@ -1,4 +1,7 @@
-"""Shared test settings and fixtures: deterministic small runs, the corpora in ../shared/data."""
+"""Shared test settings and fixtures: deterministic small runs, corpora, run folders.
+
+The corpora are those in ../shared/data; the run folders are built by `tests.helpers.tiny_run`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers import tiny_run
 
 
 def pytest_configure() -> None:
@@ -34,3 +39,15 @@ def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("ATTNKIT_CACHE", str(cache))
     monkeypatch.delenv("ATTNKIT_DATA", raising=False)
     return cache / "data"
+
+
+@pytest.fixture(scope="module")
+def mt_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A translation run folder (`tiny_run`), one for each test module that asks."""
+    return tiny_run(tmp_path_factory.mktemp("mt"), "encoder-decoder")
+
+
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A language-model run folder (`tiny_run`), one for each test module that asks."""
+    return tiny_run(tmp_path_factory.mktemp("lm"), "decoder")

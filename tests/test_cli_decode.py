@@ -1,57 +1,22 @@
-"""`attnkit translate | generate | eval` on small run folders built here."""
+"""`attnkit translate | generate | eval` on small run folders (`tests.helpers.tiny_run`)."""
 
 import logging
 import math
 
 import pytest
-import torch
 
-from attnkit import ModelConfig, build_model
 from attnkit.cli import main
-from attnkit.generate import GenerationConfig
+from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
-from attnkit.run import load_pretrained, save_pretrained
-from attnkit.tokenizer import Tokenizer
-
-LINES = ["ein hund läuft", "zwei kinder spielen im park", "a dog runs", "the cat sleeps"]
-
-
-def make_run(path, shape: str, max_len: int = 40):
-    tokenizer = Tokenizer.train("char", texts=LINES * 3)
-    torch.manual_seed(0)
-    extra = {"n_encoder_layers": 1, "tie_embeddings": "all"} if shape == "encoder-decoder" else {}
-    config = ModelConfig(
-        shape=shape,
-        vocab_size=tokenizer.vocab_size,
-        d_model=16,
-        n_heads=2,
-        d_ff=32,
-        n_decoder_layers=1,
-        max_len=max_len,
-        dropout=0.0,
-        embedding_dropout=0.0,
-        **({"tie_embeddings": "decoder"} if shape == "decoder" else extra),
-    )
-    save_pretrained(build_model(config), path)
-    tokenizer.save(path / "tokenizer.json")
-    return path
-
-
-@pytest.fixture(scope="module")
-def mt_run(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("mt"), "encoder-decoder")
-
-
-@pytest.fixture(scope="module")
-def lm_run(tmp_path_factory):
-    return make_run(tmp_path_factory.mktemp("lm"), "decoder")
+from attnkit.run import load_run
+from tests.helpers import RUN_LINES, tiny_run
 
 
 def test_translate_keeps_order_and_empty_lines_and_counts_truncations(
     mt_run, tmp_path, capsys, caplog
 ):
     long_line = "zwei kinder spielen im park " * 3
-    lines = [LINES[0], "", LINES[1], "   ", long_line, LINES[2]]
+    lines = [RUN_LINES[0], "", RUN_LINES[1], "   ", long_line, RUN_LINES[2]]
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n")
     with caplog.at_level(logging.WARNING):
@@ -74,15 +39,15 @@ def test_translate_keeps_order_and_empty_lines_and_counts_truncations(
     assert len(out) == len(lines) + 1 and out[-1] == ""
     assert out[1] == "" and out[3] == ""
     assert "truncated 1 of 4 sequences" in caplog.text
-    model, tokenizer = load_pretrained(mt_run), Tokenizer.load(mt_run / "tokenizer.json")
+    run = load_run(mt_run)
     config = GenerationConfig(max_new_tokens=6, num_beams=2)
-    alone = [translate(model, tokenizer, [line], config)[0] for line in lines]
+    alone = [translate(run.model, run.tokenizer, [line], config)[0] for line in lines]
     assert out[:-1] == alone
 
 
 def test_translate_refuses_long_inputs_when_asked(mt_run, tmp_path, capsys):
     source = tmp_path / "in.txt"
-    source.write_text(LINES[0] + "\n" + "x" * 80 + "\n")
+    source.write_text(RUN_LINES[0] + "\n" + "x" * 80 + "\n")
     code = main(["translate", str(mt_run), "--input", str(source), "--refuse-long"])
     assert code == 2
     err = capsys.readouterr().err
@@ -172,7 +137,7 @@ def test_eval_language_model_prints_perplexity_on_val_by_default(lm_run, data_di
 
 
 def test_a_run_trained_on_lowercased_text_gets_lowercased_input(tmp_path, capsys):
-    run = make_run(tmp_path / "lower", "encoder-decoder")
+    run = tiny_run(tmp_path / "lower", "encoder-decoder")
     source = tmp_path / "in.txt"
     source.write_text("EIN HUND LÄUFT\nein hund läuft\n")
     args = ["translate", str(run), "--input", str(source), "--max-new-tokens", "6"]
@@ -187,7 +152,7 @@ def test_a_run_trained_on_lowercased_text_gets_lowercased_input(tmp_path, capsys
 
 def test_translate_draws_the_cross_attention_of_the_first_input(mt_run, tmp_path, capsys):
     source = tmp_path / "in.txt"
-    source.write_text(LINES[0] + "\n")
+    source.write_text(RUN_LINES[0] + "\n")
     picture = tmp_path / "attention.png"
     args = ["translate", str(mt_run), "--input", str(source), "--max-new-tokens", "4"]
     assert main([*args, "--attention-plot", str(picture)]) == 0

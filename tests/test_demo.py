@@ -3,6 +3,8 @@
 import itertools
 
 from attnkit import demo
+from attnkit.data.reverse import ReverseTask
+from attnkit.train.tasks import build_task, reverse_exact_match, train
 
 
 def test_demo_training_reverses_unseen_strings(tmp_path):
@@ -17,15 +19,15 @@ def test_demo_training_reverses_unseen_strings(tmp_path):
             "eval.decode_examples": 100,
         }
     )
-    result = demo.train_reverser(config)
+    result = train(config)
     assert result.stopped == "finished" and result.step == 300
 
     seen = {
         tuple(row[mask].tolist())
-        for batch in itertools.islice(demo.reverse_setup(config).train_data, 300)
+        for batch in itertools.islice(build_task(config).train_data, 300)
         for row, mask in zip(batch.src, batch.src_mask, strict=True)
     }
-    _, results = demo.exact_match(result.model, demo.ReverseTask(max_len=6), 2000, seed=123)
+    _, results = reverse_exact_match(result.model, ReverseTask(max_len=6), 2000, seed=123)
     unseen = [(src, tgt, hyp) for src, tgt, hyp in results if tuple(src) not in seen]
     assert len(unseen) > 1000
     accuracy = sum(tgt == hyp for _, tgt, hyp in unseen) / len(unseen)
@@ -38,6 +40,6 @@ def test_demo_heat_map_is_written(tmp_path) -> None:
     config = demo.demo_run_config(
         **{"train.out_dir": str(tmp_path / "run"), "train.steps": 2, "eval.every": 100}
     )
-    model = demo.train_reverser(config).model
-    path = demo.attention_picture(model, [5, 6, 7, 8], tmp_path / "attention.png")
-    assert path.stat().st_size > 1000
+    report = demo.run_demo(config, tmp_path / "attention.png", eval_examples=4)
+    assert report.picture == tmp_path / "attention.png"
+    assert report.picture.stat().st_size > 1000

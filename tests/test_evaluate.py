@@ -9,7 +9,7 @@ import torch
 from attnkit import AttnkitError
 from attnkit.data.batch import Batch, pad
 from attnkit.evaluate import bleu, chrf, exact_match, perplexity
-from tests.nn.test_kv_cache import tiny
+from tests.helpers import DECODING, tiny_model
 
 HYPS = ["the cat sat on the mat", "a dog runs in the park", "hello world"]
 REFS = ["the cat sat on a mat", "a dog is running in the park", "hello world"]
@@ -43,7 +43,7 @@ def test_exact_match_and_mismatched_inputs():
 
 @pytest.mark.parametrize("shape", ["encoder-decoder", "decoder"])
 def test_perplexity_is_exp_mean_nll_over_real_tokens(shape):
-    model = tiny(shape)
+    model = tiny_model(shape, **DECODING).eval()
     tgt, tgt_mask = pad([[1, 7, 8, 9, 2], [1, 5, 2]], 0)
     src, src_mask = pad([[6, 7, 8], [9, 10]], 0)
     batch = (

@@ -1,4 +1,4 @@
-"""The training-curves picture: losses, the learning rate beside them, and extra metrics."""
+"""Pictures: the training curves (losses, learning rate, metrics) and cross-attention maps."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from attnkit import viz
+from tests.helpers import tiny_model
 
 RECORDS = [
     {"step": 10, "train_loss": 3.0, "lr": 1e-3, "tokens_per_s": 500.0},
@@ -17,14 +18,20 @@ RECORDS = [
 
 
 @pytest.fixture
-def drawn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> plt.Figure:
-    """The figure `plot_curves` draws for RECORDS, kept open instead of closed after saving."""
-    figures = []
+def kept(monkeypatch: pytest.MonkeyPatch) -> list[plt.Figure]:
+    """The figures the pictures draw, kept open instead of closed after saving."""
+    figures: list[plt.Figure] = []
     monkeypatch.setattr(plt, "close", lambda fig: figures.append(fig))
+    yield figures
+    plt.close("all")
+
+
+@pytest.fixture
+def drawn(kept: list[plt.Figure], tmp_path: Path) -> plt.Figure:
+    """The figure `plot_curves` draws for RECORDS."""
     path = viz.plot_curves(RECORDS, tmp_path / "curves.png")
     assert path.stat().st_size > 0
-    yield figures[0]
-    plt.close("all")
+    return kept[0]
 
 
 def _lines(ax: plt.Axes) -> dict[str, list[tuple[float, float]]]:
@@ -38,3 +45,23 @@ def test_losses_and_learning_rate_share_a_panel_and_metrics_get_their_own(drawn)
     assert rate.get_ylabel() == "learning rate"
     assert [t.get_text() for t in loss.get_legend().get_texts()] == ["train_loss", "val_loss", "lr"]
     assert _lines(bleu) == {"bleu": [(20, 4.0)]}
+
+
+@pytest.mark.parametrize("last_layer_heads", [True, False])
+def test_cross_attention_shows_each_decoder_layer_then_the_last_layer_s_heads(
+    kept, tmp_path, last_layer_heads
+):
+    model = tiny_model(layers=2)
+    src, tgt = [5, 6, 7], [1, 8, 9, 10]
+    path = viz.plot_cross_attention(
+        model, src, tgt, tmp_path / "cross.png", token=str, last_layer_heads=last_layer_heads
+    )
+    assert path.stat().st_size > 0
+    panels = [ax for ax in kept[0].axes if ax.get_title()]
+    titles = [ax.get_title() for ax in panels]
+    heads = ["decoder layer 2, head 1", "decoder layer 2, head 2"] if last_layer_heads else []
+    assert titles == ["decoder layer 1, mean of heads", "decoder layer 2, mean of heads", *heads]
+    first = panels[0]
+    assert [t.get_text() for t in first.get_xticklabels()] == ["5", "6", "7"]
+    assert [t.get_text() for t in first.get_yticklabels()] == ["1", "8", "9", "10"]
+    assert first.get_images()[0].get_array().shape == (len(tgt), len(src))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import math
 import sys
 import time
 from pathlib import Path
@@ -54,47 +53,41 @@ class _Progress:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Train the digit-reversal model, print held-out examples, draw its attention."""
-    import shutil
-
     from attnkit import demo
-    from attnkit.train.checkpoint import STATE_FILE
 
-    c = demo.demo_config()
+    out = Path(args.out)
+    overrides = {
+        "train.steps": args.steps,
+        "train.seed": args.seed,
+        "train.out_dir": str(out / "run"),
+    }
+    if args.threads:
+        overrides["train.threads"] = args.threads
+    config = demo.demo_run_config(**overrides)
+    c = config.model.build()
     print(
         f"attnkit demo: teach a {c.n_encoder_layers}+{c.n_decoder_layers}-layer Transformer "
         f"(d_model {c.d_model}) to reverse digit strings"
     )
-    out = Path(args.out)
-    run_dir = out / "run"
-    if (run_dir / STATE_FILE).exists():  # the demo starts afresh each time
-        shutil.rmtree(run_dir)
-    overrides = {"train.steps": args.steps, "train.seed": args.seed, "train.out_dir": str(run_dir)}
-    if args.threads:
-        overrides["train.threads"] = args.threads
-    config = demo.demo_run_config(**overrides)
     if not args.verbose:
         logging.getLogger("attnkit.train").setLevel(logging.WARNING)  # the bar says enough
-    start = time.perf_counter()
     progress = _Progress(args.steps, "training")
     try:
         with progress.redirect_logging():
-            model = demo.train_reverser(config, callbacks=[progress]).model
+            report = demo.run_demo(
+                config, out / "attention.png", args.eval_examples, callbacks=[progress]
+            )
     finally:
         progress.close()
-    train_time = time.perf_counter() - start
-    task = demo.ReverseTask(max_len=config.data.max_len)
-    accuracy, results = demo.exact_match(model, task, args.eval_examples, seed=args.seed + 1)
     print(f"\n{'source':>14}  {'expected':>14}  {'model':>14}")
-    for src, tgt, hyp in results[:8]:
-        mark = "ok" if tgt == hyp else "WRONG"
-        print(f"{demo.show(src):>14}  {demo.show(tgt):>14}  {demo.show(hyp):>14}  {mark}")
+    for src, tgt, hyp in report.examples[:8]:
+        print(f"{src:>14}  {tgt:>14}  {hyp:>14}  {'ok' if tgt == hyp else 'WRONG'}")
     print(
-        f"\nexact match on {args.eval_examples} held-out strings: {accuracy:.1%} "
-        f"(trained {args.steps} steps in {train_time:.0f} s)"
+        f"\nexact match on {args.eval_examples} held-out strings: {report.accuracy:.1%} "
+        f"(trained {args.steps} steps in {report.train_seconds:.0f} s)"
     )
-    picture = demo.attention_picture(model, results[0][0], out / "attention.png")
-    print(f"cross-attention heat map: {picture}")
-    print(f"run folder (model, metrics, curves): {run_dir}")
+    print(f"cross-attention heat map: {report.picture}")
+    print(f"run folder (model, metrics, curves): {report.run_dir}")
     return 0
 
 
@@ -133,23 +126,16 @@ def _load_run(args: argparse.Namespace):
     """The model and tokenizer of RUN_DIR, on the asked device, with the asked threads."""
     import torch
 
-    from attnkit.run import load_pretrained
-    from attnkit.tokenizer import Tokenizer
+    from attnkit.run import load_run
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    run_dir = Path(args.run_dir)
-    model = load_pretrained(run_dir, device=args.device)
-    if not (run_dir / "tokenizer.json").is_file():
-        raise AttnkitError(
-            f"{run_dir} has no tokenizer.json; train the run with a tokenizer or copy one there"
-        )
-    return model, Tokenizer.load(run_dir / "tokenizer.json")
+    return load_run(args.run_dir, device=args.device)
 
 
 def _generation_config(args: argparse.Namespace, model):
     """GenerationConfig from the decoding options common to translate, generate and eval."""
-    from attnkit.generate import GenerationConfig
+    from attnkit.generation import GenerationConfig
 
     options = {
         "max_new_tokens": args.max_new_tokens or model.config.max_len - 1,
@@ -186,7 +172,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
     """Translate lines from --input (or stdin), one output line per input line, in order."""
     from attnkit.inference import translate
 
-    model, tokenizer = _load_run(args)
+    run = _load_run(args)
+    model, tokenizer = run.model, run.tokenizer
     if args.input:
         path = Path(args.input)
         if not path.is_file():
@@ -194,7 +181,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
         lines = path.read_text(encoding="utf-8").splitlines()
     else:
         lines = sys.stdin.read().splitlines()
-    if _run_data_defaults(Path(args.run_dir)).get("lowercase"):
+    if run.folder.data_defaults().get("lowercase"):
         lines = [line.lower() for line in lines]  # the model was trained on lowercased text
     config = _generation_config(args, model)
     with _progress(len(lines), "translating", not args.no_progress) as bar:
@@ -213,150 +200,59 @@ def cmd_translate(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     if args.attention_plot and lines:
-        picture = _attention_plot(model, tokenizer, lines[0], outputs[0], args.attention_plot)
+        from attnkit.viz import plot_cross_attention
+
+        src = tokenizer.encode(lines[0], add_eos=True)[: model.config.max_len]
+        tgt = tokenizer.encode(outputs[0], add_bos=True)[: model.config.max_len]
+        picture = plot_cross_attention(
+            model, src, tgt, args.attention_plot, token=lambda i: tokenizer.id_to_token(i) or "?"
+        )
         print(f"cross-attention of the first input: {picture}", file=sys.stderr)
     return 0
-
-
-def _attention_plot(model, tokenizer, source: str, translation: str, path: str) -> Path:
-    """Cross-attention of one source and its output: each decoder layer (mean of its heads),
-    then each head of the last layer."""
-    import torch
-
-    from attnkit.viz import plot_attention
-
-    src = tokenizer.encode(source, add_eos=True)[: model.config.max_len]
-    tgt = tokenizer.encode(translation, add_bos=True)[: model.config.max_len]
-    with torch.no_grad():
-        out = model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
-    cross = out.attentions["cross"]
-    layers = [w[0].mean(0) for w in cross]
-    heads = list(cross[-1][0])
-    pieces = tokenizer.id_to_token
-    return plot_attention(
-        [layers, heads],
-        path,
-        queries=[pieces(i) or "?" for i in tgt],
-        keys=[pieces(i) or "?" for i in src],
-        titles=[f"layer {i + 1}, mean of heads" for i in range(len(layers))]
-        + [f"layer {len(cross)}, head {h + 1}" for h in range(len(heads))],
-        suptitle="cross-attention",
-    )
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Continue --prompt with a language model, streaming the text as it is produced."""
     from attnkit.inference import complete
 
-    model, tokenizer = _load_run(args)
-    config = _generation_config(args, model)
+    run = _load_run(args)
+    config = _generation_config(args, run.model)
     sys.stdout.write(args.prompt)
     sys.stdout.flush()
-    for piece in complete(model, tokenizer, args.prompt, config):
+    for piece in complete(run.model, run.tokenizer, args.prompt, config):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
     return 0
 
 
-def _run_data_defaults(run_dir: Path) -> dict:
-    """The [data] section of the run's saved training config, if the trainer left one."""
-    import tomllib
-
-    path = run_dir / "run_config.toml"
-    if not path.is_file():
-        return {}
-    try:
-        return tomllib.loads(path.read_text()).get("data", {})
-    except tomllib.TOMLDecodeError as err:
-        raise AttnkitError(f"{path} is not valid TOML ({err}); fix or remove it") from None
-
-
-def _split_name(corpus: str, split: str | None) -> str:
-    """A split by its name or an unambiguous prefix (`test` is Multi30k's `test_2016_flickr`).
-
-    None picks the corpus's test split, or its validation split when it has no test split
-    (Tiny Shakespeare is cut into train and val only).
-    """
-    from attnkit.data import CORPORA
-
-    known = CORPORA[corpus].splits if corpus in CORPORA else ()
-    if split is None:
-        split = "val" if known and not any(s.startswith("test") for s in known) else "test"
-    if corpus not in CORPORA or split in known:
-        return split
-    matches = [s for s in CORPORA[corpus].splits if s.startswith(split)]
-    return matches[0] if len(matches) == 1 else split
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     """Score a run on a corpus split: BLEU and chrF for translation, perplexity for a LM."""
-    from attnkit.data import corpus_files, read_lines
+    from attnkit.run_eval import read_eval_set, score_run
 
-    model, tokenizer = _load_run(args)
-    saved = _run_data_defaults(Path(args.run_dir))
-    translation = model.config.shape == "encoder-decoder"
-    corpus = (
-        args.corpus or saved.get("corpus") or ("multi30k" if translation else "tinyshakespeare")
+    run = _load_run(args)
+    data = read_eval_set(
+        run,
+        corpus=args.corpus,
+        split=args.split,
+        src_lang=args.src_lang,
+        tgt_lang=args.tgt_lang,
+        data_dir=args.data_dir,
+        limit=args.limit,
+        block_size=args.block_size,
+        batch_size=args.batch_size,
     )
-    data_dir = args.data_dir or saved.get("data_dir")
-    split = _split_name(corpus, args.split)
-    rows: list[tuple[str, str, str]] = []
-    if translation:
-        from attnkit.evaluate import bleu, chrf
-        from attnkit.inference import translate
-
-        langs = (
-            args.src_lang or saved.get("src_lang") or "de",
-            args.tgt_lang or saved.get("tgt_lang") or "en",
-        )
-        src_path, ref_path = corpus_files(corpus, split, langs=langs, data_dir=data_dir)
-        sources, references = list(read_lines(src_path)), list(read_lines(ref_path))
-        if args.limit:
-            sources, references = sources[: args.limit], references[: args.limit]
-        if saved.get("lowercase"):
-            sources = [line.lower() for line in sources]  # references stay: BLEU is given both ways
-        config = _generation_config(args, model)
-        with _progress(len(sources), "translating", not args.no_progress) as bar:
-            hypotheses = translate(
-                model, tokenizer, sources, config, batch_size=args.batch_size, progress=bar.update
-            )
-        if args.output:
-            Path(args.output).write_text("".join(f"{h}\n" for h in hypotheses), encoding="utf-8")
-        scores = (
-            bleu(hypotheses, references),
-            bleu(hypotheses, references, lowercase=True),
-            chrf(hypotheses, references),
-        )
-        for score in scores:
-            rows.append((score.name, f"{score.value:.2f}", score.signature))
-        what = f"{corpus} {split} {langs[0]}->{langs[1]}, {len(sources)} sentences"
-    else:
-        from torch.utils.data import DataLoader
-
-        from attnkit.data import CORPORA, load_corpus
-        from attnkit.evaluate import perplexity
-
-        if corpus in CORPORA and CORPORA[corpus].langs:
-            raise AttnkitError(
-                f"{corpus} is a parallel corpus, but a {model.config.shape} model is scored by "
-                "perplexity on running text; pass --corpus tinyshakespeare"
-            )
-        block = min(model.config.max_len - 1, args.block_size)
-        dataset = load_corpus(
-            corpus, split, tokenizer=tokenizer, data_dir=data_dir, block_size=block
-        )
-        loader = DataLoader(dataset, batch_size=args.batch_size, collate_fn=dataset.collate)
-        batches = list(loader)[: args.limit or None]
-        score = perplexity(model, batches)
-        rows.append((score.name, f"{score.value:.2f}", score.signature))
-        rows.append(("loss", f"{math.log(score.value):.4f}", "nats per token, ln(perplexity)"))
-        what = f"{corpus} {split}, {len(batches)} batches of {block + 1}-token blocks"
-    print(f"attnkit eval {args.run_dir}: {what}")
-    width = max(len(name) for name, _, _ in rows)
+    config = _generation_config(args, run.model)
+    with _progress(len(data.sources), "translating", not args.no_progress) as bar:
+        result = score_run(run, data, config, batch_size=args.batch_size, progress=bar.update)
+    if args.output and result.hypotheses:
+        text = "".join(f"{h}\n" for h in result.hypotheses)
+        Path(args.output).write_text(text, encoding="utf-8")
+    print(f"attnkit eval {args.run_dir}: {result.description}")
+    width = max(len(score.name) for score in result.scores)
     print(f"{'metric':<{width}}  {'score':>8}  signature")
-    for name, value, signature in rows:
-        print(f"{name:<{width}}  {value:>8}  {signature}")
+    for score in result.scores:
+        print(f"{score.name:<{width}}  {score.value:>8.{score.digits}f}  {score.signature}")
     return 0
 
 

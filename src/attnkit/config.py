@@ -3,19 +3,31 @@
 A model is built from a `ModelConfig` and nothing else, so a config saved as
 JSON next to the weights is enough to rebuild it. Fields left as `None` are
 resolved from the others when the config is made (for example `n_kv_heads`
-defaults to `n_heads`), so what is saved is always explicit.
+defaults to `n_heads`), so what is saved is always explicit, and then every
+field is checked (`attnkit.checks`). Named shapes are in `attnkit.presets`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnkit.checks import (
+    check,
+    choice,
+    lookup,
+    non_negative_int,
+    positive,
+    positive_int,
+    suggest,
+    within,
+)
 from attnkit.errors import AttnkitError
+from attnkit.presets import PRESETS
 
 SHAPES = ("encoder-decoder", "decoder", "encoder")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
@@ -26,11 +38,6 @@ ROPE_SCALINGS = ("ntk", "linear", "llama3")
 ROPE_SETTINGS = ("theta", "scaling", "scaling_type", "original_max_len")
 SINUSOIDAL_LAYOUTS = ("interleaved", "split")
 TIE_EMBEDDINGS = ("none", "decoder", "all")
-
-
-def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise AttnkitError(f"{name} {value!r} is not one of {', '.join(allowed)}")
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,7 @@ class ModelConfig:
     eos_id: int | None = None
 
     def __post_init__(self) -> None:
-        _choice("shape", self.shape, SHAPES)
+        choice("shape", self.shape, SHAPES)
         for name, value in self._derived().items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
@@ -151,108 +158,95 @@ class ModelConfig:
 
     def _validate(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "n_kv_heads", "d_ff", "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise AttnkitError(f"{name} must be a positive integer, got {value!r}")
-        if self.d_model % self.n_heads:
-            raise AttnkitError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
-        if self.n_kv_heads > self.n_heads or self.n_heads % self.n_kv_heads:
-            raise AttnkitError(
-                f"n_kv_heads {self.n_kv_heads} must divide n_heads {self.n_heads} "
-                "(equal is multi-head, fewer is grouped-query, 1 is multi-query attention)"
-            )
+            positive_int(name, getattr(self, name))
+        check(
+            self.d_model % self.n_heads == 0,
+            f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}",
+        )
+        check(
+            self.n_kv_heads <= self.n_heads and self.n_heads % self.n_kv_heads == 0,
+            f"n_kv_heads {self.n_kv_heads} must divide n_heads {self.n_heads} "
+            "(equal is multi-head, fewer is grouped-query, 1 is multi-query attention)",
+        )
         for name in ("dropout", "attention_dropout", "embedding_dropout"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise AttnkitError(f"{name} must be in [0, 1), got {value!r}")
-        _choice("activation", self.activation, ACTIVATIONS)
-        _choice("norm", self.norm, NORMS)
-        _choice("norm_position", self.norm_position, NORM_POSITIONS)
-        _choice("positional", self.positional, POSITIONALS)
-        _choice("rope_scaling_type", self.rope_scaling_type, ROPE_SCALINGS)
-        _choice("tie_embeddings", self.tie_embeddings, TIE_EMBEDDINGS)
-        if self.norm_eps <= 0:
-            raise AttnkitError(f"norm_eps must be positive, got {self.norm_eps!r}")
-        _choice("sinusoidal_layout", self.sinusoidal_layout, SINUSOIDAL_LAYOUTS)
+            within(name, getattr(self, name), "[0, 1)")
+        choice("activation", self.activation, ACTIVATIONS)
+        choice("norm", self.norm, NORMS)
+        choice("norm_position", self.norm_position, NORM_POSITIONS)
+        choice("positional", self.positional, POSITIONALS)
+        choice("rope_scaling_type", self.rope_scaling_type, ROPE_SCALINGS)
+        choice("tie_embeddings", self.tie_embeddings, TIE_EMBEDDINGS)
+        positive("norm_eps", self.norm_eps)
+        choice("sinusoidal_layout", self.sinusoidal_layout, SINUSOIDAL_LAYOUTS)
         self._validate_variants()
         self._validate_shape()
-        if not 0 <= self.pad_id < max(self.vocab_size, self.src_vocab_size or 0):
-            raise AttnkitError(
-                f"pad_id {self.pad_id} is outside the vocabulary of {self.vocab_size} tokens"
-            )
+        check(
+            0 <= self.pad_id < max(self.vocab_size, self.src_vocab_size or 0),
+            f"pad_id {self.pad_id} is outside the vocabulary of {self.vocab_size} tokens",
+        )
         self._validate_interop_fields()
 
     def _validate_variants(self) -> None:
         for name in ("attention_window", "attention_stride", "n_experts"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise AttnkitError(
-                    f"{name} must be a non-negative integer (0 for off), got {value!r}"
-                )
-        if self.attention_stride and not self.attention_window:
-            raise AttnkitError(
-                "attention_stride adds strided keys to a local window; set attention_window too "
-                "(Child et al. use a window equal to the stride)"
-            )
+            non_negative_int(name, getattr(self, name))
+        check(
+            not self.attention_stride or self.attention_window,
+            "attention_stride adds strided keys to a local window; set attention_window too "
+            "(Child et al. use a window equal to the stride)",
+        )
         rope = [getattr(self, f"rope_{n}") for n in ROPE_SETTINGS]
-        if self.positional != "rope" and rope != [10000.0, 1.0, "ntk", 0]:
-            raise AttnkitError(
-                f"the rope_ settings only apply to RoPE, but positional is "
-                f"{self.positional!r}; set positional to 'rope' or leave them at their defaults"
-            )
+        check(
+            self.positional == "rope" or rope == [10000.0, 1.0, "ntk", 0],
+            f"the rope_ settings only apply to RoPE, but positional is "
+            f"{self.positional!r}; set positional to 'rope' or leave them at their defaults",
+        )
         if self.positional == "rope":
-            if self.d_head % 2:
-                raise AttnkitError(f"RoPE turns pairs of dimensions; d_head {self.d_head} is odd")
-            if self.rope_theta <= 1.0 or self.rope_scaling < 1.0:
-                raise AttnkitError(
-                    f"rope_theta must be over 1 and rope_scaling at least 1, got "
-                    f"{self.rope_theta!r} and {self.rope_scaling!r}"
-                )
-            if (self.rope_scaling_type == "llama3") != (self.rope_original_max_len > 0):
-                raise AttnkitError(
-                    "rope_original_max_len (the trained length, 8192 for Llama 3.1) is what "
-                    "llama3 scaling needs, and only it; set both or neither, got "
-                    f"rope_scaling_type {self.rope_scaling_type!r} and rope_original_max_len "
-                    f"{self.rope_original_max_len!r}"
-                )
-        if self.n_experts and not 1 <= self.n_experts_per_token <= self.n_experts:
-            raise AttnkitError(
-                f"n_experts_per_token must be between 1 and n_experts {self.n_experts}, "
-                f"got {self.n_experts_per_token!r}"
+            check(
+                self.d_head % 2 == 0,
+                f"RoPE turns pairs of dimensions; d_head {self.d_head} is odd",
             )
-        if self.router_aux_loss_coef < 0:
-            raise AttnkitError(
-                f"router_aux_loss_coef must be non-negative, got {self.router_aux_loss_coef!r}"
+            check(
+                self.rope_theta > 1.0 and self.rope_scaling >= 1.0,
+                f"rope_theta must be over 1 and rope_scaling at least 1, got "
+                f"{self.rope_theta!r} and {self.rope_scaling!r}",
             )
+            check(
+                (self.rope_scaling_type == "llama3") == (self.rope_original_max_len > 0),
+                "rope_original_max_len (the trained length, 8192 for Llama 3.1) is what "
+                "llama3 scaling needs, and only it; set both or neither, got "
+                f"rope_scaling_type {self.rope_scaling_type!r} and rope_original_max_len "
+                f"{self.rope_original_max_len!r}",
+            )
+        check(
+            not self.n_experts or 1 <= self.n_experts_per_token <= self.n_experts,
+            f"n_experts_per_token must be between 1 and n_experts {self.n_experts}, "
+            f"got {self.n_experts_per_token!r}",
+        )
+        check(
+            self.router_aux_loss_coef >= 0,
+            f"router_aux_loss_coef must be non-negative, got {self.router_aux_loss_coef!r}",
+        )
 
     def _validate_interop_fields(self) -> None:
-        if (
-            not isinstance(self.n_token_types, int)
-            or isinstance(self.n_token_types, bool)
-            or self.n_token_types < 0
-        ):
-            raise AttnkitError(
-                f"n_token_types must be a non-negative integer (0 for none), "
-                f"got {self.n_token_types!r}"
-            )
-        if self.sinusoidal_layout != "interleaved" and self.positional != "sinusoidal":
-            raise AttnkitError(
-                f"sinusoidal_layout {self.sinusoidal_layout!r} only applies to sinusoidal "
-                f"positions, but positional is {self.positional!r}; leave it 'interleaved'"
-            )
-        if self.decoder_start_id is not None and self.shape == "encoder":
-            raise AttnkitError(
-                "decoder_start_id is for models that generate; an encoder model has no "
-                "decoder, so leave it None"
-            )
+        non_negative_int("n_token_types", self.n_token_types, zero="none")
+        check(
+            self.sinusoidal_layout == "interleaved" or self.positional == "sinusoidal",
+            f"sinusoidal_layout {self.sinusoidal_layout!r} only applies to sinusoidal "
+            f"positions, but positional is {self.positional!r}; leave it 'interleaved'",
+        )
+        check(
+            self.decoder_start_id is None or self.shape != "encoder",
+            "decoder_start_id is for models that generate; an encoder model has no "
+            "decoder, so leave it None",
+        )
         for name in ("decoder_start_id", "eos_id"):
             value = getattr(self, name)
             is_id = isinstance(value, int) and not isinstance(value, bool)
-            if value is not None and not (is_id and 0 <= value < self.vocab_size):
-                raise AttnkitError(
-                    f"{name} {value} is outside the target vocabulary of {self.vocab_size} "
-                    "tokens; use an id of the tokenizer or None"
-                )
+            check(
+                value is None or (is_id and 0 <= value < self.vocab_size),
+                f"{name} {value} is outside the target vocabulary of {self.vocab_size} "
+                "tokens; use an id of the tokenizer or None",
+            )
 
     def _validate_shape(self) -> None:
         needs = {
@@ -261,31 +255,30 @@ class ModelConfig:
             "encoder": ("n_encoder_layers",),
         }[self.shape]
         for name in needs:
-            if getattr(self, name) < 1:
-                raise AttnkitError(f"a {self.shape} model needs {name} >= 1")
+            check(getattr(self, name) >= 1, f"a {self.shape} model needs {name} >= 1")
         for name in {"n_encoder_layers", "n_decoder_layers"} - set(needs):
-            if getattr(self, name) != 0:
-                raise AttnkitError(f"a {self.shape} model has no {name[2:-7]}: set {name} to 0")
-        if self.shape != "encoder-decoder" and self.src_vocab_size is not None:
-            raise AttnkitError(
+            check(
+                getattr(self, name) == 0,
+                f"a {self.shape} model has no {name[2:-7]}: set {name} to 0",
+            )
+        if self.src_vocab_size is not None:
+            check(
+                self.shape == "encoder-decoder",
                 f"src_vocab_size is only for encoder-decoder models; a {self.shape} model "
-                "has one vocabulary, vocab_size"
+                "has one vocabulary, vocab_size",
             )
-        if self.src_vocab_size is not None and self.src_vocab_size < 1:
-            raise AttnkitError(
-                f"src_vocab_size must be a positive integer, got {self.src_vocab_size}"
-            )
+            positive_int("src_vocab_size", self.src_vocab_size)
         if self.tie_embeddings == "all":
-            if self.shape != "encoder-decoder":
-                raise AttnkitError(
-                    f"tie_embeddings 'all' needs a source and a target side; a {self.shape} "
-                    "model ties its input and output with 'decoder'"
-                )
-            if self.src_vocab_size != self.vocab_size:
-                raise AttnkitError(
-                    f"tie_embeddings 'all' needs one shared vocabulary, but src_vocab_size is "
-                    f"{self.src_vocab_size} and vocab_size is {self.vocab_size}"
-                )
+            check(
+                self.shape == "encoder-decoder",
+                f"tie_embeddings 'all' needs a source and a target side; a {self.shape} "
+                "model ties its input and output with 'decoder'",
+            )
+            check(
+                self.src_vocab_size == self.vocab_size,
+                f"tie_embeddings 'all' needs one shared vocabulary, but src_vocab_size is "
+                f"{self.src_vocab_size} and vocab_size is {self.vocab_size}",
+            )
 
     @property
     def d_head(self) -> int:
@@ -294,9 +287,7 @@ class ModelConfig:
 
     def replace(self, **changes: Any) -> ModelConfig:
         """A copy with some fields changed, validated again."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise AttnkitError(_unknown_field_message(sorted(unknown)[0]))
+        _check_fields(changes)
         # A field still at the value derived from the others is derived again
         # (n_heads=4 -> 2 keeps multi-head attention rather than breaking n_kv_heads).
         rederive = {
@@ -311,9 +302,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise AttnkitError(_unknown_field_message(sorted(unknown)[0]))
+        _check_fields(data)
         return cls(**data)
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -339,122 +328,13 @@ class ModelConfig:
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
-        """A named preset (see `PRESETS`), with some fields overridden."""
-        if name not in PRESETS:
-            close = difflib.get_close_matches(name, PRESETS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise AttnkitError(
-                f"unknown preset {name!r}; {hint}the presets are {', '.join(PRESETS)}"
-            )
-        return cls.from_dict({**PRESETS[name], **overrides})
+        """A named preset (see `attnkit.presets`), with some fields overridden."""
+        return cls.from_dict({**lookup("preset", name, PRESETS), **overrides})
 
 
-def _unknown_field_message(name: str) -> str:
+def _check_fields(names: Iterable[str]) -> None:
+    """Every name must be a field of `ModelConfig`; the first that is not gets the nearest."""
     fields = [f.name for f in dataclasses.fields(ModelConfig)]
-    close = difflib.get_close_matches(name, fields, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; the fields are {', '.join(fields)}"
-    return f"ModelConfig has no field {name!r}{hint}"
-
-
-# Named presets. The paper's two models (Table 3) with its shared 37,000-token
-# BPE vocabulary, and small shapes for tests, the demo and CPU experiments.
-PRESETS: dict[str, dict[str, Any]] = {
-    "paper-base": {"shape": "encoder-decoder", "vocab_size": 37000},
-    "paper-big": {
-        "shape": "encoder-decoder",
-        "vocab_size": 37000,
-        "d_model": 1024,
-        "n_heads": 16,
-        "d_ff": 4096,
-        "dropout": 0.3,
-        "embedding_dropout": 0.3,
-    },
-    "tiny": {
-        "shape": "encoder-decoder",
-        "vocab_size": 64,
-        "d_model": 32,
-        "n_heads": 4,
-        "n_encoder_layers": 2,
-        "n_decoder_layers": 2,
-        "d_ff": 64,
-        "max_len": 128,
-    },
-    "demo": {
-        "shape": "encoder-decoder",
-        "vocab_size": 14,
-        "d_model": 64,
-        "n_heads": 4,
-        "n_encoder_layers": 2,
-        "n_decoder_layers": 2,
-        "d_ff": 256,
-        "dropout": 0.0,
-        "embedding_dropout": 0.0,
-        "norm_position": "pre",
-        "max_len": 64,
-    },
-    "gpt-tiny": {
-        "shape": "decoder",
-        "vocab_size": 256,
-        "d_model": 128,
-        "n_heads": 4,
-        "n_decoder_layers": 4,
-        "d_ff": 512,
-        "dropout": 0.0,
-        "embedding_dropout": 0.0,
-        "activation": "gelu",
-        "norm_position": "pre",
-        "positional": "learned",
-        "max_len": 256,
-        "scale_embeddings": False,
-        "tie_embeddings": "decoder",
-    },
-    "gpt2-small": {
-        "shape": "decoder",
-        "vocab_size": 50257,
-        "d_model": 768,
-        "n_heads": 12,
-        "n_decoder_layers": 12,
-        "d_ff": 3072,
-        "activation": "gelu_tanh",
-        "norm_position": "pre",
-        "positional": "learned",
-        "max_len": 1024,
-        "scale_embeddings": False,
-        "tie_embeddings": "decoder",
-    },
-    # LLaMA's architecture at the size of gpt-tiny: RMSNorm, RoPE, SwiGLU, GQA, no biases.
-    "llama-tiny": {
-        "shape": "decoder",
-        "vocab_size": 256,
-        "d_model": 128,
-        "n_heads": 4,
-        "n_kv_heads": 2,
-        "n_decoder_layers": 4,
-        "d_ff": 352,
-        "dropout": 0.0,
-        "embedding_dropout": 0.0,
-        "activation": "swiglu",
-        "norm": "rmsnorm",
-        "norm_position": "pre",
-        "norm_eps": 1e-6,
-        "positional": "rope",
-        "max_len": 256,
-        "scale_embeddings": False,
-        "tie_embeddings": "none",
-        "bias": False,
-    },
-    "bert-mini": {
-        "shape": "encoder",
-        "vocab_size": 30522,
-        "d_model": 256,
-        "n_heads": 4,
-        "n_encoder_layers": 4,
-        "d_ff": 1024,
-        "activation": "gelu",
-        "positional": "learned",
-        "max_len": 512,
-        "scale_embeddings": False,
-        "tie_embeddings": "decoder",
-        "norm_eps": 1e-12,
-    },
-}
+    wrong = sorted(set(names) - set(fields))
+    if wrong:
+        raise AttnkitError(f"ModelConfig has no field {wrong[0]!r}; {suggest(wrong[0], fields)}")

@@ -25,14 +25,15 @@ from attnkit.models import TransformerModel
 
 @dataclass(frozen=True)
 class Score:
-    """One corpus-level metric: its name, its value and how it was computed."""
+    """One corpus-level metric: its name, its value, how it was computed, decimals shown."""
 
     name: str
     value: float
     signature: str = ""
+    digits: int = 2
 
     def __str__(self) -> str:
-        text = f"{self.name} = {self.value:.2f}"
+        text = f"{self.name} = {self.value:.{self.digits}f}"
         return f"{text}  ({self.signature})" if self.signature else text
 
 

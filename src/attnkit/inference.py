@@ -18,7 +18,7 @@ import torch
 
 from attnkit.data.batch import pad
 from attnkit.errors import AttnkitError
-from attnkit.generate import GenerationConfig, generate, stream
+from attnkit.generation import GenerationConfig, generate, stream
 from attnkit.models import TransformerModel
 from attnkit.tokenizer import Tokenizer
 
@@ -109,7 +109,9 @@ def complete(
         ids = ids[-kept:]
     eos = tokenizer.eos_id if tokenizer.has("eos") else None
     config = dataclasses.replace(
-        config or GenerationConfig(), eos_token_id=eos, pad_token_id=tokenizer.pad_id
+        config or GenerationConfig(),
+        eos_token_id=() if eos is None else eos,
+        pad_token_id=tokenizer.pad_id,
     )
     prompt_ids = torch.tensor([ids], device=model.device)
     new: list[int] = []

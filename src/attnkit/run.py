@@ -1,8 +1,14 @@
-"""A run folder: everything about one model in one place.
+"""A run folder: everything about one model in one place, and the one module that knows its files.
 
-    RUN_DIR/config.json         the ModelConfig
-    RUN_DIR/model.safetensors   the weights (a tied matrix stored once)
-    RUN_DIR/tokenizer.json      the tokenizer, when there is one
+    RUN_DIR/config.json                  the ModelConfig
+    RUN_DIR/model.safetensors            the weights (a tied matrix stored once)
+    RUN_DIR/tokenizer.json               the tokenizer, when there is one
+    RUN_DIR/run_config.toml              the run config it was trained from
+    RUN_DIR/trainer_state.pt             what resuming needs (`attnkit.train.checkpoint`)
+    RUN_DIR/metrics.jsonl                one JSON record per logged interval or evaluation
+    RUN_DIR/curves.png                   those records drawn
+    RUN_DIR/checkpoints/step-0000500/    the weights at each saved step
+    RUN_DIR/checkpoints/best/            the weights with the best validation metric
 
 Every command accepts such a folder. Files are written to a temporary name
 and renamed, so a crash mid-write never leaves a half-written file behind.
@@ -11,10 +17,18 @@ A model with LoRA layers is saved merged, as the plain model its config describe
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
 
 import torch
 from safetensors import SafetensorError
@@ -24,10 +38,104 @@ from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel, build_model
 from attnkit.nn.lora import merged_copy
+from attnkit.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
+_STEP = "step-"
+
+
+class RunFolder:
+    """The paths of one run folder's files, and the reading and writing of the simple ones.
+
+    Nothing is read or created until asked; `checkpoints/` is filled by
+    `attnkit.train.checkpoint`, which takes its paths from here.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.config = self.root / CONFIG_FILE
+        self.weights = self.root / WEIGHTS_FILE
+        self.tokenizer = self.root / TOKENIZER_FILE
+        self.run_config = self.root / "run_config.toml"
+        self.trainer_state = self.root / "trainer_state.pt"
+        self.metrics = self.root / "metrics.jsonl"
+        self.curves = self.root / "curves.png"
+        self.checkpoints = self.root / "checkpoints"
+        self.best_weights = self.checkpoints / "best" / WEIGHTS_FILE
+
+    def step_dir(self, step: int) -> Path:
+        return self.checkpoints / f"{_STEP}{step:07d}"
+
+    def step_weights(self, step: int) -> Path:
+        return self.step_dir(step) / WEIGHTS_FILE
+
+    def saved_steps(self) -> list[int]:
+        """Steps with saved weights, oldest first."""
+        if not self.checkpoints.is_dir():
+            return []
+        n = len(_STEP)
+        return sorted(
+            int(p.name[n:])
+            for p in self.checkpoints.glob(f"{_STEP}*")
+            if p.name[n:].isdigit() and (p / WEIGHTS_FILE).is_file()
+        )
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """The records of metrics.jsonl, one dict per line (none if there is no file)."""
+        if not self.metrics.is_file():
+            return []
+        return [json.loads(line) for line in self.metrics.read_text().splitlines() if line.strip()]
+
+    def write_metrics(self, records: Iterable[dict[str, Any]] = ()) -> None:
+        """Replace metrics.jsonl by `records` (none: an empty file)."""
+        lines = "".join(json.dumps(r) + "\n" for r in records)
+        atomic_write(self.metrics, lambda p: p.write_text(lines))
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        """Add one record as the last line of metrics.jsonl."""
+        with open(self.metrics, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def write_run_config(self, toml: str) -> None:
+        atomic_write(self.run_config, lambda p: p.write_text(toml))
+
+    def data_defaults(self) -> dict[str, Any]:
+        """The [data] section of the run config it was trained from ({} if there is none)."""
+        if not self.run_config.is_file():
+            return {}
+        try:
+            return tomllib.loads(self.run_config.read_text()).get("data", {})
+        except tomllib.TOMLDecodeError as err:
+            raise AttnkitError(
+                f"{self.run_config} is not valid TOML ({err}); fix or remove it"
+            ) from None
+
+    def load_tokenizer(self) -> Tokenizer:
+        """The run's tokenizer; a run folder without one is refused in one sentence."""
+        if not self.tokenizer.is_file():
+            raise AttnkitError(
+                f"{self.root} has no {TOKENIZER_FILE}; train the run with a tokenizer or copy "
+                "one there"
+            )
+        return Tokenizer.load(self.tokenizer)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run folder loaded for use: its model (in eval mode) and its tokenizer."""
+
+    folder: RunFolder
+    model: TransformerModel
+    tokenizer: Tokenizer
+
+
+def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
+    """The model and tokenizer of a run folder, refusing a folder without either."""
+    folder = RunFolder(run_dir)
+    model = load_pretrained(folder.root, device)
+    return Run(folder, model, folder.load_tokenizer())
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
@@ -51,26 +159,25 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
 
 def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
     """Write config.json and model.safetensors into `run_dir`."""
-    run_dir = Path(run_dir)
+    folder = RunFolder(run_dir)
     # torch.compile wraps the model; save what it wraps so no `_orig_mod.` prefix is stored.
     model = merged_copy(getattr(model, "_orig_mod", model))
-    atomic_write(run_dir / CONFIG_FILE, lambda p: p.write_text(model.config.to_json()))
-    atomic_write(run_dir / WEIGHTS_FILE, lambda p: save_model(model, str(p)))
-    return run_dir
+    atomic_write(folder.config, lambda p: p.write_text(model.config.to_json()))
+    atomic_write(folder.weights, lambda p: save_model(model, str(p)))
+    return folder.root
 
 
 def load_pretrained(run_dir: str | Path, device: str | torch.device = "cpu") -> TransformerModel:
     """Rebuild the model of a run folder from its config and weights, in eval mode."""
-    run_dir = Path(run_dir)
-    config_path, weights_path = run_dir / CONFIG_FILE, run_dir / WEIGHTS_FILE
-    for path in (config_path, weights_path):
+    folder = RunFolder(run_dir)
+    for path in (folder.config, folder.weights):
         if not path.is_file():
             raise AttnkitError(
-                f"{run_dir} is not an attnkit run folder: {path.name} is missing "
+                f"{folder.root} is not an attnkit run folder: {path.name} is missing "
                 "(train a model with `attnkit train` or import one with `attnkit import hf`)"
             )
-    model = build_model(ModelConfig.from_json(config_path))
-    load_weights(model, weights_path, device)
+    model = build_model(ModelConfig.from_json(folder.config))
+    load_weights(model, folder.weights, device)
     return model.to(device).eval()
 
 

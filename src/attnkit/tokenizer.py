@@ -36,8 +36,9 @@ from typing import Any
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as Backend
 
-from attnkit.data.text import read_lines
+from attnkit.checks import choice
 from attnkit.errors import AttnkitError
+from attnkit.textfile import PathLike, read_lines
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +56,6 @@ _ROLE_NAMES = {
     "unk": ("<unk>", "[UNK]", "<|unk|>"),
     "mask": ("<mask>", "[MASK]"),
 }
-
-PathLike = str | Path
 
 
 class Tokenizer:
@@ -96,12 +95,8 @@ class Tokenizer:
             (`nfc`, `nfd`, `nfkc`, `nfkd`) or `none`, which keeps the text as
             it is and so lets byte-level BPE round-trip any string exactly.
         """
-        if kind not in KINDS:
-            raise AttnkitError(f"tokenizer kind {kind!r} is not one of {', '.join(KINDS)}")
-        if normalization not in NORMALIZATIONS:
-            raise AttnkitError(
-                f"normalization {normalization!r} is not one of {', '.join(NORMALIZATIONS)}"
-            )
+        choice("tokenizer kind", kind, KINDS)
+        choice("normalization", normalization, NORMALIZATIONS)
         if kind == "unigram" and min_frequency is not None:
             raise AttnkitError(
                 "unigram tokenizers prune by likelihood and take no min_frequency; leave it unset"

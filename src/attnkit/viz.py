@@ -6,7 +6,7 @@ weights softmax(QK^T / sqrt(d_k)) spread over the key tokens (columns).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -14,7 +14,10 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display is needed or assumed
 
 import matplotlib.pyplot as plt
+import torch
 from torch import Tensor
+
+from attnkit.models import EncoderDecoder
 
 
 def plot_attention(
@@ -59,6 +62,40 @@ def plot_attention(
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return _save(fig, path)
+
+
+@torch.no_grad()
+def plot_cross_attention(
+    model: EncoderDecoder,
+    src: Sequence[int],
+    tgt: Sequence[int],
+    path: str | Path,
+    *,
+    token: Callable[[int], str],
+    last_layer_heads: bool = True,
+    suptitle: str = "cross-attention",
+) -> Path:
+    """Cross-attention of one source and its target, each decoder layer as the mean of its heads.
+
+    `tgt` is the decoder's input (it starts with the start token); `token`
+    names an id on the axes. With `last_layer_heads` a second row shows each
+    head of the last layer on its own.
+    """
+    src_ids, tgt_ids = (torch.tensor([ids], device=model.device) for ids in (src, tgt))
+    cross = model(src_ids, tgt_ids, need_weights=True).attentions["cross"]
+    rows = [[w[0].mean(0) for w in cross]]
+    titles = [f"decoder layer {i + 1}, mean of heads" for i in range(len(cross))]
+    if last_layer_heads:
+        rows.append(list(cross[-1][0]))
+        titles += [f"decoder layer {len(cross)}, head {h + 1}" for h in range(len(rows[1]))]
+    return plot_attention(
+        rows,
+        path,
+        queries=[token(i) for i in tgt],
+        keys=[token(i) for i in src],
+        titles=titles,
+        suptitle=suptitle,
+    )
 
 
 def plot_curves(records: Sequence[dict[str, float]], path: str | Path) -> Path:

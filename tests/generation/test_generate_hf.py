@@ -5,8 +5,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from attnkit.generate import generate
-from bench.hf_twins import bloom_twins, gpt2_twins, marian_twins, mistral_twins
+from attnkit.generation import generate
+from bench.peers.hf_twins import bloom_twins, gpt2_twins, marian_twins, mistral_twins
 
 EOS = 2
 OPTIONS = [

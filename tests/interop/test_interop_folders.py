@@ -16,7 +16,7 @@ from attnkit.cli import main
 from attnkit.interop import load_hf, save_hf
 from attnkit.nn import sinusoidal_table
 from attnkit.run import save_pretrained
-from tests.interop.hf_cases import (
+from bench.peers.hf_cases import (
     CASES,
     marian_config,
     padded_batch,

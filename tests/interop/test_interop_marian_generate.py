@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from attnkit.data.batch import pad
-from attnkit.generate import generate
+from attnkit.generation import generate
 from attnkit.interop import load_hf
-from tests.interop.hf_cases import save_random
+from bench.peers.hf_cases import save_random
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from attnkit import ModelConfig, build_model
 from attnkit.interop import load_hf, save_hf
-from tests.interop.hf_cases import CASES, padded_batch, run_attnkit, run_hf, save_random
+from bench.peers.hf_cases import CASES, padded_batch, run_attnkit, run_hf, save_random
 
 
 @pytest.fixture(scope="module", params=list(CASES))

@@ -7,38 +7,9 @@ import torch
 from torch import nn
 
 from attnkit import DecoderOnly, EncoderDecoder, EncoderOnly, ModelConfig, build_model
-from attnkit.nn import attention, causal_mask
-from tests.nn.test_attention import copy_from_torch as copy_attention
+from attnkit.nn import attention, causal_mask, local_attention
+from tests.helpers import VARIANTS, WIDE, copy_from_torch, tiny_config
 
-
-def tiny(shape: str = "encoder-decoder", **overrides) -> ModelConfig:
-    layers = {
-        "encoder-decoder": {"n_encoder_layers": 2, "n_decoder_layers": 2},
-        "decoder": {"n_decoder_layers": 2},
-        "encoder": {"n_encoder_layers": 2},
-    }[shape]
-    tie = "all" if shape == "encoder-decoder" else "decoder"
-    base = dict(shape=shape, vocab_size=50, d_model=32, n_heads=4, d_ff=64, max_len=64)
-    return ModelConfig(**{"tie_embeddings": tie, **base, **layers, **overrides})
-
-
-# The later variants, each a path of its own through the blocks.
-VARIANTS = {
-    "paper": {},
-    "rope": {"positional": "rope"},
-    "alibi": {"positional": "alibi"},
-    "window": {"attention_window": 3},
-    "sparse": {"attention_window": 2, "attention_stride": 3},
-    "llama": {
-        "norm": "rmsnorm",
-        "activation": "swiglu",
-        "bias": False,
-        "positional": "rope",
-        "n_kv_heads": 2,
-        "norm_position": "pre",
-    },
-    "deepnorm-geglu": {"norm_position": "deepnorm", "activation": "geglu"},
-}
 variants = pytest.mark.parametrize("variant", list(VARIANTS))
 
 
@@ -46,14 +17,14 @@ variants = pytest.mark.parametrize("variant", list(VARIANTS))
 def copy_into_torch_transformer(model: EncoderDecoder, ref: nn.Transformer) -> None:
     """Our weights into torch.nn.Transformer: the two must then compute the same function."""
     for ours, theirs in zip(model.encoder.blocks, ref.encoder.layers, strict=True):
-        copy_attention(ours.self_attn, theirs.self_attn)
+        copy_from_torch(ours.self_attn, theirs.self_attn)
         theirs.norm1.load_state_dict(ours.self_attn_residual.norm.state_dict())
         theirs.norm2.load_state_dict(ours.ff_residual.norm.state_dict())
         theirs.linear1.load_state_dict(ours.ff.w_1.state_dict())
         theirs.linear2.load_state_dict(ours.ff.w_2.state_dict())
     for ours, theirs in zip(model.decoder.blocks, ref.decoder.layers, strict=True):
-        copy_attention(ours.self_attn, theirs.self_attn)
-        copy_attention(ours.cross_attn, theirs.multihead_attn)
+        copy_from_torch(ours.self_attn, theirs.self_attn)
+        copy_from_torch(ours.cross_attn, theirs.multihead_attn)
         theirs.norm1.load_state_dict(ours.self_attn_residual.norm.state_dict())
         theirs.norm2.load_state_dict(ours.cross_attn_residual.norm.state_dict())
         theirs.norm3.load_state_dict(ours.ff_residual.norm.state_dict())
@@ -76,7 +47,7 @@ def randomize_norms(model: nn.Module) -> None:
 @pytest.mark.parametrize("norm_position", ["post", "pre"])
 def test_encoder_decoder_equals_torch_transformer(norm_position: str, dtype: torch.dtype) -> None:
     # torch.nn.Transformer always closes both stacks with a LayerNorm, so we do too here.
-    config = tiny(norm_position=norm_position, final_norm=True)
+    config = tiny_config(**WIDE, norm_position=norm_position, final_norm=True)
     model = EncoderDecoder(config).to(dtype).eval()
     randomize_norms(model)
     ref = nn.Transformer(
@@ -126,7 +97,7 @@ def with_padding(
 @variants
 @pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
 def test_a_causal_model_never_looks_ahead(shape: str, variant: str) -> None:
-    model = build_model(tiny(shape, **VARIANTS[variant])).eval()
+    model = build_model(tiny_config(shape, **WIDE, **VARIANTS[variant])).eval()
     ids = torch.randint(4, 50, (2, 10))
     changed = ids.clone()
     changed[:, 6:] = torch.randint(4, 50, (2, 4))
@@ -146,7 +117,7 @@ def test_a_causal_model_never_looks_ahead(shape: str, variant: str) -> None:
 def test_padding_never_changes_real_positions_of_single_stack_models(
     shape: str, left: bool, variant: str
 ) -> None:
-    model = build_model(tiny(shape, **VARIANTS[variant])).eval()
+    model = build_model(tiny_config(shape, **WIDE, **VARIANTS[variant])).eval()
     ids = torch.randint(4, 50, (1, 8))
     padded, mask = with_padding(ids, 5, left=left)
     with torch.no_grad():
@@ -159,7 +130,7 @@ def test_padding_never_changes_real_positions_of_single_stack_models(
 def test_padding_never_changes_real_positions_of_encoder_decoder(variant: str) -> None:
     # Source padding touches encoder self-attention and cross-attention; target
     # padding touches decoder self-attention.
-    model = EncoderDecoder(tiny(**VARIANTS[variant])).eval()
+    model = EncoderDecoder(tiny_config(**WIDE, **VARIANTS[variant])).eval()
     src, tgt = torch.randint(4, 50, (1, 7)), torch.randint(4, 50, (1, 5))
     src_padded, src_mask = with_padding(src, 4)
     tgt_padded, tgt_mask = with_padding(tgt, 3)
@@ -179,9 +150,9 @@ def test_a_window_over_a_long_sequence_runs_blockwise_as_the_mask_would(
     # `local_attention`; asking for the weights takes the masked path, which must agree.
     blockwise = []
     monkeypatch.setattr(attention, "local_attention", spy(attention.local_attention, blockwise))
-    monkeypatch.setattr(attention, "BLOCKWISE_MIN_LENGTH", 0)
-    monkeypatch.setattr(attention, "STRIDED_MIN_LENGTH", 0)
-    model = build_model(tiny(shape, **VARIANTS[variant])).eval()
+    monkeypatch.setattr(local_attention, "BLOCKWISE_MIN_LENGTH", 0)
+    monkeypatch.setattr(local_attention, "STRIDED_MIN_LENGTH", 0)
+    model = build_model(tiny_config(shape, **WIDE, **VARIANTS[variant])).eval()
     ids, mask = with_padding(torch.randint(4, 50, (2, 8)), 3, left=left)
     with torch.no_grad():
         out = model(ids, mask).logits
@@ -206,7 +177,7 @@ def spy(fn: Callable, calls: list) -> Callable:
 @variants
 @pytest.mark.parametrize("shape", ["encoder-decoder", "decoder", "encoder"])
 def test_each_sequence_in_a_batch_gives_the_same_result_as_alone(shape: str, variant: str) -> None:
-    model = build_model(tiny(shape, **VARIANTS[variant])).eval()
+    model = build_model(tiny_config(shape, **WIDE, **VARIANTS[variant])).eval()
     lengths = [3, 8, 5]
     seqs = [torch.randint(4, 50, (n,)) for n in lengths]
     src_seqs = [torch.randint(4, 50, (n + 2,)) for n in lengths]
@@ -232,11 +203,13 @@ def _pad(seqs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize(
     "config",
     [
-        tiny(),
-        tiny(norm_position="pre", tie_embeddings="none", positional="learned", n_kv_heads=2),
-        tiny("decoder", activation="gelu"),
-        tiny("encoder", bias=False, tie_embeddings="none"),
-        *(tiny(**VARIANTS[v]) for v in list(VARIANTS)[1:]),
+        tiny_config(**WIDE),
+        tiny_config(
+            **WIDE, norm_position="pre", tie_embeddings="none", positional="learned", n_kv_heads=2
+        ),
+        tiny_config("decoder", **WIDE, activation="gelu"),
+        tiny_config("encoder", **WIDE, bias=False, tie_embeddings="none"),
+        *(tiny_config(**WIDE, **VARIANTS[v]) for v in list(VARIANTS)[1:]),
     ],
     ids=["paper", "pre-ln-untied-gqa", "decoder", "encoder-no-bias", *list(VARIANTS)[1:]],
 )
@@ -261,19 +234,19 @@ def test_paper_models_have_the_papers_parameter_counts(preset: str, paper: float
 
 
 def test_weight_tying_shares_one_matrix() -> None:
-    all_tied = EncoderDecoder(tiny(tie_embeddings="all"))
+    all_tied = EncoderDecoder(tiny_config(**WIDE, tie_embeddings="all"))
     assert (
         all_tied.src_embed.token.weight is all_tied.tgt_embed.token.weight is all_tied.head.weight
     )
-    decoder_tied = EncoderDecoder(tiny(tie_embeddings="decoder"))
+    decoder_tied = EncoderDecoder(tiny_config(**WIDE, tie_embeddings="decoder"))
     assert decoder_tied.head.weight is decoder_tied.tgt_embed.token.weight
     assert decoder_tied.src_embed.token.weight is not decoder_tied.head.weight
-    untied = DecoderOnly(tiny("decoder", tie_embeddings="none"))
+    untied = DecoderOnly(tiny_config("decoder", **WIDE, tie_embeddings="none"))
     assert untied.head.weight is not untied.embed.token.weight
 
 
 def test_attention_weights_of_every_layer_and_head() -> None:
-    model = EncoderDecoder(tiny()).eval()
+    model = EncoderDecoder(tiny_config(**WIDE)).eval()
     src, tgt = torch.randint(4, 50, (2, 7)), torch.randint(4, 50, (2, 5))
     out = model(src, tgt, need_weights=True)
     assert [w.shape for w in out.attentions["encoder"]] == [(2, 4, 7, 7)] * 2
@@ -281,14 +254,14 @@ def test_attention_weights_of_every_layer_and_head() -> None:
     assert [w.shape for w in out.attentions["cross"]] == [(2, 4, 5, 7)] * 2
     # Asking for weights switches to the reference path; the logits must not change.
     torch.testing.assert_close(out.logits, model(src, tgt).logits, atol=1e-5, rtol=1e-5)
-    encoder = EncoderOnly(tiny("encoder")).eval()
+    encoder = EncoderOnly(tiny_config("encoder", **WIDE)).eval()
     assert len(encoder(src, need_weights=True).attentions["encoder"]) == 2
 
 
 @pytest.mark.parametrize("shape", ["encoder-decoder", "decoder", "encoder"])
 def test_each_shape_compiles_to_one_graph(shape: str) -> None:
     """A graph break (a value read back to Python) would split `train.compile`'s graph."""
-    model = build_model(tiny(shape)).eval()
+    model = build_model(tiny_config(shape, **WIDE)).eval()
     ids = torch.randint(4, 50, (2, 9))
     args = (torch.randint(4, 50, (2, 7)), ids) if shape == "encoder-decoder" else (ids,)
     compiled = torch.compile(model, backend="eager", fullgraph=True)

@@ -5,26 +5,17 @@ import torch
 from torch import nn
 
 from attnkit.nn import (
+    AttentionInputs,
+    AttentionPath,
     MultiHeadAttention,
+    Window,
     causal_mask,
     scaled_dot_product_attention,
     self_attention_mask,
 )
-from attnkit.nn.attention import local_attention, local_mask, runs_blockwise, slot_distance
-
-
-def copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
-    with torch.no_grad():
-        d = ref.embed_dim
-        if ours.cross:
-            ours.q_proj.weight.copy_(ref.in_proj_weight[:d])
-            ours.q_proj.bias.copy_(ref.in_proj_bias[:d])
-            ours.kv_proj.weight.copy_(ref.in_proj_weight[d:])
-            ours.kv_proj.bias.copy_(ref.in_proj_bias[d:])
-        else:
-            ours.qkv_proj.weight.copy_(ref.in_proj_weight)
-            ours.qkv_proj.bias.copy_(ref.in_proj_bias)
-        ours.out_proj.load_state_dict(ref.out_proj.state_dict())
+from attnkit.nn.local_attention import local_attention
+from attnkit.nn.masks import local_mask, slot_distance
+from tests.helpers import copy_from_torch
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
@@ -48,7 +39,8 @@ def test_self_attention_equals_torch_multihead_attention(causal: bool, need_weig
         average_attn_weights=False,
     )
     mask = self_attention_mask(key_mask, n, causal)
-    out, weights = ours(x, mask=mask, need_weights=need_weights)
+    path = AttentionPath.WEIGHTS if need_weights else AttentionPath.FUSED
+    out, weights = ours(x, AttentionInputs(path=path, mask=mask))
     real = key_mask  # padded query rows are free to differ; real ones must not
     torch.testing.assert_close(out[real], expected[real], atol=1e-5, rtol=1e-5)
     if need_weights:
@@ -67,7 +59,7 @@ def test_cross_attention_equals_torch_multihead_attention() -> None:
     memory_mask = torch.ones(2, 9, dtype=torch.bool)
     memory_mask[0, 6:] = False
     expected, _ = ref(x, memory, memory, key_padding_mask=~memory_mask)
-    out, _ = ours(x, memory, mask=memory_mask[:, None, None, :])
+    out, _ = ours(x, AttentionInputs(memory=memory, memory_mask=memory_mask[:, None, None, :]))
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -183,11 +175,40 @@ def test_blockwise_window_equals_the_masked_one(causal, length, window, stride, 
 
 
 def test_blocks_run_only_where_they_pay() -> None:
-    assert runs_blockwise(512, 64) and runs_blockwise(4096, 256)
-    assert not runs_blockwise(512, 256)  # two windows: every key is a neighbour
-    assert not runs_blockwise(128, 16)  # short: full attention is as fast
-    assert not runs_blockwise(4096, 0)  # no window
-    assert runs_blockwise(1024, 32, 32) and not runs_blockwise(256, 16, 16)  # strided: longer
+    assert Window(64).runs_blockwise(512) and Window(256).runs_blockwise(4096)
+    assert not Window(256).runs_blockwise(512)  # two windows: every key is a neighbour
+    assert not Window(16).runs_blockwise(128)  # short: full attention is as fast
+    assert not Window(0).runs_blockwise(4096)  # no window
+    # Strided: longer.
+    assert Window(32, 32).runs_blockwise(1024) and not Window(16, 16).runs_blockwise(256)
+
+
+@pytest.mark.parametrize(
+    ("window", "length", "need_weights", "cached", "alibi", "path"),
+    [
+        (64, 512, False, False, False, AttentionPath.BLOCKWISE),
+        (64, 128, False, False, False, AttentionPath.FUSED),  # short: the mask is as fast
+        (0, 512, False, False, False, AttentionPath.FUSED),  # no window
+        (64, 512, True, False, False, AttentionPath.WEIGHTS),  # only the masked paths give them
+        (64, 512, True, True, False, AttentionPath.WEIGHTS),
+        (64, 512, False, True, False, AttentionPath.FUSED),  # decoding: new queries over held keys
+        (64, 512, False, False, True, AttentionPath.FUSED),  # ALiBi biases every score
+    ],
+)
+def test_the_path_is_blockwise_only_for_a_long_window_without_weights_cache_or_alibi(
+    window: int, length: int, need_weights: bool, cached: bool, alibi: bool, path: AttentionPath
+) -> None:
+    chosen = AttentionPath.choose(
+        length, Window(window), need_weights=need_weights, cached=cached, alibi=alibi
+    )
+    assert chosen is path
+
+
+def test_a_cache_is_a_ring_only_under_a_plain_window_shorter_than_it() -> None:
+    assert Window(4).cache_slots(20) == 4
+    assert Window(4, 4).cache_slots(20) == 20  # strided keys reach back past the window
+    assert Window(32).cache_slots(20) == 20
+    assert Window().cache_slots(20) == 20
 
 
 def test_strided_sparse_mask_adds_every_stride_th_key() -> None:

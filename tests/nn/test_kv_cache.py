@@ -3,36 +3,9 @@
 import pytest
 import torch
 
-from attnkit import AttnkitError, ModelConfig, build_model
-from attnkit.generate import left_pad
-from tests.models.test_models import VARIANTS
-
-
-def tiny(shape: str, **overrides) -> torch.nn.Module:
-    torch.manual_seed(0)
-    layers = {"n_encoder_layers": 2} if shape == "encoder-decoder" else {}
-    tie = {"tie_embeddings": "decoder"} if shape == "decoder" else {}
-    config = ModelConfig(
-        shape=shape,
-        vocab_size=40,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_decoder_layers=2,
-        dropout=0.0,
-        embedding_dropout=0.0,
-        max_len=48,
-        **layers,
-        **tie,
-        **overrides,
-    )
-    return build_model(config).eval()
-
-
-def padded_batch(lengths: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.randint(5, 40, (len(lengths), width))
-    mask = torch.arange(width)[None] < torch.tensor(lengths)[:, None]
-    return ids.masked_fill(~mask, 0), mask
+from attnkit import AttnkitError
+from attnkit.generation import left_pad
+from tests.helpers import DECODING, VARIANTS, padded_batch, tiny_model
 
 
 @pytest.mark.parametrize(
@@ -41,7 +14,7 @@ def padded_batch(lengths: list[int], width: int) -> tuple[torch.Tensor, torch.Te
 )
 @torch.no_grad()
 def test_decoder_only_cache_matches_full_forward_with_left_padding(overrides):
-    model = tiny("decoder", **overrides)
+    model = tiny_model("decoder", **DECODING, **overrides).eval()
     prompt, mask = left_pad(*padded_batch([6, 3, 1], 6))
     cache = model.new_cache(prompt, mask, capacity=16)
     logits = model.decode_step(prompt, cache, mask)
@@ -60,7 +33,7 @@ def test_decoder_only_cache_matches_full_forward_with_left_padding(overrides):
 @pytest.mark.parametrize("overrides", [{}, {"n_kv_heads": 1}, *list(VARIANTS.values())[1:]])
 @torch.no_grad()
 def test_encoder_decoder_cache_matches_full_forward_with_source_padding(overrides):
-    model = tiny("encoder-decoder", **overrides)
+    model = tiny_model("encoder-decoder", **DECODING, **overrides).eval()
     src, src_mask = padded_batch([7, 4, 2], 7)
     cache = model.new_cache(src, src_mask, capacity=12)
     tgt = torch.ones(3, 1, dtype=torch.long)
@@ -75,7 +48,7 @@ def test_encoder_decoder_cache_matches_full_forward_with_source_padding(override
 
 def _three_sentences_on_a_cache():
     """A translation model with three padded sources and three target tokens each on its cache."""
-    model = tiny("encoder-decoder")
+    model = tiny_model("encoder-decoder", **DECODING).eval()
     src, src_mask = padded_batch([7, 4, 2], 7)
     cache = model.new_cache(src, src_mask, capacity=12)
     tgt = torch.tensor([[1, 7, 9], [1, 8, 5], [1, 6, 6]])
@@ -115,7 +88,7 @@ def test_beams_share_their_sentence_s_memory_and_finished_sentences_leave():
 
 @torch.no_grad()
 def test_cache_overflow_and_batch_mismatch_are_clear_errors():
-    model = tiny("decoder")
+    model = tiny_model("decoder", **DECODING).eval()
     prompt = torch.randint(5, 40, (2, 4))
     cache = model.new_cache(prompt, capacity=5)
     model.decode_step(prompt, cache)
@@ -131,7 +104,7 @@ def test_cache_overflow_and_batch_mismatch_are_clear_errors():
 @pytest.mark.parametrize("positional", ["rope", "alibi", "learned"])
 @torch.no_grad()
 def test_a_sliding_window_cache_is_a_ring_of_window_slots_that_decodes_exactly(positional):
-    model = tiny("decoder", attention_window=3, positional=positional)
+    model = tiny_model("decoder", **DECODING, attention_window=3, positional=positional).eval()
     prompt, mask = left_pad(*padded_batch([5, 2, 4], 5))
     cache = model.new_cache(prompt, mask, capacity=20)
     assert cache.kv.shape[4] == 3  # the window, not the capacity
@@ -148,6 +121,6 @@ def test_a_sliding_window_cache_is_a_ring_of_window_slots_that_decodes_exactly(p
 
 
 def test_strided_attention_keeps_every_position():
-    model = tiny("decoder", attention_window=2, attention_stride=3)
+    model = tiny_model("decoder", **DECODING, attention_window=2, attention_stride=3).eval()
     cache = model.new_cache(torch.ones(1, 4, dtype=torch.long), capacity=20)
     assert cache.kv.shape[4] == 20  # strided keys reach back past any window

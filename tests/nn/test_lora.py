@@ -3,22 +3,13 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.errors import AttnkitError
-from attnkit.generate import generate
+from attnkit.generation import generate
 from attnkit.nn import Linear, LoRALinear, apply_lora, lora_state_dict, merge_lora
-from attnkit.run import load_pretrained
+from attnkit.run import RunFolder, load_pretrained
 from attnkit.train import Trainer
-from attnkit.train.checkpoint import WEIGHTS_FILE, load_checkpoint, saved_steps, step_dir
+from attnkit.train.checkpoint import load_checkpoint
 from attnkit.train.run_config import TrainSection
-
-from tests.train.tiny import tiny_model, translation_batches
-
-
-def randomise_updates(model: torch.nn.Module) -> None:
-    """B starts at zero; give it values so the update is not trivially nothing."""
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, LoRALinear):
-                module.lora_B.normal_(std=0.1)
+from tests.helpers import randomise_updates, tiny_model, translation_batches
 
 
 def test_lora_linear_computes_the_low_rank_update():
@@ -76,8 +67,8 @@ def test_cached_decoding_of_an_adapted_model_equals_the_merged_model():
     apply_lora(model, rank=2, targets=("*_proj", "*w_2"))
     randomise_updates(model)
     prompt = torch.randint(5, 24, (2, 4))
-    adapted = generate(model, prompt, max_new_tokens=10, eos_token_id=None).sequences
-    merged = generate(merge_lora(model), prompt, max_new_tokens=10, eos_token_id=None).sequences
+    adapted = generate(model, prompt, max_new_tokens=10, eos_token_id=()).sequences
+    merged = generate(merge_lora(model), prompt, max_new_tokens=10, eos_token_id=()).sequences
     assert torch.equal(adapted, merged)
 
 
@@ -112,8 +103,9 @@ def test_training_moves_only_the_adapters_and_the_run_folder_holds_the_merged_mo
 
     # model.safetensors is the mean of the last two checkpoints, each merged first.
     merged_steps = []
-    for step in saved_steps(tmp_path)[-2:]:
-        state = load_file(str(step_dir(tmp_path, step) / WEIGHTS_FILE))
+    folder = RunFolder(tmp_path)
+    for step in folder.saved_steps()[-2:]:
+        state = load_file(str(folder.step_weights(step)))
         adapted = tiny_model()
         apply_lora(adapted, rank=2, alpha=4.0, targets=("*_proj", "*w_1", "*w_2"))
         adapted.load_state_dict(state, strict=False)

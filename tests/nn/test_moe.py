@@ -11,16 +11,13 @@ from transformers.models.mixtral.modeling_mixtral import (
 )
 
 from attnkit.errors import AttnkitError
-from attnkit.generate import generate
+from attnkit.generation import generate
 from attnkit.nn import FeedForward, LoRALinear, MixtureOfExperts, apply_lora, merge_lora
 from attnkit.nn.moe import router_aux_loss
 from attnkit.train import Trainer
 from attnkit.train.objectives import TranslationObjective
 from attnkit.train.run_config import TrainSection
-from tests.nn.test_kv_cache import padded_batch
-
-from .test_lora import randomise_updates
-from tests.train.tiny import tiny_model, translation_batches
+from tests.helpers import padded_batch, randomise_updates, tiny_model, translation_batches
 
 D_MODEL, D_FF, N_EXPERTS = 16, 24, 4
 
@@ -116,7 +113,7 @@ def test_a_model_with_experts_decodes_the_same_with_and_without_the_cache(shape)
     assert blocks and all(isinstance(b.ff, MixtureOfExperts) for b in blocks)
     ids, mask = padded_batch([5, 3, 1], 5)
     ids = ids.clamp(max=23)
-    options = {"max_new_tokens": 8, "eos_token_id": None}
+    options = {"max_new_tokens": 8, "eos_token_id": (), "decoder_start_token_id": 1}
     cached = generate(model, ids, mask, **options).sequences
     uncached = generate(model, ids, mask, use_cache=False, **options).sequences
     assert torch.equal(cached, uncached)

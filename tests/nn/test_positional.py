@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnkit.nn import AbsolutePositions, sinusoidal_table
-from attnkit.nn.attention import slot_distance
+from attnkit.nn.masks import slot_distance
 from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes, rope_frequencies
 
 

@@ -14,8 +14,7 @@ import torch
 from attnkit.train import Trainer
 from attnkit.train import distributed as dist
 from attnkit.train.run_config import TrainSection
-
-from .tiny import merge, tiny_model, translation_batches
+from tests.helpers import merge, tiny_model, translation_batches
 
 STEPS = 4
 

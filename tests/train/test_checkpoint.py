@@ -6,10 +6,9 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.errors import AttnkitError
-from attnkit.run import WEIGHTS_FILE, load_pretrained
+from attnkit.run import RunFolder, load_pretrained
 from attnkit.train import checkpoint as ckpt
-
-from .tiny import tiny_model
+from tests.helpers import tiny_model
 
 
 def state(step: int) -> dict:
@@ -20,9 +19,9 @@ def test_average_is_the_element_wise_mean(tmp_path):
     models = [tiny_model(seed=s) for s in range(3)]
     for step, model in enumerate(models, start=1):
         ckpt.save_checkpoint(tmp_path, model, state(step), keep_last=3)
-    assert ckpt.saved_steps(tmp_path) == [1, 2, 3]
+    assert RunFolder(tmp_path).saved_steps() == [1, 2, 3]
     assert ckpt.average_last(tmp_path, 2) == [2, 3]
-    averaged = load_file(str(tmp_path / WEIGHTS_FILE))
+    averaged = load_file(str(RunFolder(tmp_path).weights))
     for name, value in averaged.items():
         expected = (models[1].state_dict()[name] + models[2].state_dict()[name]) / 2
         torch.testing.assert_close(value, expected, rtol=0, atol=1e-7)
@@ -35,7 +34,7 @@ def test_keep_last_prunes_older_steps(tmp_path):
     model = tiny_model()
     for step in (10, 20, 30, 40):
         ckpt.save_checkpoint(tmp_path, model, state(step), keep_last=2)
-    assert ckpt.saved_steps(tmp_path) == [30, 40]
+    assert RunFolder(tmp_path).saved_steps() == [30, 40]
     assert ckpt.load_trainer_state(tmp_path)["step"] == 40
 
 
@@ -67,7 +66,7 @@ def test_interrupted_write_leaves_the_previous_checkpoint_loadable(tmp_path, mon
 def test_missing_or_broken_state_is_one_sentence(tmp_path):
     with pytest.raises(AttnkitError, match=r"has no trainer_state\.pt to resume from"):
         ckpt.load_trainer_state(tmp_path)
-    (tmp_path / ckpt.STATE_FILE).write_bytes(b"not a checkpoint")
+    RunFolder(tmp_path).trainer_state.write_bytes(b"not a checkpoint")
     with pytest.raises(AttnkitError, match="it is not a trainer state"):
         ckpt.load_trainer_state(tmp_path)
 

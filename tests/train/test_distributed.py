@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 
-from .tiny import tiny_model
+from tests.helpers import tiny_model
 
 ROOT = Path(__file__).parents[2]
 

@@ -9,8 +9,7 @@ from attnkit.train.objectives import (
     MaskedLMObjective,
     TranslationObjective,
 )
-
-from .tiny import VOCAB, tiny_model
+from tests.helpers import VOCAB, tiny_model
 
 
 def test_translation_loss_ignores_padding():

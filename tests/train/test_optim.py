@@ -12,8 +12,7 @@ from attnkit.train.optim import (
     parameter_groups,
     schedule_factor,
 )
-
-from .tiny import tiny_model
+from tests.helpers import tiny_model
 
 
 def expected_no_decay(model) -> set[str]:

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from attnkit.demo import demo_run_config
+from attnkit.demo import CONFIG, demo_run_config
 from attnkit.errors import AttnkitError
 from attnkit.train.run_config import RunConfig
 
@@ -23,7 +23,8 @@ def test_shipped_configs_load_and_build_a_model(name):
     assert RunConfig.from_dict(config.to_dict()) == config
 
 
-def test_demo_toml_is_the_demo_command_s_config():
+def test_the_demo_reads_the_demo_toml_that_configs_links_to():
+    assert (CONFIGS / "demo.toml").resolve() == CONFIG.resolve()
     assert RunConfig.load(CONFIGS / "demo.toml") == demo_run_config()
 
 

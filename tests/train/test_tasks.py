@@ -7,6 +7,7 @@ import torch
 from attnkit.cli import main
 from attnkit.errors import AttnkitError
 from attnkit.run import load_pretrained
+from attnkit.tokenizer import Tokenizer
 from attnkit.train import Trainer
 from attnkit.train.checkpoint import load_trainer_state
 from attnkit.train.run_config import RunConfig
@@ -85,6 +86,8 @@ def test_cli_trains_translation_then_resumes(tmp_path, capsys):
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "bleu" in r] == [2, 4]
     assert RunConfig.load(run / "run_config.toml") == RunConfig.load(config)
+    trained, tokenizer = load_pretrained(run).config, Tokenizer.load(run / "tokenizer.json")
+    assert (trained.eos_id, trained.decoder_start_id) == (tokenizer.eos_id, tokenizer.bos_id)
 
     assert main(["train", config, "--set", "train.steps=6", "--resume"]) == 0
     assert load_trainer_state(run)["step"] == 6
@@ -155,6 +158,8 @@ def test_language_model_on_a_text_file(tmp_path):
         }
     )
     setup = build_task(config)
+    # The model keeps the tokenizer's EOS, so `generate` stops where training taught it to.
+    assert setup.model.config.eos_id == setup.tokenizer.eos_id
     batch = next(iter(setup.train_data))
     assert batch.tgt.shape == (4, 17) and batch.src is None
     result = Trainer(

@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.errors import AttnkitError
+from attnkit.run import RunFolder
 from attnkit.train import Trainer
-from attnkit.train.checkpoint import load_checkpoint, load_trainer_state, saved_steps
+from attnkit.train.checkpoint import load_checkpoint, load_trainer_state
 from attnkit.train.run_config import EvalSection, TrainSection
-
-from .tiny import merge, tiny_model, translation_batches
+from tests.helpers import merge, tiny_model, translation_batches
 
 
 def settings(tmp_path, **changes) -> TrainSection:
@@ -88,7 +88,7 @@ def test_ctrl_c_saves_and_returns(tmp_path):
     trainer.callbacks.append(lambda info: info["step"] == 2 and os.kill(os.getpid(), signal.SIGINT))
     result = trainer.fit()
     assert result.stopped == "interrupted" and result.step == 2
-    assert load_trainer_state(tmp_path)["step"] == 2 and saved_steps(tmp_path) == [2]
+    assert load_trainer_state(tmp_path)["step"] == 2 and RunFolder(tmp_path).saved_steps() == [2]
     assert signal.getsignal(signal.SIGINT) is previous  # the trainer's handler is gone
 
 

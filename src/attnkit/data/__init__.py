@@ -7,10 +7,18 @@ from attnkit.data.collate import (
     collate_translation,
     padding_efficiency,
 )
-from attnkit.data.corpora import CORPORA, Corpus, cache_dir, corpus_files, load_corpus
+from attnkit.data.corpora import (
+    CORPORA,
+    Corpus,
+    cache_dir,
+    corpus_files,
+    load_corpus,
+    split_name,
+)
 from attnkit.data.datasets import LanguageModelDataset, ParallelDataset, SentenceDataset
 from attnkit.data.sampler import TokenBudgetSampler
-from attnkit.data.text import read_aligned, read_lines, read_pairs, read_parallel
+from attnkit.data.text import read_aligned, read_pairs, read_parallel
+from attnkit.textfile import read_lines
 
 __all__ = [
     "CORPORA",
@@ -32,4 +40,5 @@ __all__ = [
     "read_lines",
     "read_pairs",
     "read_parallel",
+    "split_name",
 ]

@@ -18,15 +18,13 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.request import urlopen
 
 from attnkit.data.datasets import LanguageModelDataset, ParallelDataset
-from attnkit.data.text import PathLike
 from attnkit.errors import AttnkitError
-
-if TYPE_CHECKING:
-    from attnkit.tokenizer import Tokenizer
+from attnkit.textfile import PathLike
+from attnkit.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +109,21 @@ def _corpus(name: str) -> Corpus:
     if name not in CORPORA:
         raise AttnkitError(f"unknown corpus {name!r}; the known corpora are {', '.join(CORPORA)}")
     return CORPORA[name]
+
+
+def split_name(corpus: str, split: str | None) -> str:
+    """A split by its name or an unambiguous prefix (`test` is Multi30k's `test_2016_flickr`).
+
+    None picks the corpus's test split, or its validation split when it has no test split
+    (Tiny Shakespeare is cut into train and val only). Other corpora's names pass unchanged.
+    """
+    known = CORPORA[corpus].splits if corpus in CORPORA else ()
+    if split is None:
+        split = "val" if known and not any(s.startswith("test") for s in known) else "test"
+    if corpus not in CORPORA or split in known:
+        return split
+    matches = [s for s in known if s.startswith(split)]
+    return matches[0] if len(matches) == 1 else split
 
 
 def corpus_files(

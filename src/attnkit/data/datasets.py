@@ -20,17 +20,16 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from attnkit.checks import choice, within
 from attnkit.data.collate import collate_encoder, collate_lm, collate_translation
-from attnkit.data.text import PathLike, read_lines, read_parallel
+from attnkit.data.text import read_parallel
 from attnkit.errors import AttnkitError
-
-if TYPE_CHECKING:
-    from attnkit.tokenizer import Tokenizer
+from attnkit.textfile import PathLike, read_lines
+from attnkit.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -222,10 +221,8 @@ class LanguageModelDataset(Dataset):
 
         Newlines and empty lines are kept: in running text they are content.
         """
-        if split not in SPLITS:
-            raise AttnkitError(f"split {split!r} is not one of {', '.join(SPLITS)}")
-        if not 0.0 < val_fraction < 1.0:
-            raise AttnkitError(f"val_fraction must be between 0 and 1, got {val_fraction!r}")
+        choice("split", split, SPLITS)
+        within("val_fraction", val_fraction, "(0, 1)")
         paths = [paths] if isinstance(paths, str | Path) else list(paths)
         stream = _Packed(
             _pack(tokenizer.encode_batch(chunk))

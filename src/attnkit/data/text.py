@@ -1,55 +1,21 @@
-"""Text readers: lines of UTF-8 text from plain or gzipped files, and sentence pairs.
+"""Parallel text readers: sentence pairs, from two aligned files or one file of pairs.
 
 Parallel text comes as two aligned files (line i of one translates line i of
 the other) or as one file of pairs, tab-separated (`.tsv`) or JSON lines
-(`.jsonl`). Any of them may be gzipped (`.gz`), which is read transparently.
-Bad input stops with the file and line at fault: invalid UTF-8, a line count
-that differs between two aligned files, a pair line that is not a pair.
+(`.jsonl`). Any of them may be gzipped (`.gz`): lines are read by
+`attnkit.textfile.read_lines`. Bad input stops with the file and line at
+fault: a line count that differs between two aligned files, a pair line that
+is not a pair.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 from attnkit.errors import AttnkitError
-
-PathLike = str | Path
-
-
-def _open_binary(path: Path):
-    if not path.is_file():
-        raise AttnkitError(f"no text file at {path}; check the path")
-    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
-
-
-def read_lines(path: PathLike, *, keepends: bool = False) -> Iterator[str]:
-    """Yield the lines of a UTF-8 text file (gzipped if it ends in `.gz`).
-
-    Line endings are removed unless `keepends`, which a language model wants
-    because a newline is part of its token stream.
-    """
-    path = Path(path)
-    with _open_binary(path) as stream:
-        number = 0
-        try:
-            for number, raw in enumerate(stream, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise AttnkitError(
-                        f"{path} line {number} is not valid UTF-8 (byte {err.start} of the line); "
-                        "re-encode the file as UTF-8"
-                    ) from None
-                yield line if keepends else line.rstrip("\r\n")
-        except (OSError, EOFError, zlib.error) as err:
-            # A truncated or corrupt .gz surfaces only while reading.
-            raise AttnkitError(
-                f"{path} could not be read after line {number} ({err}); replace the file"
-            ) from None
+from attnkit.textfile import PathLike, read_lines
 
 
 def read_aligned(src_path: PathLike, tgt_path: PathLike) -> Iterator[tuple[str, str]]:

@@ -35,7 +35,13 @@ from attnkit.interop.llama import LLAMA, MISTRAL, MIXTRAL
 from attnkit.interop.mapping import Family, dump_tensors, load_tensors
 from attnkit.interop.marian import MARIAN
 from attnkit.models import TransformerModel, build_model
-from attnkit.run import TOKENIZER_FILE, atomic_write, load_pretrained, save_pretrained
+from attnkit.run import (
+    TOKENIZER_FILE,
+    RunFolder,
+    atomic_write,
+    load_pretrained,
+    save_pretrained,
+)
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +134,13 @@ def import_hf(src_dir: str | Path, run_dir: str | Path) -> Imported:
     imported = load_hf(src_dir)
     save_pretrained(imported.model, run_dir)
     if imported.tokenizer is not None:
-        _copy(imported.tokenizer, Path(run_dir) / TOKENIZER_FILE)
+        _copy(imported.tokenizer, RunFolder(run_dir).tokenizer)
     return imported
 
 
 def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
     """Turn an attnkit run folder into a Hugging Face folder."""
-    tokenizer = Path(run_dir) / TOKENIZER_FILE
+    tokenizer = RunFolder(run_dir).tokenizer
     return save_hf(load_pretrained(run_dir), out_dir, tokenizer if tokenizer.is_file() else None)
 
 

@@ -98,8 +98,7 @@ class TransformerModel(nn.Module):
             c.n_kv_heads,
             c.d_head,
             capacity,
-            # Strided keys reach back past the window, so only a plain window makes a ring.
-            window=0 if c.attention_stride else c.attention_window,
+            window=self.decoder.window,
             dtype=param.dtype,
             device=param.device,
         )

@@ -14,7 +14,14 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
-from attnkit.nn import FeedForward, MixtureOfExperts, MultiHeadAttention, Residual, make_norm
+from attnkit.nn import (
+    AttentionInputs,
+    FeedForward,
+    MixtureOfExperts,
+    MultiHeadAttention,
+    Residual,
+    make_norm,
+)
 from attnkit.nn.kv_cache import LayerKV
 from attnkit.nn.norm import deepnorm_constants
 from attnkit.nn.positional import RotaryEmbedding
@@ -33,7 +40,6 @@ class Block(nn.Module):
     ) -> None:
         super().__init__()
         c = config
-        self.causal = causal
         # A causal stack is a decoder, the other an encoder; DeepNet sets each apart.
         alpha, self.beta = (1.0, 1.0)
         if c.norm_position == "deepnorm":
@@ -87,52 +93,23 @@ class Block(nn.Module):
                 ffn.w_2.weight.mul_(self.beta)
 
     def forward(
-        self,
-        x: Tensor,
-        *,
-        mask: Tensor | None = None,
-        bias: Tensor | None = None,
-        memory: Tensor | None = None,
-        memory_mask: Tensor | None = None,
-        positions: Tensor | None = None,
-        need_weights: bool = False,
-        cache: LayerKV | None = None,
-        key_mask: Tensor | None = None,
-        window: int = 0,
-        stride: int = 0,
+        self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None = None
     ) -> tuple[Tensor, Weights]:
         """x: (batch, length, d_model) -> same shape, plus (self, cross) attention weights.
 
-        `mask` is the full self-attention mask (None: only causal, if causal);
-        `bias` is added to the self-attention scores (ALiBi, with any mask folded in);
-        `memory_mask` is (batch, 1, 1, source length) over the memory; `cache`
-        is this layer's part of a `KVCache` when decoding step by step;
-        `key_mask` (batch, length), True for real tokens, keeps padding out of
-        a mixture of experts' load-balancing loss and of a `window` (and
-        `stride`) computed block by block (`local_attention`; then `mask` is None).
+        `inputs` is what every layer of the stack shares (masks, bias,
+        positions, memory, path); `cache` is this layer's part of a `KVCache`
+        when decoding step by step.
         """
         r = self.self_attn_residual
-        h, self_weights = self.self_attn(
-            r.before(x),
-            mask=mask,
-            is_causal=self.causal and mask is None and bias is None,
-            bias=bias,
-            positions=positions,
-            need_weights=need_weights,
-            cache=cache,
-            window=window,
-            stride=stride,
-            key_mask=key_mask,
-        )
+        h, self_weights = self.self_attn(r.before(x), inputs, cache)
         x = r.after(x, h)
         cross_weights = None
         if self.cross_attn is not None:
             r = self.cross_attn_residual
-            h, cross_weights = self.cross_attn(
-                r.before(x), memory, mask=memory_mask, need_weights=need_weights, cache=cache
-            )
+            h, cross_weights = self.cross_attn(r.before(x), inputs, cache)
             x = r.after(x, h)
         h = self.ff_residual.before(x)
-        h = self.ff(h, key_mask) if isinstance(self.ff, MixtureOfExperts) else self.ff(h)
+        h = self.ff(h, inputs.key_mask) if isinstance(self.ff, MixtureOfExperts) else self.ff(h)
         x = self.ff_residual.after(x, h)
         return x, (self_weights, cross_weights)

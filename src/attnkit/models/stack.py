@@ -4,12 +4,15 @@ Embed(ids) = Dropout(E[ids] * sqrt(d_model) + PE[positions])          (section 3
              (BERT adds a token-type vector T[types] and a norm before the dropout)
 Stack(x)   = Norm?(Block_N(... Block_1(x)))                           (section 3.1)
 
-The stack also owns what its blocks share: the RoPE tables, ALiBi's slopes,
-and the masks of local and sparse attention, built once per forward pass.
+The stack also owns what its blocks share: the RoPE tables, ALiBi's slopes
+and the attention `Window`. Once per forward pass it chooses how attention
+runs and builds the masks and the bias, in one `AttentionInputs` that every
+block reads.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
@@ -17,14 +20,17 @@ from attnkit.errors import AttnkitError
 from attnkit.models.block import Block, Weights
 from attnkit.nn import (
     AbsolutePositions,
+    AttentionInputs,
+    AttentionPath,
     TokenEmbedding,
+    Window,
     make_norm,
     padding_mask,
     self_attention_mask,
 )
-from attnkit.nn.attention import local_mask, runs_blockwise, slot_distance
 from attnkit.nn.embedding import check_ids
 from attnkit.nn.kv_cache import KVCache
+from attnkit.nn.masks import local_mask, slot_distance
 from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes
 
 
@@ -74,7 +80,7 @@ class Stack(nn.Module):
         super().__init__()
         c = config
         self.causal = causal
-        self.window, self.stride = c.attention_window, c.attention_stride
+        self.window = Window(c.attention_window, c.attention_stride)
         rotary = (
             RotaryEmbedding(
                 c.d_head,
@@ -117,61 +123,59 @@ class Stack(nn.Module):
         With a `cache` (already extended by `KVCache.extend` for these
         positions) the masks come from the cache and `key_mask` is unused.
         """
-        # A window (and stride) over a long sequence runs block by block, with no mask
-        # (`local_attention`); the weights, a cache and ALiBi need the mask.
         length = x.shape[1]
-        blockwise = (
-            cache is None
-            and self.alibi_slopes is None
-            and not need_weights
-            and runs_blockwise(length, self.window, self.stride)
+        path = AttentionPath.choose(
+            length,
+            self.window,
+            need_weights=need_weights,
+            cached=cache is not None,
+            alibi=self.alibi_slopes is not None,
         )
-        window = self.window if blockwise else 0
-        # Masks are built once here, not once per layer.
-        if cache is None:
-            mask = None if window else self_attention_mask(key_mask, length, self.causal)
+        # The masks are built once here, not once per layer.
+        if cache is not None:
+            mask, bias = self._relative(cache.mask, length, cache, x.device)
+            memory_mask, key_mask = cache.memory_mask, None
+        else:
+            mask = bias = None
+            if path is not AttentionPath.BLOCKWISE:
+                mask = self_attention_mask(key_mask, length, self.causal)
+                mask, bias = self._relative(mask, length, None, x.device)
             memory_mask = None if memory_key_mask is None else padding_mask(memory_key_mask)
-        else:
-            mask, memory_mask = cache.mask, cache.memory_mask
-        if (self.window or self.alibi_slopes is not None) and not window:
-            # Distances from each new query to each key, in the order the keys are held.
-            if cache is None:
-                distance = slot_distance(length, length, x.device)
-            else:
-                distance = cache.distance()
-            mask, bias = self._relative(mask, distance)
-        else:
-            bias = None
+        inputs = AttentionInputs(
+            path=path,
+            causal=self.causal,
+            mask=mask,
+            bias=bias,
+            positions=positions,
+            key_mask=key_mask,
+            window=self.window,
+            memory=memory,
+            memory_mask=memory_mask,
+        )
+        layers = (None,) * len(self.blocks) if cache is None else cache.layers
         weights = []
-        for i, block in enumerate(self.blocks):
-            x, w = block(
-                x,
-                mask=mask,
-                bias=bias,
-                memory=memory,
-                memory_mask=memory_mask,
-                positions=positions,
-                need_weights=need_weights,
-                cache=None if cache is None else cache.layers[i],
-                key_mask=key_mask if cache is None else None,
-                window=window,
-                stride=self.stride if window else 0,
-            )
+        for block, layer in zip(self.blocks, layers, strict=True):
+            x, w = block(x, inputs, layer)
             weights.append(w)
         if self.norm is not None:
             x = self.norm(x)
         return x, weights
 
     def _relative(
-        self, mask: Tensor | None, distance: Tensor
+        self, mask: Tensor | None, length: int, cache: KVCache | None, device: torch.device
     ) -> tuple[Tensor | None, Tensor | None]:
         """The mask narrowed to the local window, and ALiBi's bias with the mask folded in.
 
         Distances are counted in slots (`slot_distance`): padding sits only at
         the ends, so within a sequence slot distances are position distances.
         """
-        if self.window:
-            local = local_mask(distance, self.window, self.stride, causal=self.causal)
+        if not self.window.size and self.alibi_slopes is None:
+            return mask, None
+        # Distances from each new query to each key, in the order the keys are held.
+        distance = slot_distance(length, length, device) if cache is None else cache.distance()
+        if self.window.size:
+            window = self.window
+            local = local_mask(distance, window.size, window.stride, causal=self.causal)
             mask = local if mask is None else mask & local
         if self.alibi_slopes is None:
             return mask, None

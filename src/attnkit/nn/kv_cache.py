@@ -26,7 +26,8 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import AttnkitError
-from attnkit.nn.attention import causal_mask, padding_mask, self_attention_mask, slot_distance
+from attnkit.nn.local_attention import NO_WINDOW, Window
+from attnkit.nn.masks import causal_mask, padding_mask, self_attention_mask, slot_distance
 
 
 class LayerKV:
@@ -74,7 +75,7 @@ class KVCache:
     """Preallocated self-attention keys and values of every layer, plus cross-attention ones.
 
     kv: (layers, 2, batch, kv_heads, slots, d_head), filled up to `length`;
-        slots is the capacity, or the `window` when that is smaller (a ring).
+        slots is the capacity, or fewer on a ring (`Window.cache_slots`).
     key_mask: (batch, slots), True where the key is a real token; left
         padding of prompts stays False, so padded keys are never attended.
     positions_held: (slots,) on a ring, the position whose key each slot holds.
@@ -92,13 +93,13 @@ class KVCache:
         d_head: int,
         capacity: int,
         *,
-        window: int = 0,
+        window: Window = NO_WINDOW,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> None:
         self._capacity = capacity
-        self.ring = 0 < window < capacity
-        slots = window if self.ring else capacity
+        slots = window.cache_slots(capacity)
+        self.ring = slots < capacity
         self.kv = torch.empty(
             n_layers, 2, batch_size, n_kv_heads, slots, d_head, dtype=dtype, device=device
         )

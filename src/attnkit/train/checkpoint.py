@@ -6,6 +6,8 @@
     RUN_DIR/checkpoints/step-0000500/        the weights at each saved step (last K kept)
     RUN_DIR/checkpoints/best/                the weights with the best validation metric
 
+The paths are `attnkit.run.RunFolder`'s; what goes in them is decided here.
+
 A step checkpoint keeps LoRA factors apart (`attnkit.nn.lora`), so training
 resumes with them; every other weights file holds the merged, plain model.
 
@@ -32,27 +34,7 @@ from torch import Tensor
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import merge_lora_tensors, merged_copy
-from attnkit.run import WEIGHTS_FILE, atomic_write, load_weights, save_pretrained
-
-STATE_FILE = "trainer_state.pt"
-CHECKPOINTS = "checkpoints"
-BEST = "best"
-
-
-def step_dir(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / CHECKPOINTS / f"step-{step:07d}"
-
-
-def saved_steps(run_dir: str | Path) -> list[int]:
-    """Steps with saved weights, oldest first."""
-    root = Path(run_dir) / CHECKPOINTS
-    if not root.is_dir():
-        return []
-    return sorted(
-        int(p.name[5:])
-        for p in root.glob("step-*")
-        if p.name[5:].isdigit() and (p / WEIGHTS_FILE).is_file()
-    )
+from attnkit.run import RunFolder, atomic_write, load_weights, save_pretrained
 
 
 def rng_state() -> dict[str, Any]:
@@ -96,31 +78,29 @@ def save_checkpoint(
 
     Older step checkpoints beyond the newest `keep_last` are removed last.
     """
-    run_dir = Path(run_dir)
+    folder = RunFolder(run_dir)
     step = state["step"]
-    target = step_dir(run_dir, step)
-    atomic_write(target / WEIGHTS_FILE, lambda p: save_model(model, str(p)))
-    atomic_write(run_dir / STATE_FILE, lambda p: torch.save(state, p))
-    save_pretrained(model, run_dir)
-    for old in saved_steps(run_dir)[:-keep_last]:
+    atomic_write(folder.step_weights(step), lambda p: save_model(model, str(p)))
+    atomic_write(folder.trainer_state, lambda p: torch.save(state, p))
+    save_pretrained(model, folder.root)
+    for old in folder.saved_steps()[:-keep_last]:
         if old != step:
-            shutil.rmtree(step_dir(run_dir, old), ignore_errors=True)
-    return target
+            shutil.rmtree(folder.step_dir(old), ignore_errors=True)
+    return folder.step_dir(step)
 
 
 def save_best(run_dir: str | Path, model: TransformerModel) -> Path:
     return atomic_write(
-        Path(run_dir) / CHECKPOINTS / BEST / WEIGHTS_FILE,
-        lambda p: save_model(merged_copy(model), str(p)),
+        RunFolder(run_dir).best_weights, lambda p: save_model(merged_copy(model), str(p))
     )
 
 
 def load_trainer_state(run_dir: str | Path) -> dict[str, Any]:
     """The trainer state of a run folder; weights_only loading, so it runs no pickled code."""
-    path = Path(run_dir) / STATE_FILE
+    path = RunFolder(run_dir).trainer_state
     if not path.is_file():
         raise AttnkitError(
-            f"{run_dir} has no {STATE_FILE} to resume from; start a new run without --resume"
+            f"{run_dir} has no {path.name} to resume from; start a new run without --resume"
         )
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
@@ -131,7 +111,7 @@ def load_trainer_state(run_dir: str | Path) -> dict[str, Any]:
 def load_checkpoint(run_dir: str | Path, model: TransformerModel) -> dict[str, Any]:
     """Load the weights of the latest saved step into `model`; return its trainer state."""
     state = load_trainer_state(run_dir)
-    weights = step_dir(run_dir, state["step"]) / WEIGHTS_FILE
+    weights = RunFolder(run_dir).step_weights(state["step"])
     if not weights.is_file():
         raise AttnkitError(
             f"{run_dir} has a trainer state for step {state['step']} but no weights at {weights}; "
@@ -162,10 +142,10 @@ def average_last(run_dir: str | Path, n: int) -> list[int]:
 
     Returns the steps averaged (fewer than `n` if fewer were saved).
     """
-    run_dir = Path(run_dir)
-    steps = saved_steps(run_dir)[-n:]
+    folder = RunFolder(run_dir)
+    steps = folder.saved_steps()[-n:]
     if not steps:
-        raise AttnkitError(f"{run_dir} has no step checkpoints to average")
-    mean = average_weights([step_dir(run_dir, s) / WEIGHTS_FILE for s in steps])
-    atomic_write(run_dir / WEIGHTS_FILE, lambda p: save_file(mean, str(p)))
+        raise AttnkitError(f"{folder.root} has no step checkpoints to average")
+    mean = average_weights([folder.step_weights(s) for s in steps])
+    atomic_write(folder.weights, lambda p: save_file(mean, str(p)))
     return steps

@@ -12,10 +12,10 @@ unknown key is refused with the nearest valid key named.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,9 +25,11 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
-from attnkit.config import PRESETS, ModelConfig
+from attnkit.checks import check, choice, lookup, non_negative, positive, unknown, within
+from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.nn.lora import ATTENTION_PROJECTIONS
+from attnkit.presets import PRESETS
 
 TASKS = ("translation", "language-model", "masked-lm", "reverse")
 SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
@@ -39,30 +41,15 @@ TOKENIZER_KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char")
 LOWER_IS_BETTER = ("val_loss", "val_ppl")
 
 
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise AttnkitError(message)
-
-
-def _choice(section: str, name: str, value: str, allowed: tuple[str, ...]) -> None:
-    _check(value in allowed, f"{section}.{name} {value!r} is not one of {', '.join(allowed)}")
-
-
-def _positive(section: str, obj: Any, *names: str) -> None:
+def _each(rule: Callable[[str, Any], None], section: str, values: Any, *names: str) -> None:
+    """Apply the check `rule` to the keys `names` of one section's `values`."""
     for name in names:
-        value = getattr(obj, name)
-        _check(value > 0, f"{section}.{name} must be positive, got {value!r}")
-
-
-def _non_negative(section: str, obj: Any, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        _check(value >= 0, f"{section}.{name} must be zero or more, got {value!r}")
+        rule(f"{section}.{name}", getattr(values, name))
 
 
 @dataclass(frozen=True)
 class ModelSection:
-    """A named preset (see `attnkit.config.PRESETS`) with `ModelConfig` fields overriding it.
+    """A named preset (see `attnkit.presets`) with `ModelConfig` fields overriding it.
 
     `vocab_size` (and `src_vocab_size`) come from the tokenizer when a task has one.
     """
@@ -71,13 +58,8 @@ class ModelSection:
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.preset is not None and self.preset not in PRESETS:
-            close = difflib.get_close_matches(self.preset, PRESETS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise AttnkitError(
-                f"model.preset {self.preset!r} is unknown; {hint}the presets are "
-                f"{', '.join(PRESETS)}"
-            )
+        if self.preset is not None:
+            lookup("model.preset", self.preset, PRESETS)
 
     def build(self, **resolved: Any) -> ModelConfig:
         """The ModelConfig: preset, then the file's fields, then values the data dictates."""
@@ -117,13 +99,14 @@ class DataSection:
     num_workers: int = 0
 
     def __post_init__(self) -> None:
-        _choice("data", "task", self.task, TASKS)
-        _choice("data", "tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        _positive("data", self, "vocab_size", "max_len", "max_tokens", "batch_size", "block_size")
-        _non_negative("data", self, "num_workers")
-        _check(0 < self.valid_fraction < 1, "data.valid_fraction must be in (0, 1)")
-        _check(0 < self.mask_prob < 1, "data.mask_prob must be in (0, 1)")
-        _check(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
+        choice("data.task", self.task, TASKS)
+        choice("data.tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        _each(positive, "data", self, "vocab_size", "max_len", "max_tokens")
+        _each(positive, "data", self, "batch_size", "block_size")
+        _each(non_negative, "data", self, "num_workers")
+        within("data.valid_fraction", self.valid_fraction, "(0, 1)")
+        within("data.mask_prob", self.mask_prob, "(0, 1)")
+        check(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
 
 
 @dataclass(frozen=True)
@@ -178,27 +161,27 @@ class TrainSection:
     average_last: int = 1
 
     def __post_init__(self) -> None:
-        _choice("train", "schedule", self.schedule, SCHEDULES)
-        _choice("train", "decay_over", self.decay_over, DECAY_OVER)
-        _choice("train", "precision", self.precision, PRECISIONS)
-        _choice("train", "device", self.device, DEVICES)
-        _positive("train", self, "steps", "lr", "accumulate", "log_every", "save_every")
-        _positive("train", self, "keep_last", "average_last", "beta1", "eps")
-        _non_negative("train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
-        _non_negative("train", self, "threads", "max_minutes")
-        _check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")
-        _check(self.beta1 < 1 and 0 < self.beta2 < 1, "train.beta1 and train.beta2 must be < 1")
-        _check(0 <= self.label_smoothing < 1, "train.label_smoothing must be in [0, 1)")
-        _check(
+        choice("train.schedule", self.schedule, SCHEDULES)
+        choice("train.decay_over", self.decay_over, DECAY_OVER)
+        choice("train.precision", self.precision, PRECISIONS)
+        choice("train.device", self.device, DEVICES)
+        _each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
+        _each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
+        _each(non_negative, "train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
+        _each(non_negative, "train", self, "threads", "max_minutes")
+        check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")
+        check(self.beta1 < 1 and 0 < self.beta2 < 1, "train.beta1 and train.beta2 must be < 1")
+        within("train.label_smoothing", self.label_smoothing, "[0, 1)")
+        check(
             self.schedule != "inverse-sqrt" or self.warmup > 0,
             "train.schedule 'inverse-sqrt' needs train.warmup > 0",
         )
-        _check(
+        check(
             self.decay_over == "steps" or (self.max_minutes > 0 and self.schedule in DECAYS),
             "train.decay_over 'minutes' needs train.max_minutes > 0 and a schedule that ends "
             f"(one of {', '.join(DECAYS)}), not {self.schedule!r}",
         )
-        _check(
+        check(
             self.average_last <= self.keep_last,
             f"train.average_last {self.average_last} needs at least as many kept checkpoints; "
             f"raise train.keep_last (now {self.keep_last})",
@@ -226,8 +209,8 @@ class EvalSection:
     max_batches: int = 0
 
     def __post_init__(self) -> None:
-        _positive("eval", self, "every", "decode_examples")
-        _non_negative("eval", self, "patience", "max_batches")
+        _each(positive, "eval", self, "every", "decode_examples")
+        _each(non_negative, "eval", self, "patience", "max_batches")
 
     @property
     def lower_is_better(self) -> bool:
@@ -251,10 +234,10 @@ class LoraSection:
     targets: tuple[str, ...] = ATTENTION_PROJECTIONS
 
     def __post_init__(self) -> None:
-        _non_negative("lora", self, "rank")
-        _positive("lora", self, "alpha")
-        _check(0 <= self.dropout < 1, "lora.dropout must be in [0, 1)")
-        _check(len(self.targets) > 0, "lora.targets must name at least one pattern")
+        non_negative("lora.rank", self.rank)
+        positive("lora.alpha", self.alpha)
+        within("lora.dropout", self.dropout, "[0, 1)")
+        check(len(self.targets) > 0, "lora.targets must name at least one pattern")
 
 
 SECTIONS: dict[str, type] = {
@@ -294,13 +277,14 @@ class RunConfig:
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         for name, values in data.items():
             if name not in SECTIONS:
-                raise AttnkitError(_unknown("section", name, list(SECTIONS)))
-            if not isinstance(values, dict):
-                raise AttnkitError(f"[{name}] must be a table of keys, got {values!r}")
+                raise AttnkitError(unknown("section", name, list(SECTIONS)))
+            check(isinstance(values, dict), f"[{name}] must be a table of keys, got {values!r}")
         model = dict(data.get("model", {}))
         preset = model.pop("preset", None)
-        if preset is not None and not isinstance(preset, str):
-            raise AttnkitError(f"model.preset must be a string, got {preset!r}")
+        check(
+            preset is None or isinstance(preset, str),
+            f"model.preset must be a string, got {preset!r}",
+        )
         model_types = typing.get_type_hints(ModelConfig)
         overrides = {
             key: _coerce(f"model.{key}", value, _hint("model", key, model_types, ["preset"]))
@@ -353,16 +337,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
     return data
 
 
-def _unknown(kind: str, name: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
-    hint = f"did you mean {close[0]!r}?" if close else f"the valid ones are {', '.join(valid)}"
-    return f"unknown {kind} {name!r}; {hint}"
-
-
 def _hint(section: str, key: str, hints: dict[str, Any], extra: list[str] = ()) -> Any:
     if key not in hints:
         valid = [f"{section}.{k}" for k in [*extra, *hints]]
-        raise AttnkitError(_unknown("key", f"{section}.{key}", valid))
+        raise AttnkitError(unknown("key", f"{section}.{key}", valid))
     return hints[key]
 
 

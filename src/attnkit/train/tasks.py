@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,12 @@ from attnkit.data import (
     read_lines,
 )
 from attnkit.data.batch import Batch
+from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.errors import AttnkitError
-from attnkit.models import TransformerModel, build_model
+from attnkit.generation import generate
+from attnkit.models import EncoderDecoder, TransformerModel, build_model
 from attnkit.nn.lora import apply_lora
-from attnkit.run import load_pretrained
+from attnkit.run import RunFolder, load_pretrained
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import distributed as dist
 from attnkit.train.objectives import MaskedLMObjective, Objective
@@ -98,19 +100,13 @@ def train(
 def build_task(config: RunConfig) -> TaskSetup:
     """The model, data and metrics that `config.data.task` names."""
     task = config.data.task
-    if task == "reverse":
-        from attnkit.demo import reverse_setup
-
-        if config.train.init_from:
-            raise AttnkitError("the reverse demo trains from scratch; unset train.init_from")
-        setup = reverse_setup(config)
-    else:
-        builders = {
-            "translation": _translation,
-            "language-model": _language_model,
-            "masked-lm": _masked_lm,
-        }
-        setup = builders[task](config)
+    builders = {
+        "translation": _translation,
+        "language-model": _language_model,
+        "masked-lm": _masked_lm,
+        "reverse": _reverse,
+    }
+    setup = builders[task](config)
     lora = config.lora
     if lora.rank:
         # A is drawn at random; train.seed makes it the same in every run (a run started
@@ -172,20 +168,31 @@ def _text_file(config: RunConfig) -> list[Path]:
 def _tokenizer(
     config: RunConfig, texts: Iterable[str] = (), files: Sequence[Path] = ()
 ) -> Tokenizer:
-    saved = Path(config.train.out_dir) / "tokenizer.json"
+    saved = RunFolder(config.train.out_dir).tokenizer
     if saved.is_file():
         log.info("using the tokenizer of the run folder, %s", saved)
         return Tokenizer.load(saved)
     if config.train.init_from:
-        base = Path(config.train.init_from) / "tokenizer.json"
+        base = RunFolder(config.train.init_from).tokenizer
         if not base.is_file():
             raise AttnkitError(
-                f"train.init_from {config.train.init_from!r} has no tokenizer.json; "
+                f"train.init_from {config.train.init_from!r} has no {base.name}; "
                 "fine-tune a run trained with attnkit train"
             )
         return Tokenizer.load(base)
     d = config.data
     return Tokenizer.train(d.tokenizer, texts=texts, files=files, vocab_size=d.vocab_size)
+
+
+def _special_ids(tokenizer: Tokenizer, shape: str) -> dict[str, int]:
+    """The tokenizer's ids that targets start and end with, kept in the model's config so that
+    `generate` starts and stops on them."""
+    ids = {}
+    if shape != "encoder" and tokenizer.has("eos"):
+        ids["eos_id"] = tokenizer.eos_id
+    if shape == "encoder-decoder" and tokenizer.has("bos"):
+        ids["decoder_start_id"] = tokenizer.bos_id
+    return ids
 
 
 def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
@@ -198,6 +205,7 @@ def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> Transfor
         fix = "fine-tune a run of that shape"
     else:
         model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
+        model_config = replace(model_config, **_special_ids(tokenizer, model_config.shape))
         torch.manual_seed(config.train.seed)
         model = build_model(model_config)
         where = "the [model] section describes"
@@ -316,6 +324,36 @@ def _masked_lm(config: RunConfig) -> TaskSetup:
     return TaskSetup(model, *_loaders(config, train, val), [], tokenizer, objective)
 
 
+def _reverse(config: RunConfig) -> TaskSetup:
+    """Strings of up to `data.max_len` digits, drawn afresh by each rank; a fixed vocabulary."""
+    if config.train.init_from:
+        raise AttnkitError("the reverse demo trains from scratch; unset train.init_from")
+    task = ReverseTask(max_len=config.data.max_len)
+    model_config = config.model.build(vocab_size=len(VOCAB), eos_id=EOS, decoder_start_id=BOS)
+    torch.manual_seed(config.train.seed)
+    model = EncoderDecoder(model_config)
+    rank = dist.from_env().rank
+    train = ReverseBatches(task, config.data.batch_size, seed=config.train.seed * 100 + rank)
+    n, seed = config.eval.decode_examples, config.train.seed + 1
+
+    def metric(m: TransformerModel) -> dict[str, float]:
+        return {"exact_match": reverse_exact_match(m, task, n, seed=seed)[0]}
+
+    return TaskSetup(model, train, None, [metric], None)
+
+
+def reverse_exact_match(
+    model: TransformerModel, task: ReverseTask, n: int, seed: int
+) -> tuple[float, list[tuple[list[int], list[int], list[int]]]]:
+    """Share of `n` held-out strings (drawn by `seed`) that greedy decoding reverses exactly,
+    and each (source, target, output)."""
+    pairs = task.sample(n, torch.Generator().manual_seed(seed))
+    batch = task.batch(pairs).to(model.device)
+    outputs = generate(model, batch.src, batch.src_mask, max_new_tokens=task.max_len + 1)
+    results = [(s, t, h) for (s, t), h in zip(pairs, outputs.new_tokens(), strict=True)]
+    return sum(t == h for _, t, h in results) / n, results
+
+
 def bleu_metric(
     tokenizer: Tokenizer,
     sources: Sequence[str],
@@ -326,7 +364,7 @@ def bleu_metric(
 ) -> Metric:
     """Corpus BLEU (sacreBLEU) of greedy translations of `sources`, as a validation metric."""
     from attnkit.evaluate import bleu
-    from attnkit.generate import GenerationConfig
+    from attnkit.generation import GenerationConfig
     from attnkit.inference import translate
 
     generation = GenerationConfig(max_new_tokens=max_new_tokens)

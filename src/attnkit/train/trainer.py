@@ -19,7 +19,6 @@ scheduler, scaler, RNG states and the position in the data.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import signal
@@ -36,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
+from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
 from attnkit.train.host_memory import reuse_freed_memory
@@ -44,20 +44,6 @@ from attnkit.train.optim import TimeBudget, build_optimizer, build_scheduler, sc
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 
 log = logging.getLogger(__name__)
-
-METRICS_FILE = "metrics.jsonl"
-
-
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of a run's metrics.jsonl, one dict per line (none if there is no file)."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-CURVES_FILE = "curves.png"
-RUN_CONFIG_FILE = "run_config.toml"
 
 Metric = Callable[[TransformerModel], dict[str, float]]
 """An extra validation metric: the model (eval mode, no grad) -> named values, higher better."""
@@ -117,6 +103,7 @@ class Trainer:
         self.train_data, self.val_data = train_data, val_data
         self.metrics, self.callbacks = list(metrics), list(callbacks)
         self.run_dir = Path(run_dir if run_dir is not None else self.train_cfg.out_dir)
+        self.folder = RunFolder(self.run_dir)
         self.tokenizer, self.run_config = tokenizer, run_config
         self.step = self.epoch = self.position = 0
         self.best: float | None = None
@@ -214,21 +201,18 @@ class Trainer:
     # -- setup ----------------------------------------------------------------------------------
 
     def _start(self) -> None:
-        if (self.run_dir / ckpt.STATE_FILE).exists():
+        if self.folder.trainer_state.exists():
             raise AttnkitError(
                 f"{self.run_dir} already holds a run; pass --resume to continue it or choose "
                 "another train.out_dir"
             )
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / METRICS_FILE).write_text("")
+            self.folder.write_metrics()
             if self.run_config is not None:
-                ckpt.atomic_write(
-                    self.run_dir / RUN_CONFIG_FILE,
-                    lambda p: p.write_text(self.run_config.to_toml()),
-                )
+                self.folder.write_run_config(self.run_config.to_toml())
             if self.tokenizer is not None:
-                self.tokenizer.save(self.run_dir / "tokenizer.json")
+                self.tokenizer.save(self.folder.tokenizer)
 
     def _resume(self) -> None:
         state = ckpt.load_trainer_state(self.run_dir)
@@ -258,11 +242,9 @@ class Trainer:
             )
         ckpt.set_rng_state(rngs[self.dist.rank % len(rngs)])
         if self.dist.is_main:
-            self.history = read_metrics(self.run_dir)
             # Records written after the checkpoint belong to steps that will run again.
-            self.history = [r for r in self.history if r["step"] <= self.step]
-            lines = "".join(json.dumps(r) + "\n" for r in self.history)
-            ckpt.atomic_write(self.run_dir / METRICS_FILE, lambda p: p.write_text(lines))
+            self.history = [r for r in self.folder.read_metrics() if r["step"] <= self.step]
+            self.folder.write_metrics(self.history)
         log.info("resumed %s at step %d", self.run_dir, self.step)
 
     # -- the loop -------------------------------------------------------------------------------
@@ -436,8 +418,7 @@ class Trainer:
     def _record(self, record: dict[str, Any]) -> None:
         self.history.append(record)
         if self.dist.is_main:
-            with open(self.run_dir / METRICS_FILE, "a") as f:
-                f.write(json.dumps(record) + "\n")
+            self.folder.append_metrics(record)
 
     def _save(self) -> None:
         rngs = dist.gather_objects(ckpt.rng_state())
@@ -468,7 +449,7 @@ class Trainer:
             if self.history:
                 from attnkit.viz import plot_curves
 
-                plot_curves(self.history, self.run_dir / CURVES_FILE)
+                plot_curves(self.history, self.folder.curves)
 
     @contextlib.contextmanager
     def _sigint_handler(self) -> Iterator[None]:

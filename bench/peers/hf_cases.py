@@ -1,5 +1,6 @@
 """Tiny Hugging Face models with random weights, and how to run them beside attnkit's.
 
+The parity tests (tests/interop/) and `python -m bench parity` both use them.
 Every parameter gets random noise (none is left at HF's initial ones and
 zeros), so a bias or a norm mapped to the wrong place shows in the outputs.
 """

@@ -1,7 +1,8 @@
 """Twin models: an attnkit model and a Hugging Face one with the same weights.
 
-Used by the decoding benchmark (and its parity tests) so both sides decode
-identical tokens. The Hugging Face model is built from a small config with
+Used by the decoding benchmark (`python -m bench generate`) and its parity
+tests (tests/generation/test_generate_hf.py) so both sides decode identical
+tokens. The Hugging Face model is built from a small config with
 random weights, saved, and read back by attnkit's own importer
 (`attnkit.interop.load_hf`), so the weight mapping lives in one place.
 """

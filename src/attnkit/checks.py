@@ -1,0 +1,90 @@
+"""The checks every configuration shares, so that each rule is written, and worded, once.
+
+A bad value stops with one sentence that names the setting, what it holds and
+what it may be; a misspelt name gets the nearest valid one ("did you mean").
+`ModelConfig`, the run config's sections and `GenerationConfig` all check
+through these.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
+
+from attnkit.errors import AttnkitError
+
+T = TypeVar("T")
+
+
+def check(ok: bool, message: str) -> None:
+    """Stop with `message` unless `ok`."""
+    if not ok:
+        raise AttnkitError(message)
+
+
+def choice(name: str, value: object, allowed: Sequence[str]) -> None:
+    """`value` of the setting `name` must be one of `allowed`."""
+    check(value in allowed, f"{name} {value!r} is not one of {', '.join(allowed)}")
+
+
+def positive(name: str, value: float) -> None:
+    """`value` of the setting `name` must be over zero."""
+    check(value > 0, f"{name} must be positive, got {value!r}")
+
+
+def non_negative(name: str, value: float) -> None:
+    """`value` of the setting `name` must be zero or more."""
+    check(value >= 0, f"{name} must be zero or more, got {value!r}")
+
+
+def positive_int(name: str, value: object) -> None:
+    """`value` must be an integer (not a bool) over zero: a size or a count."""
+    check(_is_int(value) and value > 0, f"{name} must be a positive integer, got {value!r}")
+
+
+def non_negative_int(name: str, value: object, zero: str = "off") -> None:
+    """`value` must be an integer (not a bool) of zero or more; `zero` says what 0 means."""
+    check(
+        _is_int(value) and value >= 0,
+        f"{name} must be a non-negative integer (0 for {zero}), got {value!r}",
+    )
+
+
+def within(name: str, value: float, interval: str) -> None:
+    """`value` must lie in `interval`, written as in mathematics: "[0, 1)", "(0, 1]"."""
+    low, high = (float(end) for end in interval[1:-1].split(","))
+    above = value > low if interval[0] == "(" else value >= low
+    below = value < high if interval[-1] == ")" else value <= high
+    check(above and below, f"{name} must be in {interval}, got {value!r}")
+
+
+def closest(name: str, valid: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The valid name nearest to a misspelt `name`, or None when none is near."""
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def suggest(name: str, valid: Sequence[str], cutoff: float = 0.6) -> str:
+    """What to say after a misspelt `name`: the nearest valid one, or all of them."""
+    near = closest(name, valid, cutoff)
+    return f"did you mean {near!r}?" if near else f"the valid ones are {', '.join(valid)}"
+
+
+def unknown(what: str, name: str, valid: Sequence[str], cutoff: float = 0.6) -> str:
+    """The sentence for a `name` that is none of `valid`: the nearest one, or all of them.
+
+    `what` names the kind of thing ("preset", "key", ...).
+    """
+    return f"unknown {what} {name!r}; {suggest(name, valid, cutoff)}"
+
+
+def lookup(what: str, name: str, table: Mapping[str, T]) -> T:
+    """The entry `name` of `table`; an unknown name stops with the nearest valid one."""
+    if name not in table:
+        raise AttnkitError(unknown(what, name, list(table)))
+    return table[name]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

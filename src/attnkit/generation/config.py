@@ -1,0 +1,170 @@
+"""What decoding is asked to do and what it returns: `GenerationConfig` and `GenerateOutput`.
+
+Option names follow Hugging Face `generate`, so a configuration reads the same
+in both. The special ids (EOS, padding, the decoder's first input) default to
+the model's own (`ModelConfig.eos_id`, `pad_id`, `decoder_start_id`);
+`resolve` fills them in once, before decoding starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from attnkit.checks import check, closest
+from attnkit.config import ModelConfig
+from attnkit.errors import AttnkitError
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Decoding options, named as in Hugging Face `generate`.
+
+    max_new_tokens / min_new_tokens: bounds on the generated length (EOS
+        is suppressed before min_new_tokens).
+    do_sample: sample instead of taking the argmax; temperature, top_k
+        (0: off), top_p (1: off) shape the distribution sampled from.
+    repetition_penalty: divides positive (multiplies negative) scores of
+        tokens already in the sequence; 1 is off.
+    no_repeat_ngram_size: forbid repeating any n-gram of this size; 0 is off.
+    num_beams, length_penalty, early_stopping (True, False or "never"),
+        num_return_sequences: beam search as in HF.
+    eos_token_id: one id or several; None is the model's `eos_id` (none if
+        the model has none); () decodes to max_new_tokens.
+    pad_token_id: fills finished rows; None is the model's `pad_id`.
+    decoder_start_token_id: first decoder input of an encoder-decoder; None
+        is the model's `decoder_start_id` (Marian uses its pad id).
+    suppress_tokens: ids never generated; forced_eos_token_id: forced at the last step.
+    seed: makes sampling reproducible.
+    use_cache: False recomputes every position at every step (for comparison only).
+    crop_context: a decoder-only model that greedy-decodes or samples past its
+        max_len goes on conditioned on the last max_len tokens (nanoGPT's crop);
+        False stops it at max_len. Beam search and encoder-decoders always stop.
+    """
+
+    max_new_tokens: int = 20
+    min_new_tokens: int = 0
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+    num_return_sequences: int = 1
+    eos_token_id: int | tuple[int, ...] | None = None
+    pad_token_id: int | None = None
+    decoder_start_token_id: int | None = None
+    suppress_tokens: tuple[int, ...] = field(default_factory=tuple)
+    forced_eos_token_id: int | None = None
+    seed: int | None = None
+    use_cache: bool = True
+    crop_context: bool = True
+
+    def __post_init__(self) -> None:
+        check(
+            self.max_new_tokens >= 1,
+            f"max_new_tokens must be at least 1, got {self.max_new_tokens}",
+        )
+        check(
+            0 <= self.min_new_tokens <= self.max_new_tokens,
+            f"min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
+            f"got {self.min_new_tokens}",
+        )
+        check(self.temperature > 0, f"temperature must be positive, got {self.temperature}")
+        check(self.top_k >= 0, f"top_k must be 0 (off) or a positive integer, got {self.top_k}")
+        check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        check(
+            self.repetition_penalty > 0,
+            f"repetition_penalty must be positive (1 is off), got {self.repetition_penalty}",
+        )
+        check(
+            self.no_repeat_ngram_size >= 0,
+            f"no_repeat_ngram_size must be 0 (off) or positive, got {self.no_repeat_ngram_size}",
+        )
+        check(self.num_beams >= 1, f"num_beams must be at least 1, got {self.num_beams}")
+        check(
+            self.early_stopping in (True, False, "never"),
+            f"early_stopping must be True, False or 'never', got {self.early_stopping!r}",
+        )
+        check(
+            not (self.do_sample and self.num_beams > 1),
+            "sampling and beam search do not combine here; use do_sample or num_beams > 1",
+        )
+        check(
+            self.num_return_sequences >= 1
+            and (self.num_return_sequences <= self.num_beams or self.do_sample),
+            f"num_return_sequences {self.num_return_sequences} needs num_beams at least as "
+            "large, or do_sample",
+        )
+        if isinstance(self.eos_token_id, list):
+            object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
+        object.__setattr__(self, "suppress_tokens", tuple(self.suppress_tokens))
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        eos = self.eos_token_id
+        return () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
+
+
+def resolve(
+    config: GenerationConfig | None, options: dict[str, Any], model: ModelConfig
+) -> GenerationConfig:
+    """`config` with `options` applied and every special id left to the model made explicit.
+
+    A model without `eos_id` decodes to max_new_tokens, as Hugging Face's does;
+    an encoder-decoder needs a decoder start id from its config or the caller.
+    """
+    config = config or GenerationConfig()
+    names = [f.name for f in dataclasses.fields(GenerationConfig)]
+    unknown = sorted(set(options) - set(names))
+    if unknown:
+        near = closest(unknown[0], names)
+        hint = f"did you mean {near!r}?" if near else "see GenerationConfig"
+        raise AttnkitError(f"generate has no option {unknown[0]!r}; {hint}")
+    config = dataclasses.replace(config, **options) if options else config
+    ids: dict[str, Any] = {}
+    if config.eos_token_id is None:
+        ids["eos_token_id"] = () if model.eos_id is None else model.eos_id
+    if config.pad_token_id is None:
+        ids["pad_token_id"] = model.pad_id
+    if config.decoder_start_token_id is None and model.shape == "encoder-decoder":
+        check(
+            model.decoder_start_id is not None,
+            "this encoder-decoder model's config has no decoder_start_id; pass "
+            "decoder_start_token_id (the id its decoder reads first, e.g. the tokenizer's bos_id)",
+        )
+        ids["decoder_start_token_id"] = model.decoder_start_id
+    return dataclasses.replace(config, **ids) if ids else config
+
+
+@dataclass
+class GenerateOutput:
+    """What `generate` returns.
+
+    sequences: (batch * num_return_sequences, prefix + generated) ids, as HF
+        returns them: the prefix is the decoder start token of an
+        encoder-decoder or the (left-padded) prompt of a decoder-only model;
+        after a row's EOS comes padding.
+    sequences_scores: beam search's length-penalised score of each sequence.
+    prefix_length: columns of `sequences` before the generated tokens.
+    eos_token_ids: where `new_tokens` cuts each sequence.
+    """
+
+    sequences: Tensor
+    sequences_scores: Tensor | None
+    prefix_length: int
+    eos_token_ids: tuple[int, ...]
+
+    def new_tokens(self) -> list[list[int]]:
+        """The generated ids of each sequence, up to (not including) its first EOS."""
+        result = []
+        for row in self.sequences[:, self.prefix_length :].tolist():
+            cut = next((i for i, t in enumerate(row) if t in self.eos_token_ids), len(row))
+            result.append(row[:cut])
+        return result

@@ -1,0 +1,157 @@
+"""The decoding state: what a model keeps between steps, and the run over the prefix.
+
+    step t:  logits_t = decoder(y_t | cache of y_<t, memory of x)
+
+`Cached` runs on the model's KV cache (`new_cache` + `decode_step`, offered by
+`EncoderDecoder` and `DecoderOnly`), so each step costs one new position;
+`Uncached` reruns every position and exists to check it. `prefill` runs the
+prompt (or the decoder start id) once; both states then drop or reorder rows
+(finished rows, beams) with `reorder`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from attnkit.errors import AttnkitError
+from attnkit.generation.config import GenerationConfig
+from attnkit.models import TransformerModel
+
+log = logging.getLogger(__name__)
+
+
+def left_pad(ids: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """Move each row's padding to its left, keeping token order, so every prompt ends last."""
+    if mask is None:
+        return ids, None
+    order = torch.argsort(mask.int(), dim=1, stable=True)
+    return ids.gather(1, order), mask.gather(1, order)
+
+
+class Cached:
+    """Decoding on the model's KV cache: each step runs only the new positions."""
+
+    def __init__(self, model, inputs, mask, prefix, prefix_mask, capacity: int) -> None:
+        self.model = model
+        self.cache = model.new_cache(inputs, mask, capacity)
+        self.logits = model.decode_step(prefix, self.cache, prefix_mask)
+
+    def step(self, ids: Tensor) -> Tensor:
+        return self.model.decode_step(ids, self.cache)
+
+    def reorder(self, index: Tensor, memory: bool) -> None:
+        self.cache.reorder(index, memory)
+
+    def repeat_rows(self, n: int) -> None:
+        self.cache.repeat_rows(n)
+
+
+class Uncached:
+    """Decoding without a cache: every step reruns the decoder over all positions."""
+
+    def __init__(self, model, inputs, mask, prefix, prefix_mask, capacity: int) -> None:
+        self.model = model
+        self.encoder_decoder = model.config.shape == "encoder-decoder"
+        self.memory, self.memory_mask = None, mask
+        if self.encoder_decoder:
+            self.memory = model.encode(inputs, mask)
+        self.ids = prefix
+        self.mask = (
+            torch.ones_like(prefix, dtype=torch.bool) if prefix_mask is None else prefix_mask
+        )
+        self.logits = self._logits()
+
+    def _logits(self) -> Tensor:
+        if self.encoder_decoder:
+            return self.model.decode(self.ids, self.memory, self.memory_mask, self.mask)[:, -1]
+        return self.model(self.ids, self.mask).logits[:, -1]
+
+    def step(self, ids: Tensor) -> Tensor:
+        self.ids = torch.cat([self.ids, ids], dim=1)
+        self.mask = torch.cat([self.mask, torch.ones_like(ids, dtype=torch.bool)], dim=1)
+        return self._logits()
+
+    def repeat_rows(self, n: int) -> None:
+        self.reorder(torch.arange(len(self.ids), device=self.ids.device).repeat_interleave(n), True)
+
+    def reorder(self, index: Tensor, memory: bool) -> None:
+        self.ids, self.mask = self.ids.index_select(0, index), self.mask.index_select(0, index)
+        if memory and self.memory is not None:
+            self.memory = self.memory.index_select(0, index)
+            if self.memory_mask is not None:
+                self.memory_mask = self.memory_mask.index_select(0, index)
+
+
+def prefix_of(
+    model: TransformerModel, input_ids: Tensor, mask: Tensor | None, cfg: GenerationConfig
+) -> tuple[Tensor, Tensor | None]:
+    """The decoder's first inputs and their mask: the start id, or the left-padded prompt."""
+    if model.config.shape == "encoder-decoder":
+        rows = input_ids.shape[0]
+        return torch.full((rows, 1), cfg.decoder_start_token_id, device=input_ids.device), None
+    return left_pad(input_ids, mask)
+
+
+def prefill(
+    model: TransformerModel,
+    input_ids: Tensor,
+    mask: Tensor | None,
+    cfg: GenerationConfig,
+    crop: bool = False,
+) -> tuple[Cached | Uncached, Tensor, Tensor | None, int]:
+    """Run the prefix; return (decoder state, prefix ids, prefix mask, max_new_tokens).
+
+    With `crop` the caller slides the context past max_len, so max_new_tokens is not cut.
+    """
+    shape = model.config.shape
+    if shape not in ("encoder-decoder", "decoder"):
+        raise AttnkitError(f"a {shape} model cannot generate; use an encoder-decoder or decoder")
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise AttnkitError(
+            "input_ids must be a non-empty (batch, length) tensor, "
+            f"got shape {tuple(input_ids.shape)}"
+        )
+    if mask is not None:
+        mask = mask.bool()
+        empty = (~mask.any(-1)).nonzero().flatten().tolist()
+        if empty:
+            raise AttnkitError(
+                f"input row {empty[0]} is all padding; give every row at least one token"
+            )
+    prefix, prefix_mask = prefix_of(model, input_ids, mask, cfg)
+    max_len = model.config.max_len
+    if prefix.shape[1] >= max_len:
+        raise AttnkitError(
+            f"the prompt has {prefix.shape[1]} tokens, which leaves no room under this model's "
+            f"max_len {max_len}; shorten it"
+        )
+    max_new = cfg.max_new_tokens
+    if prefix.shape[1] + max_new > max_len and not crop:
+        max_new = max_len - prefix.shape[1]
+        log.warning(
+            "max_new_tokens %d does not fit max_len %d after a prefix of %d; generating at most %d",
+            cfg.max_new_tokens,
+            max_len,
+            prefix.shape[1],
+            max_new,
+        )
+    state = (Cached if cfg.use_cache else Uncached)(
+        model, input_ids, mask, prefix, prefix_mask, min(prefix.shape[1] + max_new, max_len)
+    )
+    return state, prefix, prefix_mask, max_new
+
+
+@contextlib.contextmanager
+def evaluating(model: TransformerModel) -> Iterator[None]:
+    """Eval mode (no dropout) while decoding; the model's mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)

@@ -1,0 +1,112 @@
+"""Named presets: the paper's two models and small shapes for tests, the demo and CPUs.
+
+Each preset is a dict of `ModelConfig` fields: `ModelConfig.from_preset(name,
+**overrides)` builds one, and a run config names one as `model.preset`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's two models (Table 3) with its shared 37,000-token BPE vocabulary.
+    "paper-base": {"shape": "encoder-decoder", "vocab_size": 37000},
+    "paper-big": {
+        "shape": "encoder-decoder",
+        "vocab_size": 37000,
+        "d_model": 1024,
+        "n_heads": 16,
+        "d_ff": 4096,
+        "dropout": 0.3,
+        "embedding_dropout": 0.3,
+    },
+    # Small shapes for tests, the demo and CPU experiments.
+    "tiny": {
+        "shape": "encoder-decoder",
+        "vocab_size": 64,
+        "d_model": 32,
+        "n_heads": 4,
+        "n_encoder_layers": 2,
+        "n_decoder_layers": 2,
+        "d_ff": 64,
+        "max_len": 128,
+    },
+    "demo": {
+        "shape": "encoder-decoder",
+        "vocab_size": 14,
+        "d_model": 64,
+        "n_heads": 4,
+        "n_encoder_layers": 2,
+        "n_decoder_layers": 2,
+        "d_ff": 256,
+        "dropout": 0.0,
+        "embedding_dropout": 0.0,
+        "norm_position": "pre",
+        "max_len": 64,
+    },
+    "gpt-tiny": {
+        "shape": "decoder",
+        "vocab_size": 256,
+        "d_model": 128,
+        "n_heads": 4,
+        "n_decoder_layers": 4,
+        "d_ff": 512,
+        "dropout": 0.0,
+        "embedding_dropout": 0.0,
+        "activation": "gelu",
+        "norm_position": "pre",
+        "positional": "learned",
+        "max_len": 256,
+        "scale_embeddings": False,
+        "tie_embeddings": "decoder",
+    },
+    "gpt2-small": {
+        "shape": "decoder",
+        "vocab_size": 50257,
+        "d_model": 768,
+        "n_heads": 12,
+        "n_decoder_layers": 12,
+        "d_ff": 3072,
+        "activation": "gelu_tanh",
+        "norm_position": "pre",
+        "positional": "learned",
+        "max_len": 1024,
+        "scale_embeddings": False,
+        "tie_embeddings": "decoder",
+    },
+    # LLaMA's architecture at the size of gpt-tiny: RMSNorm, RoPE, SwiGLU, GQA, no biases.
+    "llama-tiny": {
+        "shape": "decoder",
+        "vocab_size": 256,
+        "d_model": 128,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "n_decoder_layers": 4,
+        "d_ff": 352,
+        "dropout": 0.0,
+        "embedding_dropout": 0.0,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "norm_position": "pre",
+        "norm_eps": 1e-6,
+        "positional": "rope",
+        "max_len": 256,
+        "scale_embeddings": False,
+        "tie_embeddings": "none",
+        "bias": False,
+    },
+    "bert-mini": {
+        "shape": "encoder",
+        "vocab_size": 30522,
+        "d_model": 256,
+        "n_heads": 4,
+        "n_encoder_layers": 4,
+        "d_ff": 1024,
+        "activation": "gelu",
+        "positional": "learned",
+        "max_len": 512,
+        "scale_embeddings": False,
+        "tie_embeddings": "decoder",
+        "norm_eps": 1e-12,
+    },
+}

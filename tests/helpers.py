@@ -1,0 +1,182 @@
+"""What several test modules build: tiny models and run folders, padded batches, weight copies.
+
+Each test keeps the model its numbers were checked on: one builder, `tiny_config`, with the
+sizes a test module needs passed to it (`WIDE`, `DECODING`, or its own fields).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from attnkit.config import ModelConfig
+from attnkit.data.batch import Batch, pad
+from attnkit.models import TransformerModel, build_model
+from attnkit.nn import LoRALinear, MultiHeadAttention
+from attnkit.run import RunFolder, save_pretrained
+from attnkit.tokenizer import Tokenizer
+
+VOCAB = 24
+
+# The text of the run folders `tiny_run` builds: German and English, for their tokenizer.
+RUN_LINES = ["ein hund läuft", "zwei kinder spielen im park", "a dog runs", "the cat sleeps"]
+
+# Two blocks per stack, d_model 32 in 4 heads: the model tests (parity with torch.nn.Transformer).
+WIDE = {"layers": 2, "vocab_size": 50, "d_model": 32, "n_heads": 4, "d_ff": 64, "max_len": 64}
+# The decoding tests' model: as wide, without dropout, so that cached and full forwards agree.
+DECODING = {**WIDE, "vocab_size": 40, "max_len": 48, "dropout": 0.0, "embedding_dropout": 0.0}
+
+# The later variants, each a path of its own through the blocks.
+VARIANTS = {
+    "paper": {},
+    "rope": {"positional": "rope"},
+    "alibi": {"positional": "alibi"},
+    "window": {"attention_window": 3},
+    "sparse": {"attention_window": 2, "attention_stride": 3},
+    "llama": {
+        "norm": "rmsnorm",
+        "activation": "swiglu",
+        "bias": False,
+        "positional": "rope",
+        "n_kv_heads": 2,
+        "norm_position": "pre",
+    },
+    "deepnorm-geglu": {"norm_position": "deepnorm", "activation": "geglu"},
+}
+
+STACKS = {
+    "encoder-decoder": ("n_encoder_layers", "n_decoder_layers"),
+    "decoder": ("n_decoder_layers",),
+    "encoder": ("n_encoder_layers",),
+}
+
+
+def tiny_config(
+    shape: str = "encoder-decoder", layers: int | None = None, **changes
+) -> ModelConfig:
+    """A model of `shape` with d_model 16 in 2 heads, `changes` overriding any field.
+
+    `layers` blocks in each stack; by default two in all (one a stack in an encoder-decoder).
+    A single stack ties its output to its embedding.
+    """
+    per_stack = layers or 2 // len(STACKS[shape])
+    tie = {} if shape == "encoder-decoder" else {"tie_embeddings": "decoder"}
+    base = {"shape": shape, "vocab_size": VOCAB, "d_model": 16, "n_heads": 2, "d_ff": 32}
+    stacks = dict.fromkeys(STACKS[shape], per_stack)
+    return ModelConfig.from_dict({**base, "max_len": 32, **tie, **stacks, **changes})
+
+
+def tiny_model(
+    shape: str = "encoder-decoder", seed: int = 0, layers: int | None = None, **changes
+) -> TransformerModel:
+    """`build_model(tiny_config(...))` with its weights drawn from `seed`."""
+    torch.manual_seed(seed)
+    return build_model(tiny_config(shape, layers, **changes))
+
+
+def padded_batch(
+    lengths: list[int], width: int, vocab_size: int = DECODING["vocab_size"]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random ids of real tokens, right-padded with 0 to `width`, and the mask of real positions."""
+    ids = torch.randint(5, vocab_size, (len(lengths), width))
+    mask = torch.arange(width)[None] < torch.tensor(lengths)[:, None]
+    return ids.masked_fill(~mask, 0), mask
+
+
+def translation_batches(n: int, batch_size: int = 4, seed: int = 0) -> list[Batch]:
+    """Random source sentences whose target is the source plus one (mod the real ids), padded."""
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(n):
+        lengths = torch.randint(2, 7, (batch_size,), generator=g).tolist()
+        srcs = [torch.randint(5, VOCAB, (k,), generator=g).tolist() for k in lengths]
+        tgts = [[1, *[5 + (t - 4) % (VOCAB - 5) for t in s], 2] for s in srcs]
+        src, src_mask = pad(srcs, 0)
+        tgt, tgt_mask = pad(tgts, 0)
+        batches.append(Batch(src, src_mask, tgt, tgt_mask))
+    return batches
+
+
+def merge(a: Batch, b: Batch) -> Batch:
+    """One batch holding the rows of `a` then `b`, padded to the longer of each side."""
+
+    def cat(x, y):
+        width = max(x.shape[1], y.shape[1])
+        return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1])) for t in (x, y)])
+
+    return Batch(
+        cat(a.src, b.src),
+        cat(a.src_mask, b.src_mask),
+        cat(a.tgt, b.tgt),
+        cat(a.tgt_mask, b.tgt_mask),
+    )
+
+
+def copy_from_torch(ours: MultiHeadAttention, ref: nn.MultiheadAttention) -> None:
+    """torch's attention weights into ours: the two must then compute the same function."""
+    with torch.no_grad():
+        d = ref.embed_dim
+        if ours.cross:
+            ours.q_proj.weight.copy_(ref.in_proj_weight[:d])
+            ours.q_proj.bias.copy_(ref.in_proj_bias[:d])
+            ours.kv_proj.weight.copy_(ref.in_proj_weight[d:])
+            ours.kv_proj.bias.copy_(ref.in_proj_bias[d:])
+        else:
+            ours.qkv_proj.weight.copy_(ref.in_proj_weight)
+            ours.qkv_proj.bias.copy_(ref.in_proj_bias)
+        ours.out_proj.load_state_dict(ref.out_proj.state_dict())
+
+
+def randomise_updates(model: nn.Module) -> None:
+    """B starts at zero; give it values so the update is not trivially nothing."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, LoRALinear):
+                module.lora_B.normal_(std=0.1)
+
+
+def peaked(shape: str, vocab_size: int = 40, scale: float = 4.0, seed: int = 1) -> TransformerModel:
+    """A random model whose next-token distributions are far from uniform, EOS included.
+
+    Its config carries the special ids of an attnkit tokenizer (<s> 1, </s> 2), as a trained
+    model's does, so decoding starts and stops on them.
+    """
+    model = tiny_model(
+        shape,
+        seed,
+        layers=1,
+        vocab_size=vocab_size,
+        dropout=0.0,
+        embedding_dropout=0.0,
+        tie_embeddings="none",
+        eos_id=2,
+        decoder_start_id=1,
+    ).eval()
+    with torch.no_grad():
+        model.head.weight.mul_(scale)
+        model.head.weight[2].mul_(1.5)  # EOS within reach
+    return model
+
+
+def source_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """Four sources (or prompts) of 7, 4, 2 and 5 tokens, right-padded to 7."""
+    torch.manual_seed(1)
+    return padded_batch([7, 4, 2, 5], 7)
+
+
+def tiny_run(path: Path, shape: str, max_len: int = 40) -> Path:
+    """A run folder at `path`: a one-block-a-stack model of `shape`, a tokenizer of `RUN_LINES`."""
+    tokenizer = Tokenizer.train("char", texts=RUN_LINES * 3)
+    model = tiny_model(
+        shape,
+        layers=1,
+        vocab_size=tokenizer.vocab_size,
+        max_len=max_len,
+        dropout=0.0,
+        embedding_dropout=0.0,
+    )
+    save_pretrained(model, path)
+    tokenizer.save(RunFolder(path).tokenizer)
+    return path

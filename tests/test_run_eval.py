@@ -1,0 +1,82 @@
+"""Scoring a run folder on a corpus split from Python, as `attnkit eval` does."""
+
+import gzip
+import math
+
+import pytest
+
+from attnkit.cli import main
+from attnkit.errors import AttnkitError
+from attnkit.evaluate import bleu, chrf, perplexity
+from attnkit.generation import GenerationConfig
+from attnkit.inference import translate
+from attnkit.run import RunFolder, load_run
+from attnkit.run_eval import evaluate_run, read_eval_set
+from tests.helpers import RUN_LINES, tiny_run
+
+DE = ["ein hund läuft", "zwei kinder spielen im park", "Ein Hund schläft"]
+EN = ["a dog runs", "two children play in the park", "A dog sleeps"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A --data-dir holding a three-sentence Multi30k test split and a small Tiny Shakespeare."""
+    root = tmp_path_factory.mktemp("data")
+    (root / "multi30k").mkdir()
+    for lang, lines in (("de", DE), ("en", EN)):
+        with gzip.open(root / "multi30k" / f"test_2016_flickr.{lang}.gz", "wt") as f:
+            f.write("".join(f"{line}\n" for line in lines))
+    (root / "tinyshakespeare").mkdir()
+    (root / "tinyshakespeare" / "input.txt").write_text("\n".join(RUN_LINES * 20))
+    return root
+
+
+def test_a_translation_run_is_scored_by_bleu_and_chrf_as_the_cli_prints(mt_run, data, capsys):
+    generation = GenerationConfig(max_new_tokens=5)
+    result = evaluate_run(mt_run, generation, split="test", data_dir=data, limit=2)
+    assert result.description == "multi30k test_2016_flickr de->en, 2 sentences"
+    run = load_run(mt_run)
+    hypotheses = translate(run.model, run.tokenizer, DE[:2], generation)
+    assert result.hypotheses == hypotheses
+    assert result.scores == [
+        bleu(hypotheses, EN[:2]),
+        bleu(hypotheses, EN[:2], lowercase=True),
+        chrf(hypotheses, EN[:2]),
+    ]
+    args = ["eval", str(mt_run), "--split", "test", "--data-dir", str(data), "--limit", "2"]
+    assert main([*args, "--max-new-tokens", "5", "--no-progress"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"attnkit eval {mt_run}: {result.description}"
+    width = len("BLEU (lowercased)")
+    for score in result.scores:
+        assert f"{score.name:<{width}}  {score.value:>8.2f}  {score.signature}" in out
+
+
+def test_a_language_model_is_scored_by_perplexity_on_val_by_default(lm_run, data):
+    result = evaluate_run(lm_run, data_dir=data, block_size=8, batch_size=2, limit=1)
+    assert result.description == "tinyshakespeare val, 1 batches of 9-token blocks"
+    ppl, loss = result.scores
+    assert (ppl.name, loss.name, loss.digits) == ("perplexity", "loss", 4)
+    assert loss.value == pytest.approx(math.log(ppl.value))
+    assert result.hypotheses == []
+    run = load_run(lm_run)
+    test = read_eval_set(run, data_dir=data, block_size=8, batch_size=2, limit=1)
+    assert [len(b.tgt) for b in test.batches] == [2]
+    assert perplexity(run.model, test.batches) == ppl
+
+
+def test_the_runs_saved_data_section_chooses_corpus_languages_and_case(tmp_path, data):
+    run_dir = tiny_run(tmp_path / "run", "encoder-decoder")
+    RunFolder(run_dir).write_run_config(
+        '[data]\ncorpus = "multi30k"\nsrc_lang = "en"\ntgt_lang = "de"\n'
+        f'lowercase = true\ndata_dir = "{data}"\n'
+    )
+    test = read_eval_set(load_run(run_dir))
+    assert test.description == "multi30k test_2016_flickr en->de, 3 sentences"
+    assert test.sources == [line.lower() for line in EN]
+    assert test.references == DE  # only the model's input is lowercased
+
+
+def test_a_language_model_is_not_scored_on_a_parallel_corpus(lm_run, data):
+    with pytest.raises(AttnkitError, match="multi30k is a parallel corpus, but a decoder model"):
+        evaluate_run(lm_run, corpus="multi30k", data_dir=data)
