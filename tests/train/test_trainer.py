@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from attnkit.errors import AttnkitError
-from attnkit.run import RunFolder
+from attnkit.run import RunFolder, load_pretrained
 from attnkit.train import Trainer
 from attnkit.train.checkpoint import load_checkpoint, load_trainer_state
 from attnkit.train.run_config import EvalSection, TrainSection
@@ -136,6 +136,34 @@ def test_resume_with_a_config_that_does_not_fit(tmp_path):
     with pytest.raises(AttnkitError, match=r"model\.d_model is 16 there but 32 here"):
         Trainer(
             tiny_model(d_model=32), translation_batches(2), train=settings(tmp_path, steps=4)
+        ).fit(resume=True)
+
+
+def test_a_run_saved_without_decoding_ids_resumes_and_records_them(tmp_path):
+    """Runs trained before models recorded eos_id and decoder_start_id saved None for both."""
+    Trainer(tiny_model(), translation_batches(2), train=settings(tmp_path, steps=2)).fit()
+    ids = {"eos_id": 2, "decoder_start_id": 1}
+    legacy = json.loads(RunFolder(tmp_path).config.read_text())
+    for name in ids:
+        assert load_trainer_state(tmp_path)["model_config"][name] is None
+        del legacy[name]
+    RunFolder(tmp_path).config.write_text(json.dumps(legacy))
+    old = load_pretrained(tmp_path).config  # config.json without the ids loads: they default
+    assert (old.eos_id, old.decoder_start_id) == (None, None)
+
+    resumed = Trainer(
+        tiny_model(**ids), translation_batches(2), train=settings(tmp_path, steps=4)
+    ).fit(resume=True)
+    assert resumed.step == 4
+    saved = load_trainer_state(tmp_path)["model_config"]
+    assert {name: saved[name] for name in ids} == ids
+    assert load_pretrained(tmp_path).config == resumed.model.config
+    # Once recorded, an id must match: another one means another tokenizer.
+    with pytest.raises(AttnkitError, match=r"model\.eos_id is 2 there but 3 here"):
+        Trainer(
+            tiny_model(eos_id=3, decoder_start_id=1),
+            translation_batches(2),
+            train=settings(tmp_path, steps=6),
         ).fit(resume=True)
 
 

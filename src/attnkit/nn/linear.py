@@ -17,7 +17,7 @@ Without autograd, on float32 CPU tensors:
   half of the weight, and the (out, rows) result is transposed back. The
   halves are a view, so nothing is copied or cached.
 
-`python bench/bench_linear.py` measures both against `F.linear`. Anything that
+`python -m bench linear` measures both against `F.linear`. Anything that
 needs gradients, another device or dtype, more rows, or is compiled runs
 `F.linear`; every path computes the same function (tested).
 """

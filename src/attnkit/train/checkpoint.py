@@ -8,6 +8,12 @@
 
 The paths are `attnkit.run.RunFolder`'s; what goes in them is decided here.
 
+Resuming refuses a checkpoint whose model config differs from the model's,
+with one allowance: the decoding ids (`eos_id`, `decoder_start_id`) only tell
+`generate` where to start and stop, and runs trained before models recorded
+them saved None. A resume accepts that None and the run records the ids from
+then on; a saved id that differs still refuses (it means another tokenizer).
+
 A step checkpoint keeps LoRA factors apart (`attnkit.nn.lora`), so training
 resumes with them; every other weights file holds the merged, plain model.
 
@@ -20,6 +26,7 @@ last 5) takes the element-wise mean of their (merged) weights.
 
 from __future__ import annotations
 
+import logging
 import random
 import shutil
 from collections.abc import Sequence
@@ -31,10 +38,15 @@ import torch
 from safetensors.torch import load_file, save_file, save_model
 from torch import Tensor
 
+from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import merge_lora_tensors, merged_copy
 from attnkit.run import RunFolder, atomic_write, load_weights, save_pretrained
+
+log = logging.getLogger(__name__)
+
+_DECODING_IDS = ("eos_id", "decoder_start_id")
 
 
 def rng_state() -> dict[str, Any]:
@@ -119,6 +131,42 @@ def load_checkpoint(run_dir: str | Path, model: TransformerModel) -> dict[str, A
         )
     load_weights(model, weights)
     return state
+
+
+def resume(
+    run_dir: str | Path, model: TransformerModel, rank: int, world_size: int
+) -> dict[str, Any]:
+    """Load the latest checkpoint into `model` and this rank's RNG state; return the trainer state.
+
+    Each rank continues from the RNG state the same rank saved, so a run resumed on as many
+    processes continues bit for bit.
+    """
+    state = load_trainer_state(run_dir)
+    _check_fits(state["model_config"], model.config, run_dir)
+    load_checkpoint(run_dir, model)
+    rngs = state["rng"]
+    if len(rngs) != world_size:
+        log.warning(
+            "the run was saved by %d processes and resumes on %d: it continues, but not "
+            "bit-for-bit",
+            len(rngs),
+            world_size,
+        )
+    set_rng_state(rngs[rank % len(rngs)])
+    return state
+
+
+def _check_fits(saved: dict[str, Any], config: ModelConfig, run_dir: str | Path) -> None:
+    """Refuse to resume the checkpoint of a model config `saved` with `config`, naming a field."""
+    here = config.to_dict()
+    for name, value in here.items():
+        before = saved.get(name)
+        if before != value and not (name in _DECODING_IDS and before is None):
+            raise AttnkitError(
+                f"the config does not fit the checkpoint in {run_dir}: model.{name} is "
+                f"{before!r} there but {value!r} here; resume with the same [model] "
+                "settings or start a new train.out_dir"
+            )
 
 
 def average_weights(paths: Sequence[str | Path]) -> dict[str, Tensor]:

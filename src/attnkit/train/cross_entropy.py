@@ -22,7 +22,7 @@ A training batch of 4,096 tokens over 8,000 words has 131 MB of logits. The
 plain path writes four such matrices per step (logits, log-probabilities, their
 gradient and the gradient of the logits), each freshly allocated. The fused path
 reuses one chunk of about 16 MB instead: less memory and less time
-(`python -m bench` measures the whole step).
+(`python -m bench train` measures the whole step).
 """
 
 from __future__ import annotations

@@ -48,9 +48,10 @@ from attnkit.nn.lora import apply_lora
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import distributed as dist
+from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective
 from attnkit.train.run_config import RunConfig
-from attnkit.train.trainer import Metric, Trainer, TrainResult
+from attnkit.train.trainer import Trainer, TrainResult
 
 log = logging.getLogger(__name__)
 

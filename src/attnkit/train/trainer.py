@@ -14,6 +14,10 @@ checkpoint stays good), evaluates every `eval.every` steps, saves every
 finishes the step, saves and returns.
 Everything needed to continue bit-for-bit is saved: weights, optimizer,
 scheduler, scaler, RNG states and the position in the data.
+
+The records it writes are measured by `attnkit.train.metrics`, a stop before
+`train.steps` is decided by `attnkit.train.stopping`, and the checkpoints are
+written and resumed by `attnkit.train.checkpoint`.
 """
 
 from __future__ import annotations
@@ -21,9 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import signal
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,14 +40,13 @@ from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
 from attnkit.train.host_memory import reuse_freed_memory
+from attnkit.train.metrics import Interval, Metric, validate
 from attnkit.train.objectives import Objective, objective_for
 from attnkit.train.optim import TimeBudget, build_optimizer, build_scheduler, schedule_factor
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
+from attnkit.train.stopping import Stopping
 
 log = logging.getLogger(__name__)
-
-Metric = Callable[[TransformerModel], dict[str, float]]
-"""An extra validation metric: the model (eval mode, no grad) -> named values, higher better."""
 
 
 @dataclass
@@ -109,8 +109,8 @@ class Trainer:
         self.best: float | None = None
         self.bad_evals = 0
         self.history: list[dict[str, Any]] = []
-        self._stop_requested = False
         c = self.train_cfg
+        self.stopping = Stopping(c.max_minutes)
         if c.precision == "fp16" and resolve_device(c.device).type != "cuda":
             raise AttnkitError("train.precision 'fp16' needs CUDA; use 'bf16' on the CPU")
 
@@ -118,7 +118,7 @@ class Trainer:
 
     def request_stop(self) -> None:
         """Finish the current step, save a checkpoint and return from `fit` (what Ctrl-C does)."""
-        self._stop_requested = True
+        self.stopping.requested = True
 
     def fit(self, resume: bool = False) -> TrainResult:
         """Train to `train.steps` (from the saved state with `resume`); returns how it ended."""
@@ -158,45 +158,26 @@ class Trainer:
         if c.compile:
             forward = torch.compile(forward)
         self.forward_model = forward
-        with self._sigint_handler():
+        with self.stopping.on_sigint(lambda: self.step):
             stopped = self._loop()
         self._finish(stopped)
         return TrainResult(
             self.model.eval(), self.step, stopped, self.run_dir, self.history, self.best
         )
 
-    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Validation loss and perplexity over `val_data`, plus the extra metrics."""
-        model = self.model
-        was_training = model.training
-        model.eval()
-        result: dict[str, float] = {}
-        # A fixed seed, forked so evaluation neither depends on nor disturbs the training RNG
-        # (the masked-LM objective draws its masks at random).
-        devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
-            torch.manual_seed(self.train_cfg.seed)
-            if self.val_data is not None:
-                sums = torch.zeros(2, dtype=torch.float64, device=self.device)
-                for i, batch in enumerate(self.val_data):
-                    if self.eval_cfg.max_batches and i >= self.eval_cfg.max_batches:
-                        break
-                    with self._autocast():
-                        terms = self.objective(model, batch.to(self.device))
-                    sums += torch.stack([terms.nll.double(), terms.tokens.double()])
-                nll, tokens = dist.all_reduce_sum(sums).tolist()
-                if tokens == 0:
-                    raise AttnkitError("the validation data yields no target tokens; check it")
-                result["val_loss"] = nll / tokens
-                result["val_ppl"] = math.exp(min(nll / tokens, 700.0))
-            extra: dict[str, float] = {}
-            if self.dist.is_main:
-                for metric in self.metrics:
-                    extra.update(metric(model))
-            result.update(dist.broadcast_object(extra))
-        model.train(was_training)
-        return result
+        return validate(
+            self.model,
+            self.objective,
+            self.val_data,
+            self.metrics,
+            device=self.device,
+            seed=self.train_cfg.seed,
+            max_batches=self.eval_cfg.max_batches,
+            autocast=self._autocast,
+            is_main=self.dist.is_main,
+        )
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -215,32 +196,13 @@ class Trainer:
                 self.tokenizer.save(self.folder.tokenizer)
 
     def _resume(self) -> None:
-        state = ckpt.load_trainer_state(self.run_dir)
-        saved, here = state["model_config"], self.model.config.to_dict()
-        diff = [k for k in here if saved.get(k) != here[k]]
-        if diff:
-            k = diff[0]
-            raise AttnkitError(
-                f"the config does not fit the checkpoint in {self.run_dir}: model.{k} is "
-                f"{saved.get(k)!r} there but {here[k]!r} here; resume with the same [model] "
-                "settings or start a new train.out_dir"
-            )
-        ckpt.load_checkpoint(self.run_dir, self.model)
+        state = ckpt.resume(self.run_dir, self.model, self.dist.rank, self.dist.world_size)
         self.model.to(self.device)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.best, self.bad_evals = state["best"], state["bad_evals"]
-        rngs = state["rng"]
-        if len(rngs) != self.dist.world_size:
-            log.warning(
-                "the run was saved by %d processes and resumes on %d: it continues, but not "
-                "bit-for-bit",
-                len(rngs),
-                self.dist.world_size,
-            )
-        ckpt.set_rng_state(rngs[self.dist.rank % len(rngs)])
         if self.dist.is_main:
             # Records written after the checkpoint belong to steps that will run again.
             self.history = [r for r in self.folder.read_metrics() if r["step"] <= self.step]
@@ -280,10 +242,10 @@ class Trainer:
         c = self.train_cfg
         batches = self._batches()
         self.model.train()
-        start = time.perf_counter()
+        self.stopping.begin()
         if self.budget is not None:
             self.budget.begin(self.step)
-        interval = {"loss": 0.0, "tokens": 0.0, "aux": 0.0, "start": start}
+        interval = Interval()
         while self.step < c.steps:
             # One all-reduce gives every rank the global sums (NCCL wants them on the device).
             loss_sum, tokens, aux_sum = dist.all_reduce_sum(self._accumulate(batches)).tolist()
@@ -298,9 +260,7 @@ class Trainer:
                 raise AttnkitError("a training batch has no target tokens; check the data")
             self._update(tokens)
             self.step += 1
-            interval["loss"] += loss_sum
-            interval["tokens"] += tokens
-            interval["aux"] += aux_sum
+            interval.add(loss_sum, tokens, aux_sum)
             info = {
                 "step": self.step,
                 "steps": c.steps,
@@ -311,24 +271,13 @@ class Trainer:
             for callback in self.callbacks:
                 callback(info)
             if self.step % c.log_every == 0 or self.step == c.steps:
-                self._log_interval(interval)
-            stopped = self._maybe_evaluate()
-            # Every rank must stop at the same step, whichever of them was asked to or ran out
-            # of time first.
-            time_up = c.max_minutes > 0 and time.perf_counter() - start > 60 * c.max_minutes
-            flags = torch.tensor([float(self._stop_requested), float(time_up)], device=self.device)
-            stop, time_up = (dist.all_reduce_sum(flags) > 0).tolist()
-            if stop:
-                stopped = "interrupted"
-                log.info("stopped at step %d on request; resume with --resume", self.step)
-            elif time_up and not stopped:
-                stopped = "time-limit"
-                log.info("train.max_minutes %g spent at step %d", c.max_minutes, self.step)
+                self._log(interval)
+            stopped = self.stopping.after(self.step, self.device, early=self._maybe_evaluate())
             if stopped or self.step % c.save_every == 0 or self.step == c.steps:
                 self._save()
             if stopped:
-                if interval["tokens"]:
-                    self._log_interval(interval)  # the curves end where the run ends
+                if interval.tokens:
+                    self._log(interval)  # the curves end where the run ends
                 return stopped
         return "finished"
 
@@ -364,27 +313,10 @@ class Trainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _log_interval(self, interval: dict[str, float]) -> None:
-        elapsed = time.perf_counter() - interval["start"]
-        record = {
-            "step": self.step,
-            "train_loss": interval["loss"] / interval["tokens"],
-            "lr": self.scheduler.get_last_lr()[0],
-            "tokens_per_s": interval["tokens"] / max(elapsed, 1e-9),
-        }
-        if interval["aux"]:
-            # A mixture of experts' weighted load-balancing loss, trained on beside the loss.
-            record["train_aux_loss"] = interval["aux"] / interval["tokens"]
-        self._record(record)
-        log.info(
-            "step %d/%d  loss %.4f  lr %.3g  %.0f tokens/s",
-            self.step,
-            self.train_cfg.steps,
-            record["train_loss"],
-            record["lr"],
-            record["tokens_per_s"],
+    def _log(self, interval: Interval) -> None:
+        self._record(
+            interval.close(self.step, self.train_cfg.steps, self.scheduler.get_last_lr()[0])
         )
-        interval.update(loss=0.0, tokens=0.0, aux=0.0, start=time.perf_counter())
 
     def _maybe_evaluate(self) -> str | None:
         """Evaluate when due and track the best metric; 'early-stopped' when patience runs out."""
@@ -450,22 +382,3 @@ class Trainer:
                 from attnkit.viz import plot_curves
 
                 plot_curves(self.history, self.folder.curves)
-
-    @contextlib.contextmanager
-    def _sigint_handler(self) -> Iterator[None]:
-        """First Ctrl-C: stop after this step and save; a second one aborts at once."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum: int, frame: Any) -> None:
-            if self._stop_requested:
-                raise KeyboardInterrupt
-            log.warning("Ctrl-C: finishing step %d, saving, then stopping", self.step + 1)
-            self._stop_requested = True
-
-        previous = signal.signal(signal.SIGINT, handler)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,119 @@
+"""What a run measures as it trains: the records of its metrics.jsonl.
+
+Every `train.log_every` steps, over the steps since the last such record:
+
+    train_loss = (summed loss) / (target tokens),   tokens_per_s
+    train_aux_loss = (summed load-balancing loss) / (target tokens)   (a mixture of experts)
+
+Every `eval.every` steps, over the validation batches:
+
+    val_loss = sum of -log p(target token) / (target tokens),   val_ppl = exp(val_loss)
+
+and the task's extra `Metric`s (BLEU, exact match, ...), computed on rank 0.
+The sums are over every rank, so under DDP both are those of the global batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from attnkit.data.batch import Batch
+from attnkit.errors import AttnkitError
+from attnkit.models import TransformerModel
+from attnkit.train import distributed as dist
+from attnkit.train.objectives import Objective
+
+log = logging.getLogger(__name__)
+
+Metric = Callable[[TransformerModel], dict[str, float]]
+"""An extra validation metric: the model (eval mode, no grad) -> named values, higher better."""
+
+
+@dataclass
+class Interval:
+    """The training losses and target tokens summed since the last record, and when it began."""
+
+    start: float = field(default_factory=time.perf_counter)
+    loss: float = 0.0
+    tokens: float = 0.0
+    aux: float = 0.0
+
+    def add(self, loss: float, tokens: float, aux: float) -> None:
+        self.loss += loss
+        self.tokens += tokens
+        self.aux += aux
+
+    def close(self, step: int, steps: int, lr: float) -> dict[str, float]:
+        """The record of the interval that ends at `step` (also logged); a new one begins."""
+        elapsed = time.perf_counter() - self.start
+        record = {
+            "step": step,
+            "train_loss": self.loss / self.tokens,
+            "lr": lr,
+            "tokens_per_s": self.tokens / max(elapsed, 1e-9),
+        }
+        if self.aux:
+            # A mixture of experts' weighted load-balancing loss, trained on beside the loss.
+            record["train_aux_loss"] = self.aux / self.tokens
+        log.info(
+            "step %d/%d  loss %.4f  lr %.3g  %.0f tokens/s",
+            step,
+            steps,
+            record["train_loss"],
+            lr,
+            record["tokens_per_s"],
+        )
+        self.start, self.loss, self.tokens, self.aux = time.perf_counter(), 0.0, 0.0, 0.0
+        return record
+
+
+@torch.no_grad()
+def validate(
+    model: TransformerModel,
+    objective: Objective,
+    val_data: Iterable[Batch] | None,
+    metrics: Sequence[Metric],
+    *,
+    device: torch.device,
+    seed: int,
+    max_batches: int,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    is_main: bool,
+) -> dict[str, float]:
+    """Validation loss and perplexity over `val_data` (its first `max_batches`; 0: all of it),
+    plus the extra metrics; `model` is back in its training mode afterwards."""
+    was_training = model.training
+    model.eval()
+    result: dict[str, float] = {}
+    # A fixed seed, forked so evaluation neither depends on nor disturbs the training RNG
+    # (the masked-LM objective draws its masks at random).
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices, device_type=device.type):
+        torch.manual_seed(seed)
+        if val_data is not None:
+            sums = torch.zeros(2, dtype=torch.float64, device=device)
+            for i, batch in enumerate(val_data):
+                if max_batches and i >= max_batches:
+                    break
+                with autocast():
+                    terms = objective(model, batch.to(device))
+                sums += torch.stack([terms.nll.double(), terms.tokens.double()])
+            nll, tokens = dist.all_reduce_sum(sums).tolist()
+            if tokens == 0:
+                raise AttnkitError("the validation data yields no target tokens; check it")
+            result["val_loss"] = nll / tokens
+            result["val_ppl"] = math.exp(min(nll / tokens, 700.0))
+        extra: dict[str, float] = {}
+        if is_main:
+            for metric in metrics:
+                extra.update(metric(model))
+        result.update(dist.broadcast_object(extra))
+    model.train(was_training)
+    return result
