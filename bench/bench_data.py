@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -32,19 +31,20 @@ from attnkit.data import (
     read_lines,
 )
 from attnkit.tokenizer import Tokenizer
-from bench.harness import opening
+from bench.harness import alternate, opening, seconds_per_call
 
 T = TypeVar("T")
 
 
 def timed(fn: Callable[[], T], repeats: int = 1) -> tuple[T, float]:
-    """The result of `fn` and its best wall time over `repeats` runs."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return result, best
+    """The result of `fn` and its best seconds over `repeats` runs, the first one counted."""
+    made: list[T] = []
+
+    def run() -> None:
+        made[:] = [fn()]  # the last result is kept, each only until the next is made
+
+    seconds = alternate(seconds_per_call(run), reps=repeats, warmup=0)[0]
+    return made[0], min(seconds)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,7 +39,7 @@ from bench.harness import (
     rss_in_subprocess,
     seconds_per_call,
 )
-from bench.peers.hf_twins import gpt2_twins, marian_twins
+from bench.peers.hf_models import gpt2_twins, marian_twins
 
 VOCAB = 8000
 

@@ -3,7 +3,7 @@
 For each family (random weights, a right-padded batch) the largest absolute
 difference between attnkit's and transformers' outputs over real positions;
 then all-MiniLM-L6-v2's real weights against sentence-transformers. The
-random models are those of the parity tests (bench/peers/hf_cases.py), so
+random models are those of the parity tests (bench/peers/hf_models.py), so
 both report on the same models.
 
     python -m bench parity
@@ -25,7 +25,7 @@ from attnkit.interop import load_hf
 from attnkit.pooling import sentence_embeddings
 from attnkit.tokenizer import Tokenizer
 from bench.harness import opening
-from bench.peers.hf_cases import CASES, padded_batch, run_attnkit, run_hf, save_random
+from bench.peers.hf_models import CASES, parity_batch, run_attnkit, run_hf, save_random
 
 
 def random_weights() -> None:
@@ -34,7 +34,7 @@ def random_weights() -> None:
         with tempfile.TemporaryDirectory() as folder:
             hf = save_random(case, Path(folder))
             model = load_hf(folder).model
-        batch = padded_batch(model)
+        batch = parity_batch(model)
         ours, mask = run_attnkit(model, batch)
         diff = (ours - run_hf(hf, batch))[mask].abs().max().item()
         output = "hidden states" if model.config.shape == "encoder" else "logits"

@@ -98,7 +98,9 @@ def _objective_loss(model: torch.nn.Module, batch: Batch) -> Callable[[], torch.
 
 
 def gpt_work(mode: str = "fp32") -> Work:
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2LMHeadModel
+
+    from bench.peers.hf_models import gpt2_config
 
     batch, length, vocab = 16, 256, 8000
     ids = torch.randint(vocab, (batch, length + 1))
@@ -121,17 +123,7 @@ def gpt_work(mode: str = "fp32") -> Work:
         return _trainer(model, _objective_loss(model, Batch(tgt=ids)), mode)
 
     def peer() -> Step:
-        config = GPT2Config(
-            vocab_size=vocab,
-            n_positions=length + 1,
-            n_embd=512,
-            n_layer=6,
-            n_head=8,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-        )
-        model = _prepare(GPT2LMHeadModel(config), mode)
+        model = _prepare(GPT2LMHeadModel(gpt2_config(6, 512, 8, vocab, length + 1)), mode)
         return _trainer(model, lambda: model(ids[:, :-1], labels=ids[:, :-1]).loss, mode)
 
     return Work(

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import tempfile
 import time
 from pathlib import Path
 
 from attnkit import ModelConfig, build_model
-from attnkit.cli import main as attnkit
 from attnkit.run import RunFolder
+from attnkit.train.run_config import RunConfig
+from attnkit.train.tasks import train as train_run
 from bench.harness import opening
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tinyshakespeare_char.toml"
@@ -44,7 +46,7 @@ def train(changes: dict[str, object], steps: int, out: Path) -> dict[str, float]
     sets += [f"train.steps={steps}", f"train.out_dir={json.dumps(str(out))}"]
     sets += [f"train.save_every={steps}", f"eval.every={steps}", "train.log_every=500"]
     start = time.perf_counter()
-    attnkit(["train", str(CONFIG), *[arg for s in sets for arg in ("--set", s)]])
+    train_run(RunConfig.load(CONFIG, sets))
     seconds = time.perf_counter() - start
     folder = RunFolder(out)
     val = [r["val_loss"] for r in folder.read_metrics() if "val_loss" in r][-1]
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--only", nargs="*", help="rows whose name starts with one of these")
     args = parser.parse_args(argv)
+    # The Trainer's log lines (every 500 steps, each evaluation) show the progress, as in
+    # `attnkit train`.
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     opening(f"{args.steps} steps")
     rows = [
         name

@@ -6,7 +6,7 @@ import torch
 pytest.importorskip("transformers")
 
 from attnkit.generation import generate
-from bench.peers.hf_twins import bloom_twins, gpt2_twins, marian_twins, mistral_twins
+from bench.peers.hf_models import bloom_twins, gpt2_twins, marian_twins, mistral_twins
 
 EOS = 2
 OPTIONS = [

@@ -16,10 +16,10 @@ from attnkit.cli import main
 from attnkit.interop import load_hf, save_hf
 from attnkit.nn import sinusoidal_table
 from attnkit.run import save_pretrained
-from bench.peers.hf_cases import (
+from bench.peers.hf_models import (
     CASES,
     marian_config,
-    padded_batch,
+    parity_batch,
     randomize,
     run_attnkit,
     run_hf,
@@ -86,7 +86,7 @@ def test_a_bert_with_a_masked_lm_head_imports_its_encoder(tmp_path):
     hf.save_pretrained(tmp_path)
     imported = load_hf(tmp_path)
     assert all(name.startswith("cls.") for name in imported.unused) and imported.unused
-    batch = padded_batch(imported.model)
+    batch = parity_batch(imported.model)
     ours, mask = run_attnkit(imported.model, batch)
     torch.testing.assert_close(ours[mask], run_hf(hf.bert, batch)[mask], atol=1e-5, rtol=0)
 
@@ -101,7 +101,7 @@ def test_tensorflow_names_of_norms_are_read(tmp_path):
 
     rewrite(tmp_path, rename)
     model = load_hf(tmp_path).model
-    batch = padded_batch(model)
+    batch = parity_batch(model)
     ours, mask = run_attnkit(model, batch)
     torch.testing.assert_close(ours[mask], run_hf(hf, batch)[mask], atol=1e-5, rtol=0)
 

@@ -14,7 +14,7 @@ import torch
 from attnkit.data.batch import pad
 from attnkit.generation import generate
 from attnkit.interop import load_hf
-from bench.peers.hf_cases import save_random
+from bench.peers.hf_models import save_random
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from attnkit import ModelConfig, build_model
 from attnkit.interop import load_hf, save_hf
-from bench.peers.hf_cases import CASES, padded_batch, run_attnkit, run_hf, save_random
+from bench.peers.hf_models import CASES, parity_batch, run_attnkit, run_hf, save_random
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -26,7 +26,7 @@ def test_import_gives_the_outputs_of_transformers_on_a_padded_batch(saved):
     _, path, hf = saved
     model = load_hf(path).model
     assert not model.training
-    batch = padded_batch(model)
+    batch = parity_batch(model)
     ours, mask = run_attnkit(model, batch)
     assert_real_positions_close(ours, run_hf(hf, batch), mask)
 
@@ -51,7 +51,7 @@ def test_exported_model_loads_in_transformers_with_the_same_outputs(saved, tmp_p
     model = load_hf(path).model
     out = save_hf(model, tmp_path / "out")
     reloaded = CASES[case][0].from_pretrained(out, attn_implementation="eager").eval()
-    batch = padded_batch(model, seed=1)
+    batch = parity_batch(model, seed=1)
     ours, mask = run_attnkit(model, batch)
     assert_real_positions_close(run_hf(reloaded, batch), run_hf(hf, batch), mask, atol=0)
     assert_real_positions_close(ours, run_hf(reloaded, batch), mask)
@@ -87,6 +87,6 @@ def test_a_model_built_in_attnkit_exports_to_transformers(preset, changes, hf_cl
     sizes = {"vocab_size": 61, "d_model": 32, "d_ff": 64, "max_len": 32}
     model = build_model(ModelConfig.from_preset(preset, **sizes, **changes)).eval()
     theirs = getattr(transformers, hf_class).from_pretrained(save_hf(model, tmp_path)).eval()
-    batch = padded_batch(model)
+    batch = parity_batch(model)
     ours, mask = run_attnkit(model, batch)
     assert_real_positions_close(ours, run_hf(theirs, batch), mask)
