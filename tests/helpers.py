@@ -15,7 +15,7 @@ from attnkit.config import ModelConfig
 from attnkit.data.batch import Batch, pad
 from attnkit.models import TransformerModel, build_model
 from attnkit.nn import LoRALinear, MultiHeadAttention
-from attnkit.run import RunFolder, save_pretrained
+from attnkit.run import RunFolder, save_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
 
 VOCAB = 24
@@ -167,16 +167,21 @@ def source_batch() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def tiny_run(path: Path, shape: str, max_len: int = 40) -> Path:
-    """A run folder at `path`: a one-block-a-stack model of `shape`, a tokenizer of `RUN_LINES`."""
+    """A run folder at `path`: a one-block-a-stack model of `shape`, a tokenizer of `RUN_LINES`.
+
+    Its config records the tokenizer's decoding ids, as a trained run's does.
+    """
     tokenizer = Tokenizer.train("char", texts=RUN_LINES * 3)
-    model = tiny_model(
+    config = tiny_config(
         shape,
-        layers=1,
+        1,
         vocab_size=tokenizer.vocab_size,
         max_len=max_len,
         dropout=0.0,
         embedding_dropout=0.0,
     )
+    torch.manual_seed(0)
+    model = build_model(with_decoding_ids(config, tokenizer))
     save_pretrained(model, path)
     tokenizer.save(RunFolder(path).tokenizer)
     return path

@@ -1,10 +1,16 @@
 """The run folder's layout: its file names, metrics, saved data settings and loading with checks."""
 
+import json
+import logging
+import shutil
+
 import pytest
+import torch
 
 from attnkit.errors import AttnkitError
+from attnkit.generation import generate
 from attnkit.run import RunFolder, load_pretrained, load_run, save_pretrained
-from tests.helpers import tiny_model, tiny_run
+from tests.helpers import RUN_LINES, tiny_model, tiny_run
 
 
 def test_the_layout_names_every_file_of_a_run_folder(tmp_path):
@@ -78,3 +84,31 @@ def test_save_and_load_pretrained_use_the_layout(tmp_path):
     folder = RunFolder(save_pretrained(model, tmp_path))
     assert folder.config.is_file() and folder.weights.is_file()
     assert load_pretrained(folder.root).config == model.config
+
+
+@pytest.mark.parametrize("saved", ["null", "absent"])
+@pytest.mark.parametrize("shape", ["encoder-decoder", "decoder"])
+def test_a_run_saved_without_decoding_ids_decodes_as_a_new_one(tmp_path, caplog, shape, saved):
+    """Runs saved before models recorded `eos_id` and `decoder_start_id` take them from their
+    tokenizer, so `generate` starts and stops as on a run that records them."""
+    new = tiny_run(tmp_path / "new", shape)
+    old = shutil.copytree(new, tmp_path / "old")
+    config = json.loads(RunFolder(old).config.read_text())
+    for name in ("eos_id", "decoder_start_id"):
+        if saved == "null":
+            config[name] = None
+        else:
+            del config[name]
+    RunFolder(old).config.write_text(json.dumps(config))
+    with caplog.at_level(logging.INFO, logger="attnkit.run"):
+        old_run = load_run(old)
+    taken = [r.getMessage() for r in caplog.records if "from its tokenizer" in r.getMessage()]
+    assert len(taken) == 1 and f"eos_id {old_run.tokenizer.eos_id} from" in taken[0]
+    new_run = load_run(new)
+    assert old_run.model.config == new_run.model.config
+    assert new_run.model.config.eos_id == new_run.tokenizer.eos_id
+    ids = torch.tensor(new_run.tokenizer.encode_batch(RUN_LINES, padding=True))
+    mask = ids != new_run.tokenizer.pad_id
+    before, now = (generate(run.model, ids, mask, max_new_tokens=12) for run in (old_run, new_run))
+    assert torch.equal(before.sequences, now.sequences)
+    assert before.eos_token_ids == now.eos_token_ids == (new_run.tokenizer.eos_id,)

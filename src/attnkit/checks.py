@@ -65,24 +65,41 @@ def closest(name: str, valid: Iterable[str], cutoff: float = 0.6) -> str | None:
     return close[0] if close else None
 
 
-def suggest(name: str, valid: Sequence[str], cutoff: float = 0.6) -> str:
-    """What to say after a misspelt `name`: the nearest valid one, or all of them."""
-    near = closest(name, valid, cutoff)
-    return f"did you mean {near!r}?" if near else f"the valid ones are {', '.join(valid)}"
-
-
-def unknown(what: str, name: str, valid: Sequence[str], cutoff: float = 0.6) -> str:
+def unknown(
+    what: str,
+    name: str,
+    valid: Sequence[str],
+    cutoff: float = 0.6,
+    *,
+    owner: str = "",
+    otherwise: str = "",
+) -> str:
     """The sentence for a `name` that is none of `valid`: the nearest one, or all of them.
 
-    `what` names the kind of thing ("preset", "key", ...).
+    `what` names the kind of thing ("preset", "key", ...): "unknown preset 'x'",
+    or with an `owner`, "ModelConfig has no field 'x'". With no valid name near,
+    `otherwise` is said instead of listing them all.
     """
-    return f"unknown {what} {name!r}; {suggest(name, valid, cutoff)}"
+    head = f"{owner} has no {what} {name!r}" if owner else f"unknown {what} {name!r}"
+    near = closest(name, valid, cutoff)
+    if near:
+        return f"{head}; did you mean {near!r}?"
+    return f"{head}; {otherwise or 'the valid ones are ' + ', '.join(valid)}"
+
+
+def known(
+    what: str, names: Iterable[str], valid: Sequence[str], *, owner: str = "", otherwise: str = ""
+) -> None:
+    """Every one of `names` must be in `valid`; the first that is not (in sorted order) stops
+    with the nearest valid name (`unknown`)."""
+    wrong = sorted(set(names) - set(valid))
+    if wrong:
+        raise AttnkitError(unknown(what, wrong[0], valid, owner=owner, otherwise=otherwise))
 
 
 def lookup(what: str, name: str, table: Mapping[str, T]) -> T:
     """The entry `name` of `table`; an unknown name stops with the nearest valid one."""
-    if name not in table:
-        raise AttnkitError(unknown(what, name, list(table)))
+    known(what, [name], list(table))
     return table[name]
 
 

@@ -19,11 +19,11 @@ from typing import Any
 from attnkit.checks import (
     check,
     choice,
+    known,
     lookup,
     non_negative_int,
     positive,
     positive_int,
-    suggest,
     within,
 )
 from attnkit.errors import AttnkitError
@@ -334,7 +334,4 @@ class ModelConfig:
 
 def _check_fields(names: Iterable[str]) -> None:
     """Every name must be a field of `ModelConfig`; the first that is not gets the nearest."""
-    fields = [f.name for f in dataclasses.fields(ModelConfig)]
-    wrong = sorted(set(names) - set(fields))
-    if wrong:
-        raise AttnkitError(f"ModelConfig has no field {wrong[0]!r}; {suggest(wrong[0], fields)}")
+    known("field", names, [f.name for f in dataclasses.fields(ModelConfig)], owner="ModelConfig")

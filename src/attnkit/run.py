@@ -17,10 +17,10 @@ A model with LoRA layers is saved merged, as the plain model its config describe
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
-import tempfile
-from collections.abc import Callable, Iterable
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,14 +36,24 @@ from safetensors.torch import load_model, save_model
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.files import atomic_write
 from attnkit.models import TransformerModel, build_model
 from attnkit.nn.lora import merged_copy
-from attnkit.tokenizer import Tokenizer
+from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
-TOKENIZER_FILE = "tokenizer.json"
 _STEP = "step-"
+
+# The ids `generate` starts and stops on, for each model shape that generates, and the
+# tokenizer role each one is.
+_DECODING_ROLES = {
+    "encoder-decoder": {"eos_id": "eos", "decoder_start_id": "bos"},
+    "decoder": {"eos_id": "eos"},
+    "encoder": {},
+}
 
 
 class RunFolder:
@@ -138,25 +148,6 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
     return Run(folder, model, folder.load_tokenizer())
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call `write(tmp)` on a temporary file beside `path`, then rename it to `path`.
-
-    The rename is atomic on POSIX, so readers see the old file or the new one,
-    never a partial one; if `write` raises, the old file is left untouched.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
 def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
     """Write config.json and model.safetensors into `run_dir`."""
     folder = RunFolder(run_dir)
@@ -168,7 +159,11 @@ def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
 
 
 def load_pretrained(run_dir: str | Path, device: str | torch.device = "cpu") -> TransformerModel:
-    """Rebuild the model of a run folder from its config and weights, in eval mode."""
+    """Rebuild the model of a run folder from its config and weights, in eval mode.
+
+    A config without the decoding ids (saved before models recorded them) takes
+    them from the folder's tokenizer, when it has one (`with_decoding_ids`).
+    """
     folder = RunFolder(run_dir)
     for path in (folder.config, folder.weights):
         if not path.is_file():
@@ -176,9 +171,40 @@ def load_pretrained(run_dir: str | Path, device: str | torch.device = "cpu") -> 
                 f"{folder.root} is not an attnkit run folder: {path.name} is missing "
                 "(train a model with `attnkit train` or import one with `attnkit import hf`)"
             )
-    model = build_model(ModelConfig.from_json(folder.config))
+    config = ModelConfig.from_json(folder.config)
+    if _unset_decoding_ids(config) and folder.tokenizer.is_file():
+        # Runs saved before models recorded their decoding ids have them only in the tokenizer.
+        filled = with_decoding_ids(config, Tokenizer.load(folder.tokenizer))
+        taken = {k: v for k, v in dataclasses.asdict(filled).items() if getattr(config, k) != v}
+        if taken:
+            ids = ", ".join(f"{name} {value}" for name, value in taken.items())
+            log.info("%s: %s from its tokenizer (its config leaves them unset)", folder.root, ids)
+        config = filled
+    model = build_model(config)
     load_weights(model, folder.weights, device)
     return model.to(device).eval()
+
+
+def with_decoding_ids(config: ModelConfig, tokenizer: Tokenizer) -> ModelConfig:
+    """`config` with the decoding ids it leaves unset taken from `tokenizer`.
+
+    A model that generates stops on the tokenizer's EOS (`eos_id`) and an
+    encoder-decoder's decoder starts on its BOS (`decoder_start_id`), so that
+    `generate` starts and stops on them. Ids the config sets are kept, and an
+    id the tokenizer has no token for stays unset.
+    """
+    ids = {
+        name: getattr(tokenizer, f"{role}_id")
+        for name, role in _unset_decoding_ids(config).items()
+        if tokenizer.has(role)
+    }
+    return dataclasses.replace(config, **ids)
+
+
+def _unset_decoding_ids(config: ModelConfig) -> dict[str, str]:
+    """The decoding ids of `config`'s shape that it leaves unset, each with its tokenizer role."""
+    roles = _DECODING_ROLES[config.shape]
+    return {name: role for name, role in roles.items() if getattr(config, name) is None}
 
 
 def load_weights(

@@ -27,8 +27,6 @@ so `pad_id` and the others are right for it.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +36,7 @@ from tokenizers import Tokenizer as Backend
 
 from attnkit.checks import choice
 from attnkit.errors import AttnkitError
-from attnkit.textfile import PathLike, read_lines
+from attnkit.files import PathLike, atomic_write, read_lines
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +44,7 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID, MASK_ID = 0, 1, 2, 3, 4
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>")
 KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char")
 NORMALIZATIONS = ("none", "nfc", "nfd", "nfkc", "nfkd")
+TOKENIZER_FILE = "tokenizer.json"  # its name in a run folder and in a Hugging Face folder
 
 # Names under which the usual tokenizer families spell each role: attnkit and
 # fairseq/RoBERTa (`<s>`), BERT (`[CLS]`), GPT-2 (`<|endoftext|>` for both ends).
@@ -159,7 +158,7 @@ class Tokenizer:
         """Read a `tokenizer.json` (attnkit's or any Hugging Face one), or a folder holding one."""
         path = Path(path)
         if path.is_dir():
-            path = path / "tokenizer.json"
+            path = path / TOKENIZER_FILE
         if not path.is_file():
             raise AttnkitError(f"no tokenizer at {path}; give a tokenizer.json or its folder")
         try:
@@ -178,18 +177,9 @@ class Tokenizer:
         """
         path = Path(path)
         if path.suffix != ".json":
-            path = path / "tokenizer.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Written beside the target, then renamed: a crash never leaves half a file.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tokenizer-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(self.backend.to_str(pretty=True))
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+            path = path / TOKENIZER_FILE
+        text = self.backend.to_str(pretty=True)
+        return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 
     # -- encoding ---------------------------------------------------------
 

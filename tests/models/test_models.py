@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from attnkit import DecoderOnly, EncoderDecoder, EncoderOnly, ModelConfig, build_model
-from attnkit.nn import attention, causal_mask, local_attention
+from attnkit.nn import attention, causal_mask, window
 from tests.helpers import VARIANTS, WIDE, copy_from_torch, tiny_config
 
 variants = pytest.mark.parametrize("variant", list(VARIANTS))
@@ -150,8 +150,8 @@ def test_a_window_over_a_long_sequence_runs_blockwise_as_the_mask_would(
     # `local_attention`; asking for the weights takes the masked path, which must agree.
     blockwise = []
     monkeypatch.setattr(attention, "local_attention", spy(attention.local_attention, blockwise))
-    monkeypatch.setattr(local_attention, "BLOCKWISE_MIN_LENGTH", 0)
-    monkeypatch.setattr(local_attention, "STRIDED_MIN_LENGTH", 0)
+    monkeypatch.setattr(window, "BLOCKWISE_MIN_LENGTH", 0)
+    monkeypatch.setattr(window, "STRIDED_MIN_LENGTH", 0)
     model = build_model(tiny_config(shape, **WIDE, **VARIANTS[variant])).eval()
     ids, mask = with_padding(torch.randint(4, 50, (2, 8)), 3, left=left)
     with torch.no_grad():

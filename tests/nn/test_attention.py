@@ -63,6 +63,19 @@ def test_cross_attention_equals_torch_multihead_attention() -> None:
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_attention_called_alone_attends_to_every_key() -> None:
+    """`mha(x)`, with no inputs, is unmasked self-attention, as `mha(x, AttentionInputs())`."""
+    d, h = 32, 4
+    ref = nn.MultiheadAttention(d, h, batch_first=True).eval()
+    ours = MultiHeadAttention(d, h).eval()
+    copy_from_torch(ours, ref)
+    x = torch.randn(2, 6, d)
+    out, weights = ours(x)
+    assert weights is None
+    torch.testing.assert_close(out, ours(x, AttentionInputs())[0], atol=0, rtol=0)
+    torch.testing.assert_close(out, ref(x, x, x)[0], atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
 @pytest.mark.parametrize("mask_kind", ["none", "causal", "padding+causal", "padding"])
 def test_reference_and_sdpa_paths_agree(n_kv_heads: int, mask_kind: str) -> None:

@@ -6,12 +6,13 @@ import torch
 
 from attnkit.cli import main
 from attnkit.errors import AttnkitError
-from attnkit.run import load_pretrained
+from attnkit.run import RunFolder, load_pretrained
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import Trainer
 from attnkit.train.checkpoint import load_trainer_state
 from attnkit.train.run_config import RunConfig
 from attnkit.train.tasks import build_task
+from tests.helpers import tiny_run
 
 WORDS = {"ein": "a", "hund": "dog", "katze": "cat", "rennt": "runs", "schläft": "sleeps"}
 TINY_MODEL = """
@@ -234,3 +235,28 @@ def test_masked_lm_on_a_text_file(tmp_path):
         val_data=setup.val_data,
     ).fit()
     assert result.step == 3 and "val_loss" in result.history[-1]
+
+
+def test_decoding_ids_the_model_section_sets_are_kept(tmp_path):
+    config = RunConfig.load(translation_config(tmp_path), ["model.eos_id=3"])
+    setup = build_task(config)
+    assert setup.tokenizer.eos_id != 3
+    assert (setup.model.config.eos_id, setup.model.config.decoder_start_id) == (
+        3,
+        setup.tokenizer.bos_id,
+    )
+
+
+def test_fine_tuning_a_run_saved_without_decoding_ids_records_them(tmp_path):
+    base = tiny_run(tmp_path / "base", "encoder-decoder")
+    saved = json.loads(RunFolder(base).config.read_text())
+    RunFolder(base).config.write_text(
+        json.dumps({**saved, "eos_id": None, "decoder_start_id": None})
+    )
+    options = [f"train.init_from={base}", f"train.out_dir={tmp_path / 'fine'}"]
+    setup = build_task(RunConfig.load(translation_config(tmp_path), options))
+    tokenizer = Tokenizer.load(RunFolder(base).tokenizer)
+    assert (setup.model.config.eos_id, setup.model.config.decoder_start_id) == (
+        tokenizer.eos_id,
+        tokenizer.bos_id,
+    )

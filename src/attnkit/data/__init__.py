@@ -18,7 +18,7 @@ from attnkit.data.corpora import (
 from attnkit.data.datasets import LanguageModelDataset, ParallelDataset, SentenceDataset
 from attnkit.data.sampler import TokenBudgetSampler
 from attnkit.data.text import read_aligned, read_pairs, read_parallel
-from attnkit.textfile import read_lines
+from attnkit.files import read_lines
 
 __all__ = [
     "CORPORA",

@@ -23,7 +23,7 @@ from urllib.request import urlopen
 
 from attnkit.data.datasets import LanguageModelDataset, ParallelDataset
 from attnkit.errors import AttnkitError
-from attnkit.textfile import PathLike
+from attnkit.files import PathLike
 from attnkit.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from attnkit.checks import choice, within
 from attnkit.data.collate import collate_encoder, collate_lm, collate_translation
 from attnkit.data.text import read_parallel
 from attnkit.errors import AttnkitError
-from attnkit.textfile import PathLike, read_lines
+from attnkit.files import PathLike, read_lines
 from attnkit.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Parallel text comes as two aligned files (line i of one translates line i of
 the other) or as one file of pairs, tab-separated (`.tsv`) or JSON lines
 (`.jsonl`). Any of them may be gzipped (`.gz`): lines are read by
-`attnkit.textfile.read_lines`. Bad input stops with the file and line at
+`attnkit.files.read_lines`. Bad input stops with the file and line at
 fault: a line count that differs between two aligned files, a pair line that
 is not a pair.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from attnkit.errors import AttnkitError
-from attnkit.textfile import PathLike, read_lines
+from attnkit.files import PathLike, read_lines
 
 
 def read_aligned(src_path: PathLike, tgt_path: PathLike) -> Iterator[tuple[str, str]]:

@@ -14,9 +14,8 @@ from typing import Any
 
 from torch import Tensor
 
-from attnkit.checks import check, closest
+from attnkit.checks import check, known, non_negative_int, positive, positive_int, within
 from attnkit.config import ModelConfig
-from attnkit.errors import AttnkitError
 
 
 @dataclass(frozen=True)
@@ -67,27 +66,14 @@ class GenerationConfig:
     crop_context: bool = True
 
     def __post_init__(self) -> None:
-        check(
-            self.max_new_tokens >= 1,
-            f"max_new_tokens must be at least 1, got {self.max_new_tokens}",
-        )
-        check(
-            0 <= self.min_new_tokens <= self.max_new_tokens,
-            f"min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], "
-            f"got {self.min_new_tokens}",
-        )
-        check(self.temperature > 0, f"temperature must be positive, got {self.temperature}")
-        check(self.top_k >= 0, f"top_k must be 0 (off) or a positive integer, got {self.top_k}")
-        check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
-        check(
-            self.repetition_penalty > 0,
-            f"repetition_penalty must be positive (1 is off), got {self.repetition_penalty}",
-        )
-        check(
-            self.no_repeat_ngram_size >= 0,
-            f"no_repeat_ngram_size must be 0 (off) or positive, got {self.no_repeat_ngram_size}",
-        )
-        check(self.num_beams >= 1, f"num_beams must be at least 1, got {self.num_beams}")
+        positive_int("max_new_tokens", self.max_new_tokens)
+        within("min_new_tokens", self.min_new_tokens, f"[0, {self.max_new_tokens}]")
+        positive("temperature", self.temperature)
+        non_negative_int("top_k", self.top_k)
+        within("top_p", self.top_p, "(0, 1]")
+        positive("repetition_penalty", self.repetition_penalty)
+        non_negative_int("no_repeat_ngram_size", self.no_repeat_ngram_size)
+        positive_int("num_beams", self.num_beams)
         check(
             self.early_stopping in (True, False, "never"),
             f"early_stopping must be True, False or 'never', got {self.early_stopping!r}",
@@ -122,11 +108,7 @@ def resolve(
     """
     config = config or GenerationConfig()
     names = [f.name for f in dataclasses.fields(GenerationConfig)]
-    unknown = sorted(set(options) - set(names))
-    if unknown:
-        near = closest(unknown[0], names)
-        hint = f"did you mean {near!r}?" if near else "see GenerationConfig"
-        raise AttnkitError(f"generate has no option {unknown[0]!r}; {hint}")
+    known("option", options, names, owner="generate", otherwise="see GenerationConfig")
     config = dataclasses.replace(config, **options) if options else config
     ids: dict[str, Any] = {}
     if config.eos_token_id is None:

@@ -18,7 +18,8 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from attnkit.errors import AttnkitError
-from attnkit.run import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, atomic_write
+from attnkit.files import atomic_write
+from attnkit.run import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 
 SHARD_INDEX = "model.safetensors.index.json"
 TORCH_WEIGHTS = "pytorch_model.bin"

@@ -21,6 +21,7 @@ import torch
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.files import atomic_write
 from attnkit.interop.bert import BERT
 from attnkit.interop.bloom import BLOOM
 from attnkit.interop.folder import (
@@ -35,13 +36,7 @@ from attnkit.interop.llama import LLAMA, MISTRAL, MIXTRAL
 from attnkit.interop.mapping import Family, dump_tensors, load_tensors
 from attnkit.interop.marian import MARIAN
 from attnkit.models import TransformerModel, build_model
-from attnkit.run import (
-    TOKENIZER_FILE,
-    RunFolder,
-    atomic_write,
-    load_pretrained,
-    save_pretrained,
-)
+from attnkit.run import TOKENIZER_FILE, RunFolder, load_pretrained, save_pretrained
 
 log = logging.getLogger(__name__)
 

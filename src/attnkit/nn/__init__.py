@@ -9,12 +9,12 @@ from attnkit.nn.attention import (
 from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.feedforward import FeedForward
 from attnkit.nn.linear import Linear
-from attnkit.nn.local_attention import Window
 from attnkit.nn.lora import LoRALinear, apply_lora, lora_state_dict, merge_lora
 from attnkit.nn.masks import causal_mask, padding_mask, self_attention_mask
 from attnkit.nn.moe import MixtureOfExperts, load_balancing_loss, router_aux_loss
 from attnkit.nn.norm import Residual, make_norm
 from attnkit.nn.positional import AbsolutePositions, sinusoidal_table
+from attnkit.nn.window import Window
 
 __all__ = [
     "AbsolutePositions",

@@ -31,8 +31,9 @@ from torch import Tensor, nn
 from attnkit.errors import AttnkitError
 from attnkit.nn.kv_cache import LayerKV
 from attnkit.nn.linear import Linear
-from attnkit.nn.local_attention import NO_WINDOW, Window, local_attention
+from attnkit.nn.local_attention import local_attention
 from attnkit.nn.masks import causal_mask
+from attnkit.nn.window import NO_WINDOW, Window
 
 
 class Rotary(Protocol):
@@ -71,6 +72,10 @@ class AttentionPath(enum.Enum):
 class AttentionInputs:
     """What each attention layer of a stack reads in one forward pass, shared by all layers.
 
+    Self-attention reads `path`, `causal`, `mask`, `bias`, `positions`,
+    `key_mask` and `window`; cross-attention reads `memory` and `memory_mask`,
+    and of `path` only whether the weights are wanted (`AttentionPath.WEIGHTS`).
+
     path: how self-attention runs (`AttentionPath.choose`).
     causal: whether a query may not see later keys; when `mask` and `bias`
         are None that is all that is masked.
@@ -98,6 +103,11 @@ class AttentionInputs:
     window: Window = NO_WINDOW
     memory: Tensor | None = None
     memory_mask: Tensor | None = None
+
+
+# Every key, nothing masked, the fused path: what a layer called on its own reads. Frozen,
+# so every layer may share it.
+NO_INPUTS = AttentionInputs()
 
 
 def scaled_dot_product_attention(
@@ -209,9 +219,11 @@ class MultiHeadAttention(nn.Module):
         return self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
 
     def forward(
-        self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None = None
+        self, x: Tensor, inputs: AttentionInputs = NO_INPUTS, cache: LayerKV | None = None
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from `x` (batch, queries, d_model) to itself or to the memory of `inputs`.
+
+        Without `inputs`, self-attention attends to every key, unmasked.
 
         With a `cache` (this layer's part of a `KVCache`), self-attention
         appends the new keys and values and attends over all cached ones;

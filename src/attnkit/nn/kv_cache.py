@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import AttnkitError
-from attnkit.nn.local_attention import NO_WINDOW, Window
 from attnkit.nn.masks import causal_mask, padding_mask, self_attention_mask, slot_distance
+from attnkit.nn.window import NO_WINDOW, Window
 
 
 class LayerKV:

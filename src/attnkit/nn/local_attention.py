@@ -8,53 +8,19 @@ attention. A window over a sequence longer than two windows (and than
 `BLOCKWISE_MIN_LENGTH`) is computed block by block instead
 (`local_attention`): each block of w queries reads only its own and the
 neighbouring blocks of keys, O(length x w) rather than O(length^2); the
-strided keys, taken column by column, add O(length^2 / s).
-
-`Window` is the one place that decides what the window implies: whether a
-sequence runs block by block, and how many keys a decoding cache must hold.
+strided keys, taken column by column, add O(length^2 / s). When a sequence
+runs block by block is `Window`'s decision (`window.py`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.nn.masks import local_mask
-
-# Below these many positions the mask (full attention) is as fast as the blocks or faster
-# (bench/bench_window.py: a window of 32 alone 0.69x at 128 positions, 1.02x at 256, 2.03x at
-# 512; a window and a stride of 32, 0.45x at 256, 1.21x at 512, 1.73x at 1,024).
-BLOCKWISE_MIN_LENGTH = 256
-STRIDED_MIN_LENGTH = 512
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """The reach of local attention: `size` keys (0: every key), plus every `stride`-th key."""
-
-    size: int = 0
-    stride: int = 0
-
-    def runs_blockwise(self, length: int) -> bool:
-        """Whether the window over `length` positions pays for `local_attention`."""
-        shortest = STRIDED_MIN_LENGTH if self.stride else BLOCKWISE_MIN_LENGTH
-        return 0 < 2 * self.size < length and length >= shortest
-
-    def cache_slots(self, capacity: int) -> int:
-        """Keys a decoding cache of `capacity` positions holds at once.
-
-        A plain window never looks further back than `size` - 1 positions, so
-        the cache can be a ring of `size` slots; strided keys reach back past
-        any window, so those keep every position.
-        """
-        return self.size if 0 < self.size < capacity and not self.stride else capacity
-
-
-NO_WINDOW = Window()  # every key
 
 
 def local_attention(

@@ -17,7 +17,7 @@ then on; a saved id that differs still refuses (it means another tokenizer).
 A step checkpoint keeps LoRA factors apart (`attnkit.nn.lora`), so training
 resumes with them; every other weights file holds the merged, plain model.
 
-Every file is written to a temporary name and renamed (`attnkit.run.atomic_write`),
+Every file is written to a temporary name and renamed (`attnkit.files.atomic_write`),
 and the trainer state names the step whose weights it goes with, written only
 after those weights: a crash at any point leaves the previous checkpoint whole.
 Averaging the last N checkpoints (section 6.1: the base model averaged the
@@ -40,9 +40,10 @@ from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.files import atomic_write
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import merge_lora_tensors, merged_copy
-from attnkit.run import RunFolder, atomic_write, load_weights, save_pretrained
+from attnkit.run import RunFolder, load_weights, save_pretrained
 
 log = logging.getLogger(__name__)
 

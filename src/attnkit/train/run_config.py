@@ -25,7 +25,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
-from attnkit.checks import check, choice, lookup, non_negative, positive, unknown, within
+from attnkit.checks import check, choice, known, lookup, non_negative, positive, within
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.nn.lora import ATTENTION_PROJECTIONS
@@ -276,8 +276,7 @@ class RunConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         for name, values in data.items():
-            if name not in SECTIONS:
-                raise AttnkitError(unknown("section", name, list(SECTIONS)))
+            known("section", [name], list(SECTIONS))
             check(isinstance(values, dict), f"[{name}] must be a table of keys, got {values!r}")
         model = dict(data.get("model", {}))
         preset = model.pop("preset", None)
@@ -338,9 +337,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
 
 
 def _hint(section: str, key: str, hints: dict[str, Any], extra: list[str] = ()) -> Any:
-    if key not in hints:
-        valid = [f"{section}.{k}" for k in [*extra, *hints]]
-        raise AttnkitError(unknown("key", f"{section}.{key}", valid))
+    known("key", [f"{section}.{key}"], [f"{section}.{k}" for k in [*extra, *hints]])
     return hints[key]
 
 

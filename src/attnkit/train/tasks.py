@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from attnkit.errors import AttnkitError
 from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
 from attnkit.nn.lora import apply_lora
-from attnkit.run import RunFolder, load_pretrained
+from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import distributed as dist
 from attnkit.train.metrics import Metric
@@ -185,28 +185,19 @@ def _tokenizer(
     return Tokenizer.train(d.tokenizer, texts=texts, files=files, vocab_size=d.vocab_size)
 
 
-def _special_ids(tokenizer: Tokenizer, shape: str) -> dict[str, int]:
-    """The tokenizer's ids that targets start and end with, kept in the model's config so that
-    `generate` starts and stops on them."""
-    ids = {}
-    if shape != "encoder" and tokenizer.has("eos"):
-        ids["eos_id"] = tokenizer.eos_id
-    if shape == "encoder-decoder" and tokenizer.has("bos"):
-        ids["decoder_start_id"] = tokenizer.bos_id
-    return ids
-
-
 def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
     task = config.data.task
     if config.train.init_from:
         if config.model.preset or config.model.overrides:
             log.warning("the [model] section is not used: the model is train.init_from's")
+        # A base run saved before models recorded their decoding ids takes them from its
+        # tokenizer, the one this run trains with (`load_pretrained`), so this run records them.
         model = load_pretrained(config.train.init_from).train()
         where = f"train.init_from {config.train.init_from!r} holds"
         fix = "fine-tune a run of that shape"
     else:
         model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
-        model_config = replace(model_config, **_special_ids(tokenizer, model_config.shape))
+        model_config = with_decoding_ids(model_config, tokenizer)
         torch.manual_seed(config.train.seed)
         model = build_model(model_config)
         where = "the [model] section describes"
