@@ -58,6 +58,9 @@ BENCHMARKS = {
     ),
     "trainer": Benchmark("bench.bench_trainer", "the Trainer's overhead over a bare training loop"),
     "peak": Benchmark("bench.peak", "the machine's matmul GFLOP/s on each of torch's paths"),
+    "fault": Benchmark(
+        "bench.fault_injection", "training killed by SIGKILL in checkpoint writes: all recovered?"
+    ),
 }
 
 

@@ -6,13 +6,16 @@ sizes a test module needs passed to it (`WIDE`, `DECODING`, or its own fields).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import nn
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
 from attnkit.data.batch import Batch, pad
+from attnkit.interop import save_hf
 from attnkit.models import TransformerModel, build_model
 from attnkit.nn import LoRALinear, MultiHeadAttention
 from attnkit.run import RunFolder, save_pretrained, with_decoding_ids
@@ -185,3 +188,22 @@ def tiny_run(path: Path, shape: str, max_len: int = 40) -> Path:
     save_pretrained(model, path)
     tokenizer.save(RunFolder(path).tokenizer)
     return path
+
+
+def gpt2_folder(path: Path) -> Path:
+    """A GPT-2 Hugging Face folder at `path` (written by attnkit's export) with a tokenizer."""
+    tokenizer = Tokenizer.train("char", texts=RUN_LINES * 3)
+    small = {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_decoder_layers": 1, "max_len": 16}
+    torch.manual_seed(0)
+    model = build_model(
+        ModelConfig.from_preset("gpt-tiny", vocab_size=tokenizer.vocab_size, **small)
+    )
+    tokenizer.save(save_hf(model, path))
+    return path
+
+
+def rewrite_weights(run: Path, change: Callable[[dict[str, Tensor]], None]) -> None:
+    """Rewrite a run folder's model.safetensors after `change` edits its tensors in place."""
+    tensors = load_file(run / "model.safetensors")
+    change(tensors)
+    save_file(tensors, str(run / "model.safetensors"))

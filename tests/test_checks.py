@@ -1,8 +1,19 @@
 """The shared checks: each rule, its sentence, and the nearest name for a misspelt one."""
 
+import math
+from dataclasses import dataclass
+
 import pytest
 
-from attnkit.checks import lookup, non_negative_int, positive_int, unknown, within
+from attnkit.checks import (
+    finite,
+    finite_fields,
+    lookup,
+    non_negative_int,
+    positive_int,
+    unknown,
+    within,
+)
 from attnkit.errors import AttnkitError
 
 
@@ -45,3 +56,23 @@ def test_lookup_names_the_nearest_entry_or_all_of_them() -> None:
     assert unknown("preset", "xyz", list(table)) == (
         "unknown preset 'xyz'; the valid ones are tiny, paper-base"
     )
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_finite_refuses_nan_and_infinity(value: float) -> None:
+    finite("lr", 1e-3)
+    with pytest.raises(AttnkitError, match=r"^lr must be a finite number, got -?(nan|inf)$"):
+        finite("lr", value)
+
+
+def test_finite_fields_checks_every_float_field_under_its_section() -> None:
+    @dataclass
+    class Section:
+        steps: int = 3
+        lr: float = 1e-3
+
+    finite_fields(Section())
+    with pytest.raises(AttnkitError, match=r"^train\.lr must be a finite number, got nan$"):
+        finite_fields(Section(lr=math.nan), "train")
+    with pytest.raises(AttnkitError, match=r"^lr must be a finite number, got inf$"):
+        finite_fields(Section(lr=math.inf))

@@ -105,3 +105,10 @@ def test_model_of_the_wrong_shape_is_refused() -> None:
     with pytest.raises(AttnkitError, match="DecoderOnly needs a decoder config"):
         DecoderOnly(ModelConfig.from_preset("tiny"))
     assert type(build_model(ModelConfig.from_preset("gpt-tiny"))).__name__ == "DecoderOnly"
+
+
+@pytest.mark.parametrize("name", ["dropout", "norm_eps", "rope_theta", "router_aux_loss_coef"])
+def test_float_fields_must_be_finite_numbers(name: str) -> None:
+    positional = {"positional": "rope"} if name == "rope_theta" else {}
+    with pytest.raises(AttnkitError, match=rf"^{name} must be a finite number, got nan$"):
+        ModelConfig(**positional, **{name: float("nan")})

@@ -19,6 +19,7 @@ def test_the_layout_names_every_file_of_a_run_folder(tmp_path):
         "config.json": folder.config,
         "model.safetensors": folder.weights,
         "tokenizer.json": folder.tokenizer,
+        "tokenizer_fingerprint": folder.fingerprint,
         "run_config.toml": folder.run_config,
         "trainer_state.pt": folder.trainer_state,
         "metrics.jsonl": folder.metrics,

@@ -8,7 +8,9 @@ through these.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
@@ -26,6 +28,20 @@ def check(ok: bool, message: str) -> None:
 def choice(name: str, value: object, allowed: Sequence[str]) -> None:
     """`value` of the setting `name` must be one of `allowed`."""
     check(value in allowed, f"{name} {value!r} is not one of {', '.join(allowed)}")
+
+
+def finite(name: str, value: float) -> None:
+    """`value` of the setting `name` must be a number, not NaN or infinite."""
+    check(math.isfinite(value), f"{name} must be a finite number, got {value!r}")
+
+
+def finite_fields(settings: object, section: str = "") -> None:
+    """Every float field of the dataclass `settings` must be finite (`finite`); `section`
+    names the config section they are keys of, for the message."""
+    for setting in dataclasses.fields(settings):
+        value = getattr(settings, setting.name)
+        if isinstance(value, float):
+            finite(f"{section}.{setting.name}" if section else setting.name, value)
 
 
 def positive(name: str, value: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -95,28 +96,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     """Train the model a run config describes; the run folder is its train.out_dir."""
     from attnkit.train import distributed as dist
     from attnkit.train.run_config import RunConfig
+    from attnkit.train.stopping import EXIT_STATUS, resume_command
     from attnkit.train.tasks import train
+    from attnkit.train.validate import validate
 
     config = RunConfig.load(args.config, args.set or [])
+    command = resume_command(args.config, args.set or [])  # the options it was started with
+    validate(config)  # before the progress bar is drawn, so a mistake prints only its sentence
     info = dist.from_env()
     if not info.is_main:
         logging.getLogger().setLevel(logging.WARNING)  # only rank 0 talks
     progress = _Progress(config.train.steps, "training") if info.is_main else None
+    callbacks = [progress] if progress else []
     try:
         with progress.redirect_logging() if progress else contextlib.nullcontext():
-            result = train(config, resume=args.resume, callbacks=[progress] if progress else [])
+            result = train(config, resume=args.resume, callbacks=callbacks, resume_command=command)
     finally:
         if progress:
             progress.close()
         dist.teardown()
     if not info.is_main:
         return 0
-    if result.stopped == "interrupted":
-        print(
-            f"stopped at step {result.step} and saved; continue with: "
-            f"attnkit train {args.config} --resume"
-        )
-        return 130
+    if result.stopped in EXIT_STATUS:  # by Ctrl-C (130) or SIGTERM (143)
+        print(f"stopped at step {result.step} and saved; continue with: {command}")
+        return EXIT_STATUS[result.stopped]
     best = f", best {config.eval.metric} {result.best:.4g}" if result.best is not None else ""
     print(f"{result.stopped} at step {result.step}{best}; run folder: {result.run_dir}")
     return 0
@@ -126,19 +129,22 @@ def _load_run(args: argparse.Namespace):
     """The model and tokenizer of RUN_DIR, on the asked device, with the asked threads."""
     import torch
 
+    from attnkit.checks import non_negative_int
     from attnkit.run import load_run
 
+    non_negative_int("--threads", args.threads, zero="the default")
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load_run(args.run_dir, device=args.device)
+    return load_run(args.run_dir, args.device, check_tokenizer=not args.ignore_tokenizer_mismatch)
 
 
 def _generation_config(args: argparse.Namespace, model):
     """GenerationConfig from the decoding options common to translate, generate and eval."""
     from attnkit.generation import GenerationConfig
 
+    most = args.max_new_tokens  # None: as many as max_len allows; 0 is refused like -5
     options = {
-        "max_new_tokens": args.max_new_tokens or model.config.max_len - 1,
+        "max_new_tokens": model.config.max_len - 1 if most is None else most,
         "num_beams": getattr(args, "beam", 1),
         "length_penalty": getattr(args, "length_penalty", 1.0),
         "no_repeat_ngram_size": args.no_repeat_ngram_size,
@@ -170,17 +176,15 @@ def _progress(total: int, desc: str, enabled: bool):
 
 def cmd_translate(args: argparse.Namespace) -> int:
     """Translate lines from --input (or stdin), one output line per input line, in order."""
-    from attnkit.inference import translate
+    from attnkit.files import check_writable
+    from attnkit.inference import read_texts, translate, write_lines
 
+    for path, option in ((args.output, "--output"), (args.attention_plot, "--attention-plot")):
+        if path:
+            check_writable(path, option)  # before any work, which would be lost
+    lines = read_texts(args.input)
     run = _load_run(args)
     model, tokenizer = run.model, run.tokenizer
-    if args.input:
-        path = Path(args.input)
-        if not path.is_file():
-            raise AttnkitError(f"no input file at {path}")
-        lines = path.read_text(encoding="utf-8").splitlines()
-    else:
-        lines = sys.stdin.read().splitlines()
     if run.folder.data_defaults().get("lowercase"):
         lines = [line.lower() for line in lines]  # the model was trained on lowercased text
     config = _generation_config(args, model)
@@ -194,11 +198,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
             refuse_long=args.refuse_long,
             progress=bar.update,
         )
-    text = "".join(f"{line}\n" for line in outputs)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    write_lines(outputs, args.output)
     if args.attention_plot and lines:
         from attnkit.viz import plot_cross_attention
 
@@ -217,9 +217,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     run = _load_run(args)
     config = _generation_config(args, run.model)
+    pieces = complete(run.model, run.tokenizer, args.prompt, config)  # checked before output
     sys.stdout.write(args.prompt)
     sys.stdout.flush()
-    for piece in complete(run.model, run.tokenizer, args.prompt, config):
+    for piece in pieces:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
@@ -228,8 +229,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     """Score a run on a corpus split: BLEU and chrF for translation, perplexity for a LM."""
+    from attnkit.files import check_writable
+    from attnkit.inference import write_lines
     from attnkit.run_eval import read_eval_set, score_run
 
+    if args.output:
+        check_writable(args.output, "--output")
     run = _load_run(args)
     data = read_eval_set(
         run,
@@ -246,13 +251,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with _progress(len(data.sources), "translating", not args.no_progress) as bar:
         result = score_run(run, data, config, batch_size=args.batch_size, progress=bar.update)
     if args.output and result.hypotheses:
-        text = "".join(f"{h}\n" for h in result.hypotheses)
-        Path(args.output).write_text(text, encoding="utf-8")
+        write_lines(result.hypotheses, args.output)
     print(f"attnkit eval {args.run_dir}: {result.description}")
-    width = max(len(score.name) for score in result.scores)
-    print(f"{'metric':<{width}}  {'score':>8}  signature")
-    for score in result.scores:
-        print(f"{score.name:<{width}}  {score.value:>8.{score.digits}f}  {score.signature}")
+    print(result.table())
     return 0
 
 
@@ -260,11 +261,14 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (config, weights, tokenizer)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: 1)")
-    p.add_argument(
-        "--max-new-tokens", type=int, default=0, help="most new tokens (default: max_len - 1)"
-    )
+    p.add_argument("--max-new-tokens", type=int, help="most new tokens (default: max_len - 1)")
     p.add_argument("--no-repeat-ngram-size", type=int, default=0, help="forbid repeated n-grams")
     p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 is off")
+    p.add_argument(
+        "--ignore-tokenizer-mismatch",
+        action="store_true",
+        help="a tokenizer.json whose vocabulary the run did not record is used all the same",
+    )
 
 
 def _add_beam_options(p: argparse.ArgumentParser) -> None:
@@ -278,16 +282,7 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     """Turn a Hugging Face folder into an attnkit run folder."""
     from attnkit.interop import import_hf
 
-    imported = import_hf(args.src_dir, args.run_dir)
-    c = imported.model.config
-    print(
-        f"imported {imported.model_type} as an attnkit {c.shape} model "
-        f"({imported.model.num_parameters():,} parameters) into {args.run_dir}"
-    )
-    if imported.tokenizer is not None:
-        print(f"copied {imported.tokenizer.name}")
-    if imported.unused:
-        print(f"not used by attnkit ({len(imported.unused)} tensors): {', '.join(imported.unused)}")
+    print(import_hf(args.src_dir, args.run_dir, overwrite=args.overwrite).report(args.run_dir))
     return 0
 
 
@@ -295,7 +290,7 @@ def cmd_export_hf(args: argparse.Namespace) -> int:
     """Turn an attnkit run folder into a Hugging Face folder."""
     from attnkit.interop import export_hf
 
-    out = export_hf(args.run_dir, args.out_dir)
+    out = export_hf(args.run_dir, args.out_dir, overwrite=args.overwrite)
     print(f"exported {args.run_dir} to {out} (config.json, model.safetensors)")
     return 0
 
@@ -370,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
         q = formats.add_parser("hf", help=hf_folder)
         for folder, text in folders:
             q.add_argument(folder, help=text)
+        q.add_argument("--overwrite", action="store_true", help="replace a model folder's files")
         q.set_defaults(func=func)
     return parser
 
@@ -381,7 +377,13 @@ def main(argv: list[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+        return code
+    except BrokenPipeError:
+        # The reader left (`| head`): stop quietly; stdout to devnull, so exit's flush passes.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it
     except AttnkitError as err:
         print(f"attnkit: error: {err}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ from typing import Any
 from attnkit.checks import (
     check,
     choice,
+    finite_fields,
     known,
     lookup,
     non_negative_int,
@@ -157,6 +158,7 @@ class ModelConfig:
         }
 
     def _validate(self) -> None:
+        finite_fields(self)
         for name in ("vocab_size", "d_model", "n_heads", "n_kv_heads", "d_ff", "max_len"):
             positive_int(name, getattr(self, name))
         check(

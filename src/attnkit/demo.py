@@ -6,6 +6,10 @@ reads its run config (`demo.toml`, shipped in the package), trains the
 task) with the `Trainer`, decodes held-out strings with `generate`, and draws
 the decoder's cross-attention, which learns to read the source backwards (an
 anti-diagonal). Needing no data, it proves the whole pipeline on a CPU.
+
+The demo starts afresh each time, so it deletes the run folder it finds, but
+only one it made itself: a run of its own task and model (its saved
+run_config.toml says so). Any other folder there stops it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnkit.data.reverse import BOS, ReverseTask, show
+from attnkit.data.reverse import BOS, EOS, ReverseTask, show
+from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 from attnkit.run import RunFolder
 from attnkit.train.run_config import RunConfig
@@ -60,8 +65,7 @@ def run_demo(
     """Train afresh into `train.out_dir`, score `eval_examples` held-out strings (drawn by
     `train.seed` + 1) and draw the first one's cross-attention to `picture`."""
     run_dir = Path(config.train.out_dir)
-    if RunFolder(run_dir).trainer_state.exists():  # the demo starts afresh each time
-        shutil.rmtree(run_dir)
+    _clear(RunFolder(run_dir), config)
     start = time.perf_counter()
     model = train(config, callbacks=callbacks).model
     train_seconds = time.perf_counter() - start
@@ -70,7 +74,7 @@ def run_demo(
     digits = results[0][0]
     picture = plot_cross_attention(
         model,
-        digits,
+        [*digits, EOS],
         [BOS, *digits[::-1]],
         picture,
         token=lambda i: show([i]),
@@ -79,3 +83,32 @@ def run_demo(
     )
     examples = [(show(s), show(t), show(h)) for s, t, h in results]
     return DemoReport(model, accuracy, examples, train_seconds, picture, run_dir)
+
+
+def _clear(folder: RunFolder, config: RunConfig) -> None:
+    """Empty the demo's run folder for a new run; a folder the demo did not make is refused."""
+    root = folder.root
+    if root.exists() and not root.is_dir():
+        raise AttnkitError(
+            f"{root} is a file, where the demo would put its run folder; give it another --out"
+        )
+    if not root.exists() or not any(root.iterdir()):
+        return
+    if not _made_by_demo(folder, config):
+        raise AttnkitError(
+            f"{root} holds files that are not a run of the demo, and the demo starts afresh "
+            "each time; give it another --out, or move them"
+        )
+    shutil.rmtree(root)
+
+
+def _made_by_demo(folder: RunFolder, config: RunConfig) -> bool:
+    """Whether `folder` holds a run of the demo's task and model (the demo's own run, or
+    `attnkit train configs/demo.toml`): its saved run config has the demo's [model] and [data]."""
+    if not folder.run_config.is_file():
+        return False
+    try:
+        saved = RunConfig.load(folder.run_config)
+    except AttnkitError:
+        return False
+    return saved.model == config.model and saved.data == config.data

@@ -100,6 +100,8 @@ def perplexity(model: TransformerModel, batches: Iterable[Batch]) -> Score:
             tgt, tgt_mask = batch.tgt, batch.tgt_mask
             if tgt is None:
                 raise AttnkitError("perplexity needs batches with a target (tgt)")
+            if tgt.shape[0] == 0 or tgt.shape[1] < 2:
+                continue  # nothing to predict: no rows, or <s> alone
             inputs, mask, labels = shift_targets(tgt, tgt_mask, ignore=-100)
             if model.config.shape == "encoder-decoder":
                 logits = model(batch.src, inputs, batch.src_mask, mask).logits

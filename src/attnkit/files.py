@@ -1,21 +1,32 @@
-"""Files: reading the lines of UTF-8 text files, and writing any file atomically.
+"""Files: reading the lines of UTF-8 text, and writing any file atomically.
 
 `read_lines` is the one reader under the tokenizer's training and every data
 reader, for plain or gzipped (`.gz`) files. Bad input stops with the file and
 line at fault: a missing file, invalid UTF-8, a truncated or corrupt `.gz`.
+`decode_lines` reads standard input the same way, and `check_utf8` checks text
+that arrives as a string (a command-line argument).
+
+`check_writable` tells, before any work, whether an output path can be written, by
+a real write in its `nearest_folder`.
 
 `atomic_write` writes every file attnkit saves (run folders, tokenizers,
 checkpoints) to a temporary name and renames it, so a crash mid-write never
-leaves a half-written file behind.
+leaves a half-written file behind; `append_line` adds a whole line or none, and
+`replace_folder` fills a folder only once everything for it is written. A
+write that finds no room (disk full, quota, file too large) stops with
+`WriteError`: the file, the reason, and what is intact.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import os
+import re
+import shutil
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -32,22 +43,91 @@ def read_lines(path: PathLike, *, keepends: bool = False) -> Iterator[str]:
     """
     path = Path(path)
     with _open_binary(path) as stream:
-        number = 0
-        try:
-            for number, raw in enumerate(stream, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise AttnkitError(
-                        f"{path} line {number} is not valid UTF-8 (byte {err.start} of the line); "
-                        "re-encode the file as UTF-8"
-                    ) from None
-                yield line if keepends else line.rstrip("\r\n")
-        except (OSError, EOFError, zlib.error) as err:
-            # A truncated or corrupt .gz surfaces only while reading.
-            raise AttnkitError(
-                f"{path} could not be read after line {number} ({err}); replace the file"
-            ) from None
+        yield from decode_lines(stream, str(path), keepends=keepends)
+
+
+def decode_lines(stream: Iterable[bytes], name: str, *, keepends: bool = False) -> Iterator[str]:
+    """Yield the lines of a binary stream (an open file, `sys.stdin.buffer`) as UTF-8 text.
+
+    `name` says in errors where the lines come from: a path, "standard input".
+    """
+    number = 0
+    try:
+        for number, raw in enumerate(stream, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise AttnkitError(
+                    f"{name} line {number} is not valid UTF-8 (byte {err.start} of the line); "
+                    "re-encode it as UTF-8"
+                ) from None
+            yield line if keepends else line.rstrip("\r\n")
+    except (OSError, EOFError, zlib.error) as err:
+        # A truncated or corrupt .gz surfaces only while reading.
+        raise AttnkitError(
+            f"{name} could not be read after line {number} ({err}); replace the file"
+        ) from None
+
+
+def check_utf8(text: str, what: str) -> str:
+    """`text` if it can be written as UTF-8; else stop, naming `what` it is.
+
+    Python keeps the bytes of a command-line argument that are not UTF-8 as lone
+    surrogates, which no tokenizer can encode.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise AttnkitError(
+            f"{what} is not valid UTF-8 (character {err.start}); re-encode it as UTF-8"
+        ) from None
+    return text
+
+
+def check_writable(path: PathLike, what: str) -> Path:
+    """Stop before any work when no file can be written at `path` (missing folders would be
+    made): it is a folder, a file stands where a folder should, or its folder refuses.
+
+    `what` names the path for the user, e.g. "--output".
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise AttnkitError(f"{what} {path} is a folder; give a file path")
+    if path.exists() and not path.is_file():
+        # A device or pipe (/dev/stdout) is written in place, so only its own bits count.
+        if not os.access(path, os.W_OK):
+            raise AttnkitError(f"{what} {path} cannot be written; choose another path")
+        return path
+    folder, writable = nearest_folder(path.parent)
+    if not folder.is_dir():
+        raise AttnkitError(
+            f"{what} {path} cannot be written: {folder} is a file, not a folder; "
+            "choose another path"
+        )
+    if not writable:
+        raise AttnkitError(
+            f"{what} {path} cannot be written: no file can be made in {folder}; choose another path"
+        )
+    return path
+
+
+def nearest_folder(path: PathLike) -> tuple[Path, bool]:
+    """The nearest of `path` and its parents that exists, where its missing folders would be
+    made, and whether a file can be made in it (never, where it is a file).
+
+    Trying is the sure test, with a temporary file removed at once: permission bits
+    say yes to root, even in /proc.
+    """
+    path = Path(path)
+    nearest = next(p for p in (path, *path.parents) if p.exists())
+    if not nearest.is_dir():
+        return nearest, False
+    try:
+        with tempfile.TemporaryFile(dir=nearest):
+            pass
+    except OSError:
+        return nearest, False
+    return nearest, True
 
 
 def _open_binary(path: Path) -> IO[bytes]:
@@ -60,16 +140,146 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     """Call `write(tmp)` on a temporary file beside `path`, then rename it to `path`.
 
     The rename is atomic on POSIX, so readers see the old file or the new one,
-    never a partial one; if `write` raises, the old file is left untouched.
+    never a partial one; if `write` raises, the old file is left untouched. The
+    file gets the mode any new file gets under the umask. A write refused for
+    want of room stops with `WriteError`, which names the file and the reason.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    existed = path.exists()
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
         write(Path(tmp))
+        # mkstemp makes the file readable by its owner alone; a team shares run folders.
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except AttnkitError:
+        raise  # already a sentence
+    except Exception as err:
+        reason = _room_error(err, path.parent)
+        if reason is None:
+            raise
+        intact = "its previous version is intact" if existed else "no partial file was left"
+        raise WriteError(path, reason, intact) from None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def append_line(path: PathLike, line: str) -> None:
+    """Add `line` at the end of a text file, whole or not at all.
+
+    A write refused for want of room stops with `WriteError` and leaves the
+    file as it was, so no half line spoils the lines before.
+    """
+    data = line.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as err:
+            if err.errno not in _ROOM:
+                raise
+            os.ftruncate(fd, size)
+            raise WriteError(Path(path), err.strerror, "the lines before are intact") from None
+    finally:
+        os.close(fd)
+
+
+def replace_folder(path: PathLike, write: Callable[[Path], None]) -> Path:
+    """Call `write(stage)` on a new folder, then make `path` hold exactly what it wrote.
+
+    The stage is made inside `path` (so on its file system), and only once
+    `write` has finished are its entries moved up and the entries of `path`
+    that it did not write removed: a failed `write` leaves `path` as it was.
+    Whether `path` may be replaced is the caller's to check.
+    """
+    path = Path(path)
+    made = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".new-", suffix=".tmp", dir=path))
+    try:
+        try:
+            write(stage)
+        except WriteError as err:
+            inside = err.path.is_relative_to(stage)
+            name = path / err.path.relative_to(stage) if inside else err.path
+            intact = "nothing was left there" if made else f"{path} is as it was"
+            raise WriteError(name, err.reason, intact) from None
+        new = {entry.name for entry in stage.iterdir()}
+        for entry in path.iterdir():
+            if entry != stage and entry.name not in new:
+                _remove(entry)
+        for name in new:
+            if (path / name).is_dir() and not (path / name).is_symlink():
+                shutil.rmtree(path / name)  # os.replace puts a folder only where none is
+            os.replace(stage / name, path / name)
+    except BaseException:
+        if made:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return path
+
+
+class WriteError(AttnkitError):
+    """A file the operating system would not write for want of room: a full disk, a
+    quota, a size limit. The sentence names the file, the reason and what is intact."""
+
+    def __init__(self, path: Path, reason: str, intact: str) -> None:
+        super().__init__(f"could not write {path} ({reason}); {intact}")
+        self.path, self.reason = path, reason
+
+
+# The errors of a write that found no room: disk full, quota exceeded, file too large.
+_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _room_error(err: BaseException, folder: Path) -> str | None:
+    """The operating system's reason when `err` comes from a write that found no room.
+
+    Python raises the OSError itself, torch keeps it as the context of its own
+    error, and safetensors' writer names its number ("os error 28"). Torch's zip
+    writer, given a path, says neither: then a disk with no room left speaks.
+    """
+    seen, cause = set(), err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in _ROOM:
+            return cause.strerror or os.strerror(cause.errno)
+        cause = cause.__cause__ or cause.__context__
+    number = re.search(r"os error (\d+)", str(err))
+    if number and int(number.group(1)) in _ROOM:
+        return os.strerror(int(number.group(1)))
+    if not isinstance(err, OSError) and _no_room_left(folder):
+        return os.strerror(errno.ENOSPC)
+    return None
+
+
+def _no_room_left(folder: Path) -> bool:
+    try:
+        stat = os.statvfs(folder)
+    except (OSError, AttributeError):  # no statvfs on Windows
+        return False
+    return stat.f_bavail * stat.f_frsize < 1 << 20
+
+
+def _umask() -> int:
+    # The umask can be read only by setting it: set it back at once.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()

@@ -5,19 +5,27 @@
 Sorting by length before batching keeps padding small; results return in the
 order of the input. Empty lines give empty outputs without running the model,
 and inputs over the model's max_len are cut (counted, with a warning) or
-refused.
+refused. Text that is not valid UTF-8 is refused with its line, and pieces the
+tokenizer does not know (characters outside a character vocabulary) are
+counted in one warning.
+
+`read_texts` and `write_lines` are the command line's input and output: a
+file, or standard input and output.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import torch
 
 from attnkit.data.batch import pad
 from attnkit.errors import AttnkitError
+from attnkit.files import PathLike, atomic_write, check_utf8, decode_lines, read_lines
 from attnkit.generation import GenerationConfig, generate, stream
 from attnkit.models import TransformerModel
 from attnkit.tokenizer import Tokenizer
@@ -25,18 +33,63 @@ from attnkit.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 
+def read_texts(path: PathLike | None = None) -> list[str]:
+    """The lines of the UTF-8 text file at `path`, or of standard input when None."""
+    if path is not None:
+        return list(read_lines(path))
+    return list(decode_lines(sys.stdin.buffer, "standard input"))
+
+
+def write_lines(lines: Sequence[str], path: PathLike | None = None) -> None:
+    """Each of `lines` and a newline, to the file at `path` (its folder made) or to stdout.
+
+    The file is written whole or not at all (`atomic_write`), and a full disk is one sentence.
+    """
+    text = "".join(f"{line}\n" for line in lines)
+    if path is None:
+        sys.stdout.write(text)
+        return
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        # A device or pipe (/dev/stdout) cannot be renamed over: it is written in place.
+        path.write_text(text, encoding="utf-8")
+        return
+    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
 def encode_sources(
     tokenizer: Tokenizer, texts: Sequence[str], max_len: int, refuse_long: bool = False
 ) -> list[list[int]]:
     """Source ids ending in </s> (as in training), cut to `max_len` or refused when longer."""
     if not refuse_long:
-        return tokenizer.encode_batch(texts, add_eos=True, max_length=max_len)
-    encoded = tokenizer.encode_batch(texts, add_eos=True)
+        return _warn_unknown(
+            tokenizer, tokenizer.encode_batch(texts, add_eos=True, max_length=max_len)
+        )
+    encoded = _warn_unknown(tokenizer, tokenizer.encode_batch(texts, add_eos=True))
     for line, ids in enumerate(encoded, start=1):
         if len(ids) > max_len:
             raise AttnkitError(
                 f"input line {line} has {len(ids)} tokens, over the model's max_len {max_len}; "
                 "shorten it, or allow truncation"
+            )
+    return encoded
+
+
+def _warn_unknown(tokenizer: Tokenizer, encoded: list[list[int]]) -> list[list[int]]:
+    """`encoded`, after one warning that counts its <unk> ids, if it has any.
+
+    A character vocabulary knows only the characters of its training text; any other
+    becomes <unk>, and the model reads nothing of it.
+    """
+    if tokenizer.has("unk"):
+        unk = tokenizer.unk_id
+        count = sum(ids.count(unk) for ids in encoded)
+        if count:
+            log.warning(
+                "%d tokens of the input became %s: the tokenizer's vocabulary lacks those "
+                "characters",
+                count,
+                tokenizer.id_to_token(unk),
             )
     return encoded
 
@@ -59,6 +112,8 @@ def translate(
         )
     if batch_size < 1:
         raise AttnkitError(f"batch_size must be at least 1, got {batch_size}")
+    for line, text in enumerate(texts, start=1):
+        check_utf8(text, f"input line {line}")
     config = dataclasses.replace(
         config or GenerationConfig(),
         eos_token_id=tokenizer.eos_id,
@@ -92,8 +147,9 @@ def complete(
     prompt: str,
     config: GenerationConfig | None = None,
 ) -> Iterator[str]:
-    """Continue `prompt` with a language model, yielding the new text piece by piece.
+    """Continue `prompt` with a language model: an iterator over the new text, piece by piece.
 
+    The model and prompt are checked by the call itself, before any text is shown.
     A piece is yielded whenever the decoded text grows, so byte-level tokens
     that split a character appear once the character is complete.
     """
@@ -102,7 +158,8 @@ def complete(
             f"text completion needs a decoder (language) model, but this one is a "
             f"{model.config.shape} model; use `attnkit translate` for translation"
         )
-    ids = tokenizer.encode(prompt) or [tokenizer.bos_id]
+    ids = _warn_unknown(tokenizer, [tokenizer.encode(check_utf8(prompt, "the prompt"))])[0]
+    ids = ids or [tokenizer.bos_id]
     if len(ids) >= model.config.max_len:
         kept = model.config.max_len - 1
         log.warning("the prompt has %d tokens; keeping its last %d", len(ids), kept)
@@ -113,7 +170,17 @@ def complete(
         eos_token_id=() if eos is None else eos,
         pad_token_id=tokenizer.pad_id,
     )
-    prompt_ids = torch.tensor([ids], device=model.device)
+    return _pieces(model, tokenizer, torch.tensor([ids], device=model.device), config, eos)
+
+
+def _pieces(
+    model: TransformerModel,
+    tokenizer: Tokenizer,
+    prompt_ids: torch.Tensor,
+    config: GenerationConfig,
+    eos: int | None,
+) -> Iterator[str]:
+    """The new text of `complete`, yielded as it grows."""
     new: list[int] = []
     shown = ""
     for step in stream(model, prompt_ids, None, config):

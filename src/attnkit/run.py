@@ -3,12 +3,14 @@
     RUN_DIR/config.json                  the ModelConfig
     RUN_DIR/model.safetensors            the weights (a tied matrix stored once)
     RUN_DIR/tokenizer.json               the tokenizer, when there is one
+    RUN_DIR/tokenizer_fingerprint        its vocabulary's fingerprint, checked when loading
     RUN_DIR/run_config.toml              the run config it was trained from
     RUN_DIR/trainer_state.pt             what resuming needs (`attnkit.train.checkpoint`)
     RUN_DIR/metrics.jsonl                one JSON record per logged interval or evaluation
     RUN_DIR/curves.png                   those records drawn
     RUN_DIR/checkpoints/step-0000500/    the weights at each saved step
     RUN_DIR/checkpoints/best/            the weights with the best validation metric
+    RUN_DIR/train.lock                   held by the training under way (`attnkit.train.lock`)
 
 Every command accepts such a folder. Files are written to a temporary name
 and renamed, so a crash mid-write never leaves a half-written file behind.
@@ -32,11 +34,12 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_model
+from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.files import atomic_write
+from attnkit.files import WriteError, append_line, atomic_write
 from attnkit.models import TransformerModel, build_model
 from attnkit.nn.lora import merged_copy
 from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer
@@ -68,12 +71,22 @@ class RunFolder:
         self.config = self.root / CONFIG_FILE
         self.weights = self.root / WEIGHTS_FILE
         self.tokenizer = self.root / TOKENIZER_FILE
+        self.fingerprint = self.root / "tokenizer_fingerprint"
         self.run_config = self.root / "run_config.toml"
         self.trainer_state = self.root / "trainer_state.pt"
         self.metrics = self.root / "metrics.jsonl"
         self.curves = self.root / "curves.png"
         self.checkpoints = self.root / "checkpoints"
         self.best_weights = self.checkpoints / "best" / WEIGHTS_FILE
+        self.lock = self.root / "train.lock"
+
+    def owns(self, entry: Path) -> bool:
+        """Whether `entry` of the folder is one attnkit writes there, or the leftover of a
+        write it did not finish (a hidden `.tmp` of `atomic_write` or `replace_folder`)."""
+        mine = (self.config, self.weights, self.tokenizer, self.fingerprint, self.run_config)
+        mine += (self.trainer_state, self.metrics, self.curves, self.checkpoints, self.lock)
+        name = entry.name
+        return name in {p.name for p in mine} or (name.startswith(".") and name.endswith(".tmp"))
 
     def step_dir(self, step: int) -> Path:
         return self.checkpoints / f"{_STEP}{step:07d}"
@@ -105,8 +118,12 @@ class RunFolder:
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         """Add one record as the last line of metrics.jsonl."""
-        with open(self.metrics, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            append_line(self.metrics, json.dumps(record) + "\n")
+        except WriteError as err:
+            steps = self.saved_steps()
+            intact = self.intact(steps[-1] if steps else None)
+            raise WriteError(err.path, err.reason, intact) from None
 
     def write_run_config(self, toml: str) -> None:
         atomic_write(self.run_config, lambda p: p.write_text(toml))
@@ -122,14 +139,41 @@ class RunFolder:
                 f"{self.run_config} is not valid TOML ({err}); fix or remove it"
             ) from None
 
-    def load_tokenizer(self) -> Tokenizer:
-        """The run's tokenizer; a run folder without one is refused in one sentence."""
+    def load_tokenizer(self, check: bool = True) -> Tokenizer:
+        """The run's tokenizer; a run folder without one is refused in one sentence.
+
+        With `check`, a tokenizer whose vocabulary is not the one the run recorded
+        (`record_tokenizer`) is refused: another model's tokenizer of the same size
+        would run, and give wrong text. A run that recorded none loads as it is.
+        """
         if not self.tokenizer.is_file():
             raise AttnkitError(
                 f"{self.root} has no {TOKENIZER_FILE}; train the run with a tokenizer or copy "
                 "one there"
             )
-        return Tokenizer.load(self.tokenizer)
+        tokenizer = Tokenizer.load(self.tokenizer)
+        recorded = self.fingerprint.read_text().strip() if self.fingerprint.is_file() else None
+        if check and recorded is not None and recorded != tokenizer.fingerprint:
+            raise AttnkitError(
+                f"{self.tokenizer} is not the tokenizer the model of {self.root} was made with "
+                f"(its vocabulary's fingerprint is {tokenizer.fingerprint}, the run recorded "
+                f"{recorded}); put the run's own {TOKENIZER_FILE} back, or, if you know the ids "
+                "agree, pass --ignore-tokenizer-mismatch (check_tokenizer=False)"
+            )
+        return tokenizer
+
+    def record_tokenizer(self, tokenizer: Tokenizer) -> None:
+        """Record the fingerprint of the vocabulary the model is made with, which loading checks."""
+        atomic_write(self.fingerprint, lambda p: p.write_text(tokenizer.fingerprint + "\n"))
+
+    def intact(self, step: int | None) -> str:
+        """What a failed write during training left whole: the checkpoint of `step` (or none)."""
+        if step is None:
+            return "no checkpoint had been saved yet; free some space and start again"
+        return (
+            f"the checkpoint of step {step} ({self.step_dir(step)}) is intact: free some space, "
+            "then continue with --resume"
+        )
 
 
 @dataclass(frozen=True)
@@ -141,11 +185,17 @@ class Run:
     tokenizer: Tokenizer
 
 
-def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> Run:
-    """The model and tokenizer of a run folder, refusing a folder without either."""
+def load_run(
+    run_dir: str | Path, device: str | torch.device = "cpu", *, check_tokenizer: bool = True
+) -> Run:
+    """The model and tokenizer of a run folder, refusing a folder without either.
+
+    check_tokenizer: refuse a tokenizer.json whose vocabulary is not the one the
+        run recorded (`RunFolder.load_tokenizer`); False takes it as it is.
+    """
     folder = RunFolder(run_dir)
     model = load_pretrained(folder.root, device)
-    return Run(folder, model, folder.load_tokenizer())
+    return Run(folder, model, folder.load_tokenizer(check=check_tokenizer))
 
 
 def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
@@ -164,6 +214,7 @@ def load_pretrained(run_dir: str | Path, device: str | torch.device = "cpu") -> 
     A config without the decoding ids (saved before models recorded them) takes
     them from the folder's tokenizer, when it has one (`with_decoding_ids`).
     """
+    device = check_device(device)
     folder = RunFolder(run_dir)
     for path in (folder.config, folder.weights):
         if not path.is_file():
@@ -210,10 +261,15 @@ def _unset_decoding_ids(config: ModelConfig) -> dict[str, str]:
 def load_weights(
     model: TransformerModel, weights_path: str | Path, device: str | torch.device = "cpu"
 ) -> TransformerModel:
-    """Load a model.safetensors into `model` in place, refusing any mismatch in one sentence."""
+    """Load a model.safetensors into `model` in place, refusing any mismatch in one sentence.
+
+    A damaged file (truncated, a broken header, NaN or Inf in a tensor) is named
+    as damaged (`read_weights`), apart from weights that do not fit the model.
+    """
+    tensors = read_weights(weights_path, device)
     try:
-        missing, unexpected = load_model(model, str(weights_path), strict=False, device=str(device))
-    except (SafetensorError, RuntimeError, FileNotFoundError) as err:
+        missing, unexpected = model.load_state_dict(tensors, strict=False)
+    except RuntimeError as err:
         raise AttnkitError(
             f"the weights in {weights_path} do not fit the model of {model.config.shape!r} "
             f"shape and its config: {err}"
@@ -226,6 +282,62 @@ def load_weights(
             f"{sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]}"
         )
     return model
+
+
+def read_weights(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Tensor]:
+    """The tensors of a safetensors file, refusing a damaged one in one sentence.
+
+    A truncated file or a broken header fails to parse; NaN or Inf in a tensor
+    would load, then make decoding crash or print nothing, so every floating
+    tensor is checked (one pass over the weights).
+    """
+    path = Path(path)
+    try:
+        tensors = load_file(path, device=str(device))
+    except (SafetensorError, OSError) as err:
+        raise AttnkitError(
+            f"{path.name} in {path.parent} is damaged ({err}): the file cannot be read; "
+            "replace it with an intact copy"
+        ) from None
+    check_finite(tensors, path)
+    return tensors
+
+
+def check_finite(tensors: dict[str, Tensor], path: Path) -> None:
+    """Refuse weights read from `path` with a NaN or an infinity, naming the first such tensor."""
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            what = "NaN" if bool(torch.isnan(tensor).any()) else "infinite"
+            raise AttnkitError(
+                f"{path.name} in {path.parent} is damaged: its tensor {name!r} holds {what} "
+                "values; replace the file with an intact copy"
+            )
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """`device` as a torch.device, refused in one sentence when torch does not know it or
+    this machine does not have it (`cuda` where there is no GPU, `cuda:3` of two)."""
+    try:
+        found = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise AttnkitError(
+            f"device {str(device)!r} is not a device torch knows; use cpu, cuda, cuda:N or mps"
+        ) from None
+    if found.type == "cpu":
+        return found
+    backend, kind = getattr(torch, found.type, None), found.type.upper()
+    if not getattr(backend, "is_available", lambda: True)():
+        raise AttnkitError(
+            f"device {str(device)!r} is not available: torch finds no {kind} device on this "
+            "machine; use cpu"
+        )
+    count = getattr(backend, "device_count", lambda: None)()
+    if found.index is not None and count is not None and found.index >= count:
+        raise AttnkitError(
+            f"device {str(device)!r} is not available: this machine has {count} {kind} "
+            "device(s), numbered from 0; use one of them"
+        )
+    return found
 
 
 def _is_tied(model: torch.nn.Module, name: str) -> bool:

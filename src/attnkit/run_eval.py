@@ -21,6 +21,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from attnkit.checks import non_negative_int
 from attnkit.data import CORPORA, corpus_files, load_corpus, read_lines, split_name
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
@@ -51,6 +52,16 @@ class Evaluation:
     scores: list[Score]
     hypotheses: list[str] = field(default_factory=list)
 
+    def table(self) -> str:
+        """The scores as `attnkit eval` prints them: metric, score, sacreBLEU signature."""
+        width = max(len(score.name) for score in self.scores)
+        rows = [f"{'metric':<{width}}  {'score':>8}  signature"]
+        for score in self.scores:
+            rows.append(
+                f"{score.name:<{width}}  {score.value:>8.{score.digits}f}  {score.signature}"
+            )
+        return "\n".join(rows)
+
 
 def read_eval_set(
     run: Run,
@@ -69,6 +80,7 @@ def read_eval_set(
     A language model's text is cut into blocks of `block_size` + 1 tokens (at most the
     model's max_len), `batch_size` blocks a batch.
     """
+    non_negative_int("limit", limit, zero="the whole split")
     saved = run.folder.data_defaults()
     model = run.model
     translation = model.config.shape == "encoder-decoder"

@@ -26,6 +26,8 @@ so `pad_id` and the others are right for it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -36,7 +38,7 @@ from tokenizers import Tokenizer as Backend
 
 from attnkit.checks import choice
 from attnkit.errors import AttnkitError
-from attnkit.files import PathLike, atomic_write, read_lines
+from attnkit.files import PathLike, atomic_write, check_utf8, read_lines
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +221,14 @@ class Tokenizer:
                 raise AttnkitError(
                     f"max_length {max_length} leaves no room for text after BOS/EOS; raise it"
                 )
-        encoded = self.backend.encode_batch_fast(list(texts), add_special_tokens=False)
+        texts = list(texts)
+        try:
+            encoded = self.backend.encode_batch_fast(texts, add_special_tokens=False)
+        except TypeError:
+            # The Rust side takes only valid Unicode strings: name the text it could not read.
+            for number, text in enumerate(texts, start=1):
+                check_utf8(str(text), f"text {number} of the batch")
+            raise
         out = []
         truncated = 0
         for encoding in encoded:
@@ -273,6 +282,12 @@ class Tokenizer:
     @property
     def mask_id(self) -> int:
         return self._role("mask")
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of every token and its id: equal for tokenizers that give the same ids."""
+        vocab = sorted(self.backend.get_vocab(with_added_tokens=True).items())
+        return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
 
     def has(self, role: str) -> bool:
         """Whether the tokenizer has a token for `role` (pad, bos, eos, unk, mask)."""

@@ -1,4 +1,5 @@
 import random
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -69,6 +70,15 @@ def test_missing_or_broken_state_is_one_sentence(tmp_path):
     RunFolder(tmp_path).trainer_state.write_bytes(b"not a checkpoint")
     with pytest.raises(AttnkitError, match="it is not a trainer state"):
         ckpt.load_trainer_state(tmp_path)
+
+
+def test_a_trainer_state_holding_python_objects_is_refused_without_torch_s_advice(tmp_path):
+    """torch's error suggests weights_only=False, which would run the file's code."""
+    torch.save({"step": 1, "payload": Fraction(1, 3)}, RunFolder(tmp_path).trainer_state)
+    with pytest.raises(AttnkitError) as info:
+        ckpt.load_trainer_state(tmp_path)
+    message = str(info.value)
+    assert "will not unpickle" in message and "weights_only" not in message
 
 
 def test_rng_state_round_trip():

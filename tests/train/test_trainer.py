@@ -117,7 +117,7 @@ def test_nan_loss_stops_and_keeps_the_last_checkpoint(tmp_path):
                 model.tgt_embed.token.weight[7] = float("nan")
 
     trainer.callbacks.append(poison)
-    with pytest.raises(AttnkitError, match=r"training loss became nan at step 6.*intact") as err:
+    with pytest.raises(AttnkitError, match=r"nan at step 6.*, of step 4, is intact") as err:
         trainer.fit()
     assert "\n" not in str(err.value)
     assert load_trainer_state(tmp_path)["step"] == 4

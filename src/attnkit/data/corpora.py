@@ -133,8 +133,14 @@ def corpus_files(
     langs: Sequence[str] = (),
     data_dir: PathLike | None = None,
     download: bool = True,
+    data_dir_option: str = "--data-dir",
 ) -> list[Path]:
-    """The local paths of one split's files (one per language), downloading what is missing."""
+    """The local paths of one split's files (one per language), downloading what is missing.
+
+    `data_dir_option` is what the caller's user calls `data_dir`, for the message when files
+    are missing: a command's flag (passed) or a setting (set), such as a run config's
+    `data.data_dir` or the Python argument `data_dir`.
+    """
     corpus = _corpus(name)
     dirs = search_dirs(data_dir)
     found: dict[str, Path] = {}
@@ -154,10 +160,11 @@ def corpus_files(
     missing = [file for file, path in found.items() if not path.is_file()]
     if missing:
         where = Path(data_dir) if data_dir is not None else Path("DIR")
+        flag = data_dir_option.startswith("-")
+        point = f"pass {data_dir_option} {where}" if flag else f"set {data_dir_option} to {where}"
         raise AttnkitError(
             f"{name} needs {', '.join(missing)}, which are not in {', '.join(map(str, dirs))} "
-            f"and {reason}; put them in {where / name}/ and pass --data-dir {where} "
-            "(or set $ATTNKIT_DATA)"
+            f"and {reason}; put them in {where / name}/ and {point} (or set $ATTNKIT_DATA)"
         )
     return [found[file] for file in found]
 
@@ -201,14 +208,20 @@ def load_corpus(
         go to `LanguageModelDataset.from_files` (`block_size`, `val_fraction`).
     """
     corpus = _corpus(name)
-    if corpus.langs:
-        if len(langs) != 2:
-            raise AttnkitError(f"{name} is parallel: give langs as (source, target), not {langs!r}")
-        files = corpus_files(name, split, langs=langs, data_dir=data_dir, download=download)
-        return ParallelDataset.from_files(*files, tokenizer=tokenizer, **options)
-    if "block_size" not in options:
+    if corpus.langs and len(langs) != 2:
+        raise AttnkitError(f"{name} is parallel: give langs as (source, target), not {langs!r}")
+    if not corpus.langs and "block_size" not in options:
         raise AttnkitError(
             f"{name} is a language-model corpus: give block_size, the tokens per training example"
         )
-    files = corpus_files(name, split, data_dir=data_dir, download=download)
+    files = corpus_files(
+        name,
+        split,
+        langs=langs if corpus.langs else (),
+        data_dir=data_dir,
+        download=download,
+        data_dir_option="data_dir",
+    )
+    if corpus.langs:
+        return ParallelDataset.from_files(*files, tokenizer=tokenizer, **options)
     return LanguageModelDataset.from_files(files, tokenizer=tokenizer, split=split, **options)

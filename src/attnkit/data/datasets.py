@@ -216,10 +216,14 @@ class LanguageModelDataset(Dataset):
         block_size: int,
         split: str = "train",
         val_fraction: float = 0.1,
+        option_names: tuple[str, str] = ("block_size", "val_fraction"),
     ) -> LanguageModelDataset:
         """One split of the text of `paths`, read in order as a single stream.
 
         Newlines and empty lines are kept: in running text they are content.
+        `option_names` are what the caller's user calls `block_size` and `val_fraction`
+        (in a run config, `data.block_size` and `data.valid_fraction`), for the message
+        when a split is too short.
         """
         choice("split", split, SPLITS)
         within("val_fraction", val_fraction, "(0, 1)")
@@ -235,7 +239,7 @@ class LanguageModelDataset(Dataset):
             raise AttnkitError(
                 f"the {split} split of {', '.join(map(str, paths))} has {len(part)} tokens, "
                 f"fewer than block_size + 1 = {block_size + 1}; "
-                "lower block_size or change val_fraction"
+                f"lower {option_names[0]} or change {option_names[1]}"
             )
         return cls(part, block_size, pad_id=tokenizer.pad_id)
 

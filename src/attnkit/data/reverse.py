@@ -3,7 +3,9 @@
 The copy task's harder cousin, generated in code, so it needs no data and no
 trained tokenizer: its vocabulary is fixed, the four special tokens of every
 attnkit vocabulary, then the ten digits. Reversal forces the decoder's
-cross-attention to learn an anti-diagonal alignment.
+cross-attention to learn an anti-diagonal alignment. A source ends in </s>
+and `tokenizer()` spells the vocabulary as a character-level `Tokenizer`, so
+the trained run folder is one that `attnkit translate` reads like any other.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as Backend
 
 from attnkit.data.batch import Batch, pad
+from attnkit.tokenizer import Tokenizer
 
 PAD, BOS, EOS = 0, 1, 2
 DIGIT0 = 4  # ids 4..13 are the digits 0..9; 3 is left for <unk> as in every attnkit vocabulary
@@ -38,7 +43,8 @@ class ReverseTask:
         return pairs
 
     def batch(self, pairs: list[Pair]) -> Batch:
-        src, src_mask = pad([s for s, _ in pairs], PAD)
+        # A source ends in </s> as every translation source does (`attnkit.inference`).
+        src, src_mask = pad([[*s, EOS] for s, _ in pairs], PAD)
         tgt, tgt_mask = pad([[BOS, *t, EOS] for _, t in pairs], PAD)
         return Batch(src, src_mask, tgt, tgt_mask)
 
@@ -68,3 +74,18 @@ class ReverseBatches:
 def show(ids: list[int]) -> str:
     """The text of ids: the digits, and the special tokens by name."""
     return "".join(VOCAB[i] if i < len(VOCAB) else "?" for i in ids)
+
+
+def tokenizer() -> Tokenizer:
+    """The task's vocabulary as a character-level `Tokenizer`: one digit a token, the ids above.
+
+    Saved in the demo's run folder, it lets `attnkit translate` read digit
+    strings and write the model's output as digits.
+    """
+    backend = Backend(models.WordLevel({t: i for i, t in enumerate(VOCAB)}, unk_token="<unk>"))
+    backend.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in VOCAB[:DIGIT0]]
+    )
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return Tokenizer(backend)

@@ -14,7 +14,15 @@ from typing import Any
 
 from torch import Tensor
 
-from attnkit.checks import check, known, non_negative_int, positive, positive_int, within
+from attnkit.checks import (
+    check,
+    finite_fields,
+    known,
+    non_negative_int,
+    positive,
+    positive_int,
+    within,
+)
 from attnkit.config import ModelConfig
 
 
@@ -66,7 +74,9 @@ class GenerationConfig:
     crop_context: bool = True
 
     def __post_init__(self) -> None:
+        finite_fields(self)  # NaN passes no comparison: length_penalty has none of its own
         positive_int("max_new_tokens", self.max_new_tokens)
+        non_negative_int("min_new_tokens", self.min_new_tokens, zero="no minimum")
         within("min_new_tokens", self.min_new_tokens, f"[0, {self.max_new_tokens}]")
         positive("temperature", self.temperature)
         non_negative_int("top_k", self.top_k)
@@ -74,6 +84,7 @@ class GenerationConfig:
         positive("repetition_penalty", self.repetition_penalty)
         non_negative_int("no_repeat_ngram_size", self.no_repeat_ngram_size)
         positive_int("num_beams", self.num_beams)
+        positive_int("num_return_sequences", self.num_return_sequences)
         check(
             self.early_stopping in (True, False, "never"),
             f"early_stopping must be True, False or 'never', got {self.early_stopping!r}",
@@ -83,8 +94,7 @@ class GenerationConfig:
             "sampling and beam search do not combine here; use do_sample or num_beams > 1",
         )
         check(
-            self.num_return_sequences >= 1
-            and (self.num_return_sequences <= self.num_beams or self.do_sample),
+            self.num_return_sequences <= self.num_beams or self.do_sample,
             f"num_return_sequences {self.num_return_sequences} needs num_beams at least as "
             "large, or do_sample",
         )

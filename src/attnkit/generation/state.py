@@ -21,6 +21,7 @@ from torch import Tensor
 from attnkit.errors import AttnkitError
 from attnkit.generation.config import GenerationConfig
 from attnkit.models import TransformerModel
+from attnkit.models.base import bool_mask
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +112,13 @@ def prefill(
     shape = model.config.shape
     if shape not in ("encoder-decoder", "decoder"):
         raise AttnkitError(f"a {shape} model cannot generate; use an encoder-decoder or decoder")
-    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+    if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise AttnkitError(
             "input_ids must be a non-empty (batch, length) tensor, "
             f"got shape {tuple(input_ids.shape)}"
         )
     if mask is not None:
-        mask = mask.bool()
+        mask = bool_mask(mask, "input_ids")
         empty = (~mask.any(-1)).nonzero().flatten().tolist()
         if empty:
             raise AttnkitError(

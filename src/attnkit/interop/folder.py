@@ -4,22 +4,32 @@ SRC_DIR/config.json                        model_type and hyper-parameters
 SRC_DIR/model.safetensors                  the weights (or pytorch_model.bin,
     or shards listed in model.safetensors.index.json)
 SRC_DIR/tokenizer.json                     the tokenizer, when there is one
+
+Only the folder's own files are read: a tokenizer.json that links to a file
+elsewhere, or a shard index naming a path outside the folder, is refused, so
+that a folder from elsewhere cannot have attnkit copy or read any file it
+points at. The links of the Hugging Face cache, from a snapshot to its blobs,
+are the one exception. A pytorch_model.bin is a pickle, read with
+`weights_only`: only a state dict of tensors may come out of it, and attnkit
+never unpickles anything else.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor
 
 from attnkit.errors import AttnkitError
 from attnkit.files import atomic_write
-from attnkit.run import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from attnkit.run import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, check_finite
+from attnkit.run import read_weights as read_safetensors
 
 SHARD_INDEX = "model.safetensors.index.json"
 TORCH_WEIGHTS = "pytorch_model.bin"
@@ -37,43 +47,128 @@ def is_hf_folder(path: str | Path) -> bool:
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
-    """config.json of a Hugging Face folder as a dict."""
+    """config.json of a Hugging Face folder as a dict; an attnkit run folder is refused."""
     folder = Path(path)
     config_path = folder / CONFIG_FILE
     if not config_path.is_file():
         raise AttnkitError(f"{folder} is not a Hugging Face model folder: it has no config.json")
     try:
-        return json.loads(config_path.read_text())
+        config = json.loads(config_path.read_text())
     except json.JSONDecodeError as err:
         raise AttnkitError(f"{config_path} is not valid JSON: {err}") from None
+    if isinstance(config, dict) and "shape" in config and "model_type" not in config:
+        raise AttnkitError(
+            f"{folder} is already an attnkit run folder (its config.json names a shape, not a "
+            "model_type); use it as it is, or export it with `attnkit export hf`"
+        )
+    return config
 
 
 def tokenizer_file(path: str | Path) -> Path | None:
+    """The folder's tokenizer.json, if it has one; a link to a file outside it is refused."""
     tokenizer = Path(path) / TOKENIZER_FILE
-    return tokenizer if tokenizer.is_file() else None
+    return inside(Path(path), tokenizer, str(tokenizer)) if tokenizer.is_file() else None
+
+
+def inside(folder: Path, path: Path, what: str) -> Path:
+    """`path` (`what` names it for the user), refused when it leads outside `folder`: by
+    `..`, an absolute name or a link.
+
+    A link from a Hugging Face cache snapshot (`.../snapshots/REV/`) into the
+    cache's `blobs/` stays inside: that is how the cache stores every file.
+    """
+    real, root = path.resolve(), folder.resolve()
+    snapshots = next((p for p in (root, *root.parents) if p.parent.name == "snapshots"), None)
+    if real.is_relative_to(root) or (
+        snapshots is not None and real.is_relative_to(snapshots.parent.parent / "blobs")
+    ):
+        return path
+    raise AttnkitError(
+        f"{what} leads outside {folder} (to {real}); attnkit reads only the folder's own "
+        "files: copy the file into the folder"
+    )
 
 
 def read_weights(path: str | Path) -> tuple[Path, dict[str, Tensor]]:
-    """The weights file (or shard index) of a Hugging Face folder, and its tensors by name."""
+    """The weights file (or shard index) of a Hugging Face folder, and its tensors by name.
+
+    A damaged file, or a tensor holding NaN or Inf, is refused (`attnkit.run.read_weights`).
+    """
     folder = Path(path)
     single, index, torch_file = folder / WEIGHTS_FILE, folder / SHARD_INDEX, folder / TORCH_WEIGHTS
-    try:
-        if single.is_file():
-            return single, load_file(single)
-        if index.is_file():
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            tensors: dict[str, Tensor] = {}
-            for shard in shards:
-                tensors.update(load_file(folder / shard))
-            return index, tensors
-        if torch_file.is_file():
-            # weights_only: a .bin is a pickle, and only tensors may come out of it.
-            return torch_file, torch.load(torch_file, map_location="cpu", weights_only=True)
-    except (SafetensorError, OSError, RuntimeError, KeyError, json.JSONDecodeError) as err:
-        raise AttnkitError(f"the weights in {folder} cannot be read: {err}") from None
+    if single.is_file():
+        return single, read_safetensors(single)
+    if index.is_file():
+        return index, _read_shards(folder, index)
+    if torch_file.is_file():
+        tensors = _read_torch_weights(torch_file)
+        check_finite(tensors, torch_file)
+        return torch_file, tensors
     raise AttnkitError(
         f"{folder} has no weights: expected {WEIGHTS_FILE}, {SHARD_INDEX} or {TORCH_WEIGHTS}"
     )
+
+
+def _read_shards(folder: Path, index: Path) -> dict[str, Tensor]:
+    """The tensors of every shard that the index names, each a file inside `folder`."""
+    try:
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+        raise AttnkitError(
+            f"{index} is not a shard index, a JSON object whose weight_map maps tensor names to "
+            f"files ({type(err).__name__}: {err})"
+        ) from None
+    tensors: dict[str, Tensor] = {}
+    for shard in shards:
+        what = f"the shard {shard!r} named in {index}"
+        if not isinstance(shard, str):
+            raise AttnkitError(f"{what} is not a file name; give each tensor a file name")
+        path = inside(folder, folder / shard, what)
+        if not path.is_file():
+            raise AttnkitError(f"{what} is missing; download it into {folder}")
+        tensors.update(read_safetensors(path))
+    return tensors
+
+
+def _read_torch_weights(path: Path) -> dict[str, Tensor]:
+    """The state dict in a pytorch_model.bin, read with `weights_only` (no code runs)."""
+    where = f"{path.name} in {path.parent}"
+    try:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"GLOBAL ([\w.]+)", str(err))
+        if found is None:
+            raise AttnkitError(
+                f"{where} is damaged or not a PyTorch weights file: it cannot be unpickled"
+            ) from None
+        raise AttnkitError(
+            f"{where} holds Python objects ({found.group(1)}) besides tensors, which attnkit "
+            "will not unpickle because unpickling can run code; save the model's state dict "
+            "alone, or its weights as model.safetensors"
+        ) from None
+    except Exception:
+        # Torch's own words may advise weights_only=False (which runs the file's code), and a
+        # truncated file fails in many ways (EOFError, IndexError, struct.error): one sentence.
+        raise AttnkitError(
+            f"{where} is damaged or not a PyTorch weights file; download it again"
+        ) from None
+    wrong = _not_a_state_dict(loaded)
+    if wrong:
+        raise AttnkitError(
+            f"{where} holds {wrong}, not a state dict of tensor names to tensors; save "
+            "model.state_dict() there"
+        )
+    return loaded
+
+
+def _not_a_state_dict(loaded: object) -> str | None:
+    """What `loaded` is, when it is not a dict of names to tensors."""
+    if not isinstance(loaded, dict):
+        return f"a {type(loaded).__name__}"
+    for key, value in loaded.items():
+        if not isinstance(key, str) or not isinstance(value, Tensor):
+            return f"a dict whose entry {key!r} is a {type(value).__name__}"
+    return None
 
 
 def write_folder(path: str | Path, config: dict[str, Any], tensors: dict[str, Tensor]) -> Path:

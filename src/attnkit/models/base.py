@@ -59,6 +59,11 @@ class TransformerModel(nn.Module):
                 f"{name} must be a (batch, length) tensor of token ids, "
                 f"got shape {tuple(ids.shape)}"
             )
+        if ids.numel() == 0:
+            raise AttnkitError(
+                f"{name} is empty (shape {tuple(ids.shape)}); give at least one sequence of at "
+                "least one token"
+            )
         if ids.shape[1] > self.config.max_len:
             raise AttnkitError(
                 f"{name} has length {ids.shape[1]}, over max_len {self.config.max_len} of this "
@@ -71,7 +76,7 @@ class TransformerModel(nn.Module):
                 f"the padding mask of {name} has shape {tuple(mask.shape)} but {name} has shape "
                 f"{tuple(ids.shape)}; a padding mask is (batch, length) with True for real tokens"
             )
-        return mask.bool()
+        return bool_mask(mask, name)
 
     @staticmethod
     def positions_from_mask(mask: Tensor | None) -> Tensor | None:
@@ -141,6 +146,21 @@ class TransformerModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
+
+
+def bool_mask(mask: Tensor, name: str) -> Tensor:
+    """A padding mask as bool, True for real tokens; a floating-point mask is refused.
+
+    torch's additive masks are floats, 0 for real tokens and -inf for padding: read as
+    bool they would invert the padding, so no float mask is guessed at.
+    """
+    if mask.is_floating_point():
+        raise AttnkitError(
+            f"the padding mask of {name} holds floats ({mask.dtype}); attnkit's padding masks "
+            "are True (or 1) for real tokens and False (or 0) for padding, so pass `mask == 0` "
+            "for an additive 0 / -inf mask"
+        )
+    return mask.bool()
 
 
 def unwrap(model: nn.Module) -> TransformerModel:

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.models.base import Output, TransformerModel, collect
+from attnkit.models.base import Output, TransformerModel, bool_mask, collect
 from attnkit.models.stack import Embed, Stack
 from attnkit.nn import Linear, TokenEmbedding
 from attnkit.nn.kv_cache import KVCache
@@ -53,6 +53,12 @@ class EncoderDecoder(TransformerModel):
 
     def _decode(self, tgt_ids, memory, src_mask, tgt_mask, need_weights):
         tgt_mask = self._check(tgt_ids, tgt_mask, "tgt_ids")
+        if tgt_ids.shape[0] != memory.shape[0]:
+            # Attention would broadcast one row over the other batch, or fail deep inside it.
+            raise AttnkitError(
+                f"tgt_ids is a batch of {tgt_ids.shape[0]} but the source a batch of "
+                f"{memory.shape[0]}; give one target sequence per source sequence"
+            )
         positions = self.positions_from_mask(tgt_mask)
         y = self.tgt_embed(tgt_ids, positions)
         return self.decoder(
@@ -76,7 +82,13 @@ class EncoderDecoder(TransformerModel):
         tgt_mask: Tensor | None = None,
     ) -> Tensor:
         """Target ids (batch, T), already shifted right, and memory -> logits (batch, T, vocab)."""
-        src_mask = None if src_mask is None else src_mask.bool()
+        if src_mask is not None:
+            if src_mask.shape != memory.shape[:2]:
+                raise AttnkitError(
+                    f"src_mask has shape {tuple(src_mask.shape)} but the memory covers "
+                    f"{tuple(memory.shape[:2])}; give the mask of the source that was encoded"
+                )
+            src_mask = bool_mask(src_mask, "src_ids")
         return self.head(self._decode(tgt_ids, memory, src_mask, tgt_mask, False)[0])
 
     def new_cache(

@@ -8,8 +8,16 @@
 
 The paths are `attnkit.run.RunFolder`'s; what goes in them is decided here.
 
-Resuming refuses a checkpoint whose model config differs from the model's,
-with one allowance: the decoding ids (`eos_id`, `decoder_start_id`) only tell
+Resuming continues the saved state of the optimizer, scheduler and scaler
+(Adam's moments, the step count) under the settings it is given: a changed
+learning rate, `min_lr`, weight decay, betas, `eps` or schedule (`schedule`,
+`warmup`, `steps`, `decay_over`) applies from the next step, as every other
+changed setting does, and the changes are logged in one line (the trainer
+state records the settings that saved it). With no change, nothing is
+touched and the run continues bit for bit. Refused is only what a resumed run
+cannot follow: `train.seed` (the random state continues from the checkpoint),
+`train.init_from` (the weights do) and another model config, with one
+allowance: the decoding ids (`eos_id`, `decoder_start_id`) only tell
 `generate` where to start and stop, and runs trained before models recorded
 them saved None. A resume accepts that None and the run records the ids from
 then on; a saved id that differs still refuses (it means another tokenizer).
@@ -19,15 +27,19 @@ resumes with them; every other weights file holds the merged, plain model.
 
 Every file is written to a temporary name and renamed (`attnkit.files.atomic_write`),
 and the trainer state names the step whose weights it goes with, written only
-after those weights: a crash at any point leaves the previous checkpoint whole.
+after those weights and the latest model: a crash at any point leaves the
+previous checkpoint whole, and a folder with a trainer state always loads.
 Averaging the last N checkpoints (section 6.1: the base model averaged the
 last 5) takes the element-wise mean of their (merged) weights.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import pickle
 import random
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,14 +52,19 @@ from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.files import atomic_write
+from attnkit.files import WriteError, atomic_write
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import merge_lora_tensors, merged_copy
-from attnkit.run import RunFolder, load_weights, save_pretrained
+from attnkit.run import WEIGHTS_FILE, RunFolder, load_weights, save_pretrained
+from attnkit.train.run_config import EvalSection, TrainSection
 
 log = logging.getLogger(__name__)
 
 _DECODING_IDS = ("eos_id", "decoder_start_id")
+# What a resumed run cannot follow: its random state and weights come from the checkpoint.
+_FIXED = ("train.seed", "train.init_from")
+# Where the run folder is: it may have moved since, and a resume takes it as it finds it.
+_PLACE = ("train.out_dir",)
 
 
 def rng_state() -> dict[str, Any]:
@@ -87,19 +104,80 @@ def _from_bytes(b: bytes) -> Tensor:
 def save_checkpoint(
     run_dir: str | Path, model: TransformerModel, state: dict[str, Any], keep_last: int
 ) -> Path:
-    """Write the weights of `state["step"]`, then the trainer state, then the latest model.
+    """Write the weights of `state["step"]`, then the latest model, then the trainer state.
 
-    Older step checkpoints beyond the newest `keep_last` are removed last.
+    Older step checkpoints beyond the newest `keep_last` are removed last. A write
+    that finds no room (disk full) stops with one sentence naming the checkpoint
+    that is intact: the previous one until the trainer state names this step.
     """
     folder = RunFolder(run_dir)
     step = state["step"]
-    atomic_write(folder.step_weights(step), lambda p: save_model(model, str(p)))
-    atomic_write(folder.trainer_state, lambda p: torch.save(state, p))
-    save_pretrained(model, folder.root)
+    saved = folder.saved_steps()
+    intact = saved[-1] if saved else None  # the step the trainer state names until replaced
+    try:
+        atomic_write(folder.step_weights(step), lambda p: save_model(model, str(p)))
+        save_pretrained(model, folder.root)
+        atomic_write(folder.trainer_state, lambda p: torch.save(state, p))
+        intact = step
+    except WriteError as err:
+        raise WriteError(err.path, err.reason, folder.intact(intact)) from None
     for old in folder.saved_steps()[:-keep_last]:
         if old != step:
             shutil.rmtree(folder.step_dir(old), ignore_errors=True)
     return folder.step_dir(step)
+
+
+def remove_cut_writes(run_dir: str | Path) -> int:
+    """Remove the temporary files of writes that a crash cut short (kill -9 mid-save) from a
+    run folder and its checkpoints; returns how many there were.
+
+    Only a training holding the folder's lock calls this, so no write of theirs is under
+    way; each can be as large as the model. Only a folder that is a run (it has a trainer
+    state) is cleaned, and only the names `atomic_write` gives the files a training writes
+    there: a user's own files, beside or below, are not attnkit's to remove.
+    """
+    folder = RunFolder(run_dir)
+    if not folder.trainer_state.is_file():
+        return 0
+    root = (folder.config, folder.weights, folder.tokenizer, folder.fingerprint)
+    root += (folder.run_config, folder.trainer_state, folder.metrics)
+    # checkpoints/ is the training's own: its step and best folders hold weights alone.
+    written = {folder.root: root}
+    written |= {d: (d / WEIGHTS_FILE,) for d in folder.checkpoints.glob("*") if d.is_dir()}
+    # mkstemp names them .NAME.XXXXXXXX.tmp: eight of its letters, digits and underscores.
+    temporary = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
+    cut = [
+        path
+        for place, files in written.items()
+        for path in place.glob(".*.tmp")
+        if (m := temporary.fullmatch(path.name)) and place / m["name"] in files and path.is_file()
+    ]
+    for path in cut:
+        path.unlink(missing_ok=True)
+    return len(cut)
+
+
+def check_new_run(run_dir: str | Path) -> None:
+    """Refuse to start a new run in `run_dir` when it holds a run (which `--resume`
+    continues) or files that are not one: attnkit never writes over a folder it did not make.
+
+    A run killed before its first checkpoint (a run config, no trainer state) starts again.
+    """
+    folder = RunFolder(run_dir)
+    if folder.trainer_state.exists():
+        raise AttnkitError(
+            f"{folder.root} already holds a run; pass --resume to continue it or choose "
+            "another train.out_dir"
+        )
+    if not folder.root.is_dir() or folder.run_config.exists():
+        return
+    # What a start leaves before it writes the run config: the lock, the fingerprint.
+    own = {folder.lock.name, folder.fingerprint.name}
+    if any(path.name not in own for path in folder.root.iterdir()):
+        raise AttnkitError(
+            f"train.out_dir {folder.root} holds files that are not an attnkit run; choose an "
+            "empty or new folder"
+        )
 
 
 def save_best(run_dir: str | Path, model: TransformerModel) -> Path:
@@ -117,6 +195,12 @@ def load_trainer_state(run_dir: str | Path) -> dict[str, Any]:
         )
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        # torch's own message advises weights_only=False, which would run the file's code.
+        raise AttnkitError(
+            f"{path} holds Python objects that attnkit will not unpickle, since unpickling can "
+            "run code; it is not a trainer state attnkit wrote"
+        ) from None
     except Exception as err:
         raise AttnkitError(f"{path} cannot be read ({err}); it is not a trainer state") from None
 
@@ -158,16 +242,96 @@ def resume(
 
 
 def _check_fits(saved: dict[str, Any], config: ModelConfig, run_dir: str | Path) -> None:
-    """Refuse to resume the checkpoint of a model config `saved` with `config`, naming a field."""
-    here = config.to_dict()
-    for name, value in here.items():
-        before = saved.get(name)
-        if before != value and not (name in _DECODING_IDS and before is None):
-            raise AttnkitError(
-                f"the config does not fit the checkpoint in {run_dir}: model.{name} is "
-                f"{before!r} there but {value!r} here; resume with the same [model] "
-                "settings or start a new train.out_dir"
-            )
+    """Refuse to resume the checkpoint of a model config `saved` with `config`, naming the
+    fields that differ."""
+    differ = [
+        f"model.{name} is {saved.get(name)!r} there but {value!r} here"
+        for name, value in config.to_dict().items()
+        if saved.get(name) != value and not (name in _DECODING_IDS and saved.get(name) is None)
+    ]
+    if differ:
+        raise AttnkitError(
+            f"the config does not fit the checkpoint in {run_dir}: {', '.join(differ)}; "
+            "resume with the same [model] settings or start a new train.out_dir"
+        )
+
+
+def settings(train: TrainSection, eval: EvalSection) -> dict[str, Any]:
+    """A session's settings by `section.key`, as the trainer state records them."""
+    return {
+        f"{name}.{key}": value
+        for name, section in (("train", train), ("eval", eval))
+        for key, value in dataclasses.asdict(section).items()
+    }
+
+
+def changed_settings(
+    state: dict[str, Any], now: dict[str, Any], run_dir: str | Path
+) -> dict[str, tuple[Any, Any]]:
+    """The settings `now` that differ from those that saved `state`, as {key: (then, now)};
+    a change that a resumed run cannot follow is refused, naming the keys."""
+    then = state.get("settings") or _optimizer_settings(state)
+    changes = {
+        key: (value, now[key])
+        for key, value in then.items()
+        if key in now and key not in _PLACE and value != now[key]
+    }
+    fixed = [key for key in changes if key in _FIXED]
+    if fixed:
+        was = " and ".join(f"{key} = {changes[key][0]!r}" for key in fixed)
+        raise AttnkitError(
+            f"{' and '.join(fixed)} cannot change when a run resumes, since it continues from "
+            f"the weights and random state of its checkpoint in {run_dir}; set {was} again "
+            "or start a new train.out_dir"
+        )
+    return changes
+
+
+def describe(changes: dict[str, tuple[Any, Any]]) -> str:
+    """`changed_settings` in words: 'train.lr 0.001 -> 0.0005, train.warmup 100 -> 10'."""
+    return ", ".join(f"{key} {then!r} -> {now!r}" for key, (then, now) in changes.items())
+
+
+def _optimizer_settings(state: dict[str, Any]) -> dict[str, Any]:
+    """The settings a trainer state saved before it recorded them still shows: its optimizer's."""
+    group = state["optimizer"]["param_groups"][0]
+    beta1, beta2 = group["betas"]
+    return {
+        "train.lr": state["scheduler"]["base_lrs"][0],
+        "train.weight_decay": group["weight_decay"],
+        "train.beta1": beta1,
+        "train.beta2": beta2,
+        "train.eps": group["eps"],
+    }
+
+
+def restore_optimization(
+    state: dict[str, Any],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler,
+    *,
+    changed: bool,
+) -> None:
+    """Continue the saved optimizer, scheduler and scaler; when settings `changed`, under the
+    hyperparameters that `optimizer` and `scheduler` were built with (this session's).
+
+    Without a change the saved state is left exactly as it was, so the run goes on bit for
+    bit. The schedule's shape is always this session's: a scheduler saves no function.
+    """
+    built = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if state["scaler"]:  # empty if it was off; a run that turns fp16 on starts a fresh one
+        scaler.load_state_dict(state["scaler"])
+    if not changed:
+        return
+    for group, hyperparameters in zip(optimizer.param_groups, built, strict=True):
+        group.update(hyperparameters)
+    scheduler.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+    # Back one step and forward again: the next step's rate, by the new base and schedule.
+    scheduler.last_epoch -= 1
+    scheduler.step()
 
 
 def average_weights(paths: Sequence[str | Path]) -> dict[str, Tensor]:

@@ -6,14 +6,14 @@
 
 Every key has a default and a check. Values from the file and from
 `--set section.key=value` overrides go through the same type check, and an
-unknown key is refused with the nearest valid key named.
+unknown key is refused with the nearest valid key named. A file must name its
+`data.task` at least; the rules that span sections (the task's metric, model
+shape and corpus, the run folder's path) are checked by `attnkit.train.validate`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,11 +25,22 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
-from attnkit.checks import check, choice, known, lookup, non_negative, positive, within
+from attnkit.checks import (
+    check,
+    choice,
+    finite_fields,
+    known,
+    lookup,
+    non_negative,
+    positive,
+    within,
+)
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.files import read_lines
 from attnkit.nn.lora import ATTENTION_PROJECTIONS
 from attnkit.presets import PRESETS
+from attnkit.train.toml_values import apply_overrides, coerce, toml_value
 
 TASKS = ("translation", "language-model", "masked-lm", "reverse")
 SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
@@ -39,6 +50,8 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
 TOKENIZER_KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char")
 LOWER_IS_BETTER = ("val_loss", "val_ppl")
+# The ModelConfig fields that the tokenizer sets, which the [model] section may not.
+TOKENIZER_SIZES = ("vocab_size", "src_vocab_size")
 
 
 def _each(rule: Callable[[str, Any], None], section: str, values: Any, *names: str) -> None:
@@ -51,7 +64,8 @@ def _each(rule: Callable[[str, Any], None], section: str, values: Any, *names: s
 class ModelSection:
     """A named preset (see `attnkit.presets`) with `ModelConfig` fields overriding it.
 
-    `vocab_size` (and `src_vocab_size`) come from the tokenizer when a task has one.
+    `vocab_size` (and `src_vocab_size`) come from the tokenizer, so they are refused here:
+    a size written in [model] would otherwise be replaced without a word.
     """
 
     preset: str | None = None
@@ -60,6 +74,12 @@ class ModelSection:
     def __post_init__(self) -> None:
         if self.preset is not None:
             lookup("model.preset", self.preset, PRESETS)
+        for name in TOKENIZER_SIZES:
+            check(
+                name not in self.overrides,
+                f"model.{name} comes from the tokenizer, so the [model] section cannot set it; "
+                "remove it (data.vocab_size is the size a new tokenizer is trained to)",
+            )
 
     def build(self, **resolved: Any) -> ModelConfig:
         """The ModelConfig: preset, then the file's fields, then values the data dictates."""
@@ -73,7 +93,8 @@ class DataSection:
 
     task: `translation` (encoder-decoder), `language-model` (decoder),
         `masked-lm` (encoder) or `reverse` (the built-in digit-reversal demo).
-    corpus: a known corpus (`multi30k`, `tinyshakespeare`) or a path to text.
+    corpus: a known corpus (`multi30k`, `tinyshakespeare`) or a path to text; no default,
+        so that no run learns from a corpus its config does not name.
     max_tokens: the token budget of one batch for sentence tasks.
     batch_size: sequences per batch for the language model and the demo.
     block_size: tokens of context per language-model example.
@@ -81,7 +102,7 @@ class DataSection:
     """
 
     task: str = "translation"
-    corpus: str = "multi30k"
+    corpus: str = ""
     data_dir: str = "../shared/data"
     src_lang: str = "de"
     tgt_lang: str = "en"
@@ -99,6 +120,7 @@ class DataSection:
     num_workers: int = 0
 
     def __post_init__(self) -> None:
+        finite_fields(self, "data")
         choice("data.task", self.task, TASKS)
         choice("data.tokenizer", self.tokenizer, TOKENIZER_KINDS)
         _each(positive, "data", self, "vocab_size", "max_len", "max_tokens")
@@ -161,6 +183,7 @@ class TrainSection:
     average_last: int = 1
 
     def __post_init__(self) -> None:
+        finite_fields(self, "train")
         choice("train.schedule", self.schedule, SCHEDULES)
         choice("train.decay_over", self.decay_over, DECAY_OVER)
         choice("train.precision", self.precision, PRECISIONS)
@@ -234,6 +257,7 @@ class LoraSection:
     targets: tuple[str, ...] = ATTENTION_PROJECTIONS
 
     def __post_init__(self) -> None:
+        finite_fields(self, "lora")
         non_negative("lora.rank", self.rank)
         positive("lora.alpha", self.alpha)
         within("lora.dropout", self.dropout, "[0, 1)")
@@ -269,13 +293,15 @@ class RunConfig:
         lines: list[str] = []
         for section, values in self.to_dict().items():
             lines.append(f"[{section}]")
-            lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+            lines += [f"{key} = {toml_value(value)}" for key, value in values.items()]
             lines.append("")
         return "\n".join(lines)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
         for name, values in data.items():
+            if name not in SECTIONS and not isinstance(values, dict):
+                raise AttnkitError(_outside_sections(name))
             known("section", [name], list(SECTIONS))
             check(isinstance(values, dict), f"[{name}] must be a table of keys, got {values!r}")
         model = dict(data.get("model", {}))
@@ -286,7 +312,7 @@ class RunConfig:
         )
         model_types = typing.get_type_hints(ModelConfig)
         overrides = {
-            key: _coerce(f"model.{key}", value, _hint("model", key, model_types, ["preset"]))
+            key: coerce(f"model.{key}", value, _hint("model", key, model_types, ["preset"]))
             for key, value in model.items()
         }
         sections = {"model": ModelSection(preset, overrides)}
@@ -295,83 +321,55 @@ class RunConfig:
             hints = typing.get_type_hints(cls_)
             values = data.get(name, {})
             sections[name] = cls_(
-                **{k: _coerce(f"{name}.{k}", v, _hint(name, k, hints)) for k, v in values.items()}
+                **{k: coerce(f"{name}.{k}", v, _hint(name, k, hints)) for k, v in values.items()}
             )
         return cls(**sections)
 
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-        """Read a TOML file, then apply `section.key=value` overrides."""
+        """Read a TOML file, then apply `section.key=value` overrides.
+
+        The file (or an override) must name `data.task`: the defaults alone describe no run.
+        """
         path = Path(path)
         if not path.is_file():
             raise AttnkitError(
                 f"no run config at {path}; pass a TOML file such as configs/demo.toml"
             )
         try:
-            data = tomllib.loads(path.read_text())
+            # TOML is UTF-8; read_lines names the line of any byte that is not.
+            data = tomllib.loads("".join(read_lines(path, keepends=True)))
         except tomllib.TOMLDecodeError as err:
             raise AttnkitError(f"{path} is not valid TOML: {err}") from None
-        return cls.from_dict(apply_overrides(data, overrides))
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """`section.key=value` strings merged into a parsed config; values are TOML literals.
-
-    A value that is not a TOML literal is taken as a string, so
-    `data.corpus=multi30k` needs no quotes.
-    """
-    data = {name: dict(values) for name, values in data.items()}
-    for item in overrides:
-        name, sep, text = item.partition("=")
-        section, dot, key = name.strip().partition(".")
-        if not sep or not dot or not key:
+        data = apply_overrides(data, overrides)
+        config = cls.from_dict(data)
+        if "task" not in data.get("data", {}):
             raise AttnkitError(
-                f"--set {item!r} is not section.key=value; for example --set train.lr=5e-4"
+                f"{path} {'holds no settings' if not data else 'names no data.task'}; a run "
+                f"config needs at least [data] task (one of {', '.join(TASKS)}) and, for a task "
+                "that reads text, corpus (a known corpus or a path); see configs/demo.toml"
             )
-        try:
-            value = tomllib.loads(f"v = {text.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
-            value = text.strip()
-        data.setdefault(section, {})[key] = value
-    return data
+        return config
+
+
+def _outside_sections(key: str) -> str:
+    """The sentence for a key written before the first [section] header: where it belongs."""
+    model_keys = [
+        "preset",
+        *(k for k in typing.get_type_hints(ModelConfig) if k not in TOKENIZER_SIZES),
+    ]
+    keys = {"model": model_keys}
+    keys.update({name: list(typing.get_type_hints(SECTIONS[name])) for name in OPTION_SECTIONS})
+    owners = [f"[{name}]" for name, names in keys.items() if key in names]
+    where = " or ".join(owners) or "the section it belongs to, one of " + ", ".join(
+        f"[{name}]" for name in SECTIONS
+    )
+    return (
+        f"the key {key!r} comes before any [section] header, but every key belongs to a "
+        f"section; put it under {where}"
+    )
 
 
 def _hint(section: str, key: str, hints: dict[str, Any], extra: list[str] = ()) -> Any:
     known("key", [f"{section}.{key}"], [f"{section}.{k}" for k in [*extra, *hints]])
     return hints[key]
-
-
-def _coerce(name: str, value: Any, hint: Any) -> Any:
-    """`value` checked against the type `hint`; an int is accepted where a float is due."""
-    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    for option in options:
-        if option is type(None) and value is None:
-            return None
-        if option is bool and isinstance(value, bool):
-            return value
-        if option is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        is_number = isinstance(value, int | float) and not isinstance(value, bool)
-        if option is float and is_number and math.isfinite(value):
-            return float(value)
-        if option is str and isinstance(value, str):
-            return value
-        is_list = typing.get_origin(option) is tuple and isinstance(value, list | tuple)
-        if is_list and all(isinstance(item, str) for item in value):
-            return tuple(value)
-    wanted = " or ".join(
-        "a list of strings" if typing.get_origin(o) is tuple else getattr(o, "__name__", str(o))
-        for o in options
-        if o is not type(None)
-    )
-    raise AttnkitError(f"{name} must be {wanted}, got {value!r}")
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
-    return repr(value)

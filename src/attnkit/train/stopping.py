@@ -1,8 +1,15 @@
 """Stopping a run before `train.steps`, cleanly: the step finishes, a checkpoint is saved and
 `Trainer.fit` returns how the run ended.
 
-    interrupted    Ctrl-C or `Trainer.request_stop` (a second Ctrl-C aborts at once)
+    interrupted    Ctrl-C or `Trainer.request_stop`
+    terminated     SIGTERM, what `timeout`, SLURM, Kubernetes and docker send to stop a job
     time-limit     `train.max_minutes` of this session spent
+
+A second Ctrl-C or SIGTERM aborts at once, without saving. The command line
+exits with 128 + the signal's number after a stop by a signal (130 for Ctrl-C,
+143 for SIGTERM), as a shell reports a process the signal ended, and prints
+`resume_command`: the command that continues the run, with the `--set`
+options it was started with.
 
 Early stopping (`eval.patience`) is decided by the evaluation; a request to stop overrides it.
 Every rank must stop at the same step, whichever of them was asked to or ran out of time
@@ -13,25 +20,74 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shlex
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from attnkit.errors import AttnkitError
+from attnkit.models import TransformerModel
 from attnkit.train import distributed as dist
 
 log = logging.getLogger(__name__)
 
+# How each signal that stops a run cleanly ends it, and the exit status that reports it.
+STOP_SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+EXIT_STATUS = {stopped: 128 + int(signum) for signum, stopped in STOP_SIGNALS.items()}
+_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+
+
+@dataclass
+class TrainResult:
+    """How `Trainer.fit` ended: the model, the last step, why, and the records it wrote."""
+
+    model: TransformerModel
+    step: int
+    stopped: str
+    """`finished`, `early-stopped`, `time-limit`, `interrupted` or `terminated` (SIGTERM)."""
+    run_dir: Path
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best: float | None = None
+
+
+def diverged(loss: float, step: int, run_dir: Path, saved_step: int | None) -> AttnkitError:
+    """The error of a training loss that became NaN or infinite at `step`, before the update:
+    what is left (the checkpoint of `saved_step`, or none yet) and what to do."""
+    stop = f"the training loss became {loss} at step {step}, so the run stopped before updating"
+    fix = "lower train.lr, keep train.clip_norm on or use bf16"
+    if saved_step is None:
+        return AttnkitError(
+            f"{stop} the weights; no checkpoint was saved yet in {run_dir}: {fix}, then start again"
+        )
+    return AttnkitError(
+        f"{stop} the weights; the last checkpoint in {run_dir}, of step {saved_step}, is intact: "
+        f"{fix}, then resume"
+    )
+
+
+def resume_command(config: str, overrides: Sequence[str] = ()) -> str:
+    """The command that continues a run started as `attnkit train CONFIG --set ...`."""
+    sets = [arg for item in overrides for arg in ("--set", item)]
+    return shlex.join(["attnkit", "train", config, *sets, "--resume"])
+
 
 class Stopping:
-    """The requests to stop and the clock of one training session."""
+    """The requests to stop and the clock of one training session.
 
-    def __init__(self, max_minutes: float) -> None:
+    `resume_command` is what the log line of a stop tells to run next.
+    """
+
+    def __init__(self, max_minutes: float, resume_command: str = "Trainer.fit(resume=True)"):
         self.max_minutes = max_minutes
+        self.resume_command = resume_command
         self.requested = False
+        self.terminated = False
         self.start = time.perf_counter()
 
     def begin(self) -> None:
@@ -39,35 +95,50 @@ class Stopping:
         self.start = time.perf_counter()
 
     @contextlib.contextmanager
-    def on_sigint(self, step: Callable[[], int]) -> Iterator[None]:
-        """First Ctrl-C: finish the step under way (`step()` are done), save and stop; a second
-        one aborts at once. Signals reach only the main thread; elsewhere this does nothing."""
+    def on_signals(self, step: Callable[[], int]) -> Iterator[None]:
+        """First Ctrl-C or SIGTERM: finish the step under way (`step()` are done), save and
+        stop; a second one aborts at once. Signals reach only the main thread; elsewhere this
+        does nothing."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def handler(signum: int, frame: Any) -> None:
+            name = _NAMES[signum]
             if self.requested:
-                raise KeyboardInterrupt
-            log.warning("Ctrl-C: finishing step %d, saving, then stopping", step() + 1)
+                log.warning("%s again: stopping at once, without saving", name)
+                if signum == signal.SIGINT:
+                    raise KeyboardInterrupt
+                raise SystemExit(EXIT_STATUS["terminated"])
+            log.warning("%s: finishing step %d, saving, then stopping", name, step() + 1)
             self.requested = True
+            self.terminated = signum == signal.SIGTERM
 
-        previous = signal.signal(signal.SIGINT, handler)
+        previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            for signum, action in previous.items():
+                signal.signal(signum, action)
 
     def after(self, step: int, device: torch.device, early: str | None) -> str | None:
         """How the run ends after `step` (None: it goes on), the same on every rank; `early` is
         the evaluation's 'early-stopped' or None."""
         seconds = time.perf_counter() - self.start
         time_up = self.max_minutes > 0 and seconds > 60 * self.max_minutes
-        flags = torch.tensor([float(self.requested), float(time_up)], device=device)
-        stop, time_up = (dist.all_reduce_sum(flags) > 0).tolist()
+        flags = [float(self.requested), float(self.terminated), float(time_up)]
+        stop, terminated, time_up = (
+            dist.all_reduce_sum(torch.tensor(flags, device=device)) > 0
+        ).tolist()
         if stop:
-            log.info("stopped at step %d on request; resume with --resume", step)
-            return "interrupted"
+            stopped = "terminated" if terminated else "interrupted"
+            log.info(
+                "stopping at step %d (%s): saving; continue with: %s",
+                step,
+                stopped,
+                self.resume_command,
+            )
+            return stopped
         if time_up and not early:
             log.info("train.max_minutes %g spent at step %d", self.max_minutes, step)
             return "time-limit"

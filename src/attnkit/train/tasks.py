@@ -41,26 +41,23 @@ from attnkit.data import (
 )
 from attnkit.data.batch import Batch
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
+from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
 from attnkit.nn.lora import apply_lora
 from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
+from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
+from attnkit.train import lock
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective
 from attnkit.train.run_config import RunConfig
 from attnkit.train.trainer import Trainer, TrainResult
+from attnkit.train.validate import validate
 
 log = logging.getLogger(__name__)
-
-SHAPE_OF_TASK = {
-    "translation": "encoder-decoder",
-    "language-model": "decoder",
-    "masked-lm": "encoder",
-    "reverse": "encoder-decoder",
-}
 
 
 @dataclass
@@ -80,9 +77,19 @@ def train(
     *,
     resume: bool = False,
     callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
+    resume_command: str = "attnkit.train.tasks.train(config, resume=True)",
 ) -> TrainResult:
-    """Build the task of `config` and train it into the run folder `train.out_dir`."""
+    """Build the task of `config` and train it into the run folder `train.out_dir`.
+
+    `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
+    """
+    if dist.from_env().is_main:
+        lock.check_free(RunFolder(config.train.out_dir))  # not after a tokenizer is trained
+        if not resume:
+            ckpt.check_new_run(config.train.out_dir)
     setup = build_task(config)
+    if setup.tokenizer is not None and dist.from_env().is_main:
+        _record_vocabulary(RunFolder(config.train.out_dir), setup.tokenizer, resume)
     trainer = Trainer(
         setup.model,
         setup.train_data,
@@ -94,12 +101,28 @@ def train(
         tokenizer=setup.tokenizer,
         run_config=config,
         callbacks=callbacks,
+        resume_command=resume_command,
     )
     return trainer.fit(resume=resume)
 
 
+def _record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) -> None:
+    """Record the fingerprint of the vocabulary the run trains with, which loading the run
+    checks (`RunFolder.load_tokenizer`).
+
+    A new run records it; a resumed run keeps the one it recorded (a run from
+    before fingerprints records it now); a folder that the Trainer will refuse
+    (a run there without `resume`, or none to resume) is left alone.
+    """
+    if folder.trainer_state.exists() != resume:
+        return
+    if not resume or not folder.fingerprint.exists():
+        folder.record_tokenizer(tokenizer)
+
+
 def build_task(config: RunConfig) -> TaskSetup:
-    """The model, data and metrics that `config.data.task` names."""
+    """The model, data and metrics that `config.data.task` names, once `config` is valid."""
+    validate(config)
     task = config.data.task
     builders = {
         "translation": _translation,
@@ -131,7 +154,9 @@ def _text(config: RunConfig, split: str, langs: Sequence[str]) -> list[list[str]
     """The lines of one split, one list per language (lowercased if asked)."""
     d = config.data
     if d.corpus in CORPORA:
-        paths = corpus_files(d.corpus, split, langs=langs, data_dir=d.data_dir)
+        paths = corpus_files(
+            d.corpus, split, langs=langs, data_dir=d.data_dir, data_dir_option="data.data_dir"
+        )
     else:
         folder = Path(d.corpus)
         paths = []
@@ -156,7 +181,7 @@ def _text_file(config: RunConfig) -> list[Path]:
     """The files of a monolingual corpus: a known one, or a file given as data.corpus."""
     d = config.data
     if d.corpus in CORPORA and not CORPORA[d.corpus].langs:
-        return corpus_files(d.corpus, "train", data_dir=d.data_dir)
+        return corpus_files(d.corpus, "train", data_dir=d.data_dir, data_dir_option="data.data_dir")
     path = Path(d.corpus)
     if not path.is_file():
         raise AttnkitError(
@@ -186,29 +211,18 @@ def _tokenizer(
 
 
 def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
-    task = config.data.task
+    """The model of [model] sized to `tokenizer`, or train.init_from's (of the task's shape,
+    which `validate` checked)."""
     if config.train.init_from:
         if config.model.preset or config.model.overrides:
             log.warning("the [model] section is not used: the model is train.init_from's")
         # A base run saved before models recorded their decoding ids takes them from its
         # tokenizer, the one this run trains with (`load_pretrained`), so this run records them.
-        model = load_pretrained(config.train.init_from).train()
-        where = f"train.init_from {config.train.init_from!r} holds"
-        fix = "fine-tune a run of that shape"
-    else:
-        model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
-        model_config = with_decoding_ids(model_config, tokenizer)
-        torch.manual_seed(config.train.seed)
-        model = build_model(model_config)
-        where = "the [model] section describes"
-        fix = "set model.shape or choose another preset"
-    shape = model.config.shape
-    if shape != SHAPE_OF_TASK[task]:
-        raise AttnkitError(
-            f"data.task {task!r} trains a {SHAPE_OF_TASK[task]} model, but {where} a {shape} "
-            f"one; {fix}"
-        )
-    return model
+        return load_pretrained(config.train.init_from).train()
+    model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
+    model_config = with_decoding_ids(model_config, tokenizer)
+    torch.manual_seed(config.train.seed)
+    return build_model(model_config)
 
 
 # -- batches ------------------------------------------------------------------------------------
@@ -273,11 +287,6 @@ def _language_model(config: RunConfig) -> TaskSetup:
     files = _text_file(config)
     tokenizer = _tokenizer(config, files=files)
     model = _model(config, tokenizer)
-    if d.block_size > model.config.max_len:
-        raise AttnkitError(
-            f"data.block_size {d.block_size} is over model.max_len {model.config.max_len}; "
-            "lower the one or raise the other"
-        )
     train, val = (
         LanguageModelDataset.from_files(
             files,
@@ -285,6 +294,7 @@ def _language_model(config: RunConfig) -> TaskSetup:
             block_size=d.block_size,
             split=split,
             val_fraction=d.valid_fraction,
+            option_names=("data.block_size", "data.valid_fraction"),
         )
         for split in ("train", "val")
     )
@@ -318,8 +328,6 @@ def _masked_lm(config: RunConfig) -> TaskSetup:
 
 def _reverse(config: RunConfig) -> TaskSetup:
     """Strings of up to `data.max_len` digits, drawn afresh by each rank; a fixed vocabulary."""
-    if config.train.init_from:
-        raise AttnkitError("the reverse demo trains from scratch; unset train.init_from")
     task = ReverseTask(max_len=config.data.max_len)
     model_config = config.model.build(vocab_size=len(VOCAB), eos_id=EOS, decoder_start_id=BOS)
     torch.manual_seed(config.train.seed)
@@ -331,7 +339,7 @@ def _reverse(config: RunConfig) -> TaskSetup:
     def metric(m: TransformerModel) -> dict[str, float]:
         return {"exact_match": reverse_exact_match(m, task, n, seed=seed)[0]}
 
-    return TaskSetup(model, train, None, [metric], None)
+    return TaskSetup(model, train, None, [metric], reverse_tokenizer())
 
 
 def reverse_exact_match(

@@ -10,14 +10,16 @@ Dividing the summed loss by the global token count, rather than averaging
 per micro-batch, makes accumulation and DDP give the gradient of one big batch.
 The loop checks the loss for NaN or infinity before each update (so the last
 checkpoint stays good), evaluates every `eval.every` steps, saves every
-`train.save_every` steps, and on Ctrl-C (or when `train.max_minutes` is spent)
-finishes the step, saves and returns.
+`train.save_every` steps, and on Ctrl-C or SIGTERM (or when `train.max_minutes`
+is spent) finishes the step, saves and returns.
 Everything needed to continue bit-for-bit is saved: weights, optimizer,
-scheduler, scaler, RNG states and the position in the data.
+scheduler, scaler, RNG states, the position in the data and the settings; a
+resume under changed settings follows them.
 
 The records it writes are measured by `attnkit.train.metrics`, a stop before
-`train.steps` is decided by `attnkit.train.stopping`, and the checkpoints are
-written and resumed by `attnkit.train.checkpoint`.
+`train.steps` is decided by `attnkit.train.stopping`, the checkpoints are
+written and resumed by `attnkit.train.checkpoint`, and the run folder is held
+by one training at a time (`attnkit.train.lock`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,25 +40,15 @@ from attnkit.models import TransformerModel
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
+from attnkit.train import lock
 from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.metrics import Interval, Metric, validate
 from attnkit.train.objectives import Objective, objective_for
 from attnkit.train.optim import TimeBudget, build_optimizer, build_scheduler, schedule_factor
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
-from attnkit.train.stopping import Stopping
+from attnkit.train.stopping import STOP_SIGNALS, Stopping, TrainResult, diverged
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainResult:
-    model: TransformerModel
-    step: int
-    stopped: str
-    """`finished`, `early-stopped`, `time-limit` or `interrupted`."""
-    run_dir: Path
-    history: list[dict[str, Any]] = field(default_factory=list)
-    best: float | None = None
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -77,6 +68,7 @@ class Trainer:
     from the global RNG (give a DataLoader its own `generator`). `metrics` are
     computed on rank 0 at each evaluation. Under torchrun, `fit` joins the
     process group; `attnkit.train.distributed.teardown()` leaves it.
+    `resume_command` is what the log tells to run to continue a stopped run.
     """
 
     def __init__(
@@ -93,6 +85,7 @@ class Trainer:
         tokenizer: Any = None,
         run_config: RunConfig | None = None,
         callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
+        resume_command: str = "Trainer.fit(resume=True)",
     ) -> None:
         self.train_cfg = train or TrainSection()
         self.eval_cfg = eval or EvalSection()
@@ -106,11 +99,12 @@ class Trainer:
         self.folder = RunFolder(self.run_dir)
         self.tokenizer, self.run_config = tokenizer, run_config
         self.step = self.epoch = self.position = 0
+        self.saved_step: int | None = None  # of the last checkpoint in the run folder
         self.best: float | None = None
         self.bad_evals = 0
         self.history: list[dict[str, Any]] = []
         c = self.train_cfg
-        self.stopping = Stopping(c.max_minutes)
+        self.stopping = Stopping(c.max_minutes, resume_command)
         if c.precision == "fp16" and resolve_device(c.device).type != "cuda":
             raise AttnkitError("train.precision 'fp16' needs CUDA; use 'bf16' on the CPU")
 
@@ -121,12 +115,47 @@ class Trainer:
         self.stopping.requested = True
 
     def fit(self, resume: bool = False) -> TrainResult:
-        """Train to `train.steps` (from the saved state with `resume`); returns how it ended."""
+        """Train to `train.steps` (from the saved state with `resume`); returns how it ended.
+
+        The run folder is locked meanwhile: a second training of it refuses.
+        """
         c = self.train_cfg
         if c.threads:
             torch.set_num_threads(c.threads)
         self.dist = dist.setup("cuda" if resolve_device(c.device).type == "cuda" else "cpu")
         self.device = resolve_device(c.device, self.dist.local_rank)
+        check = None if resume else lambda: ckpt.check_new_run(self.run_dir)
+        with lock.hold(self.folder, is_main=self.dist.is_main, check=check):
+            self._prepare(resume)
+            with self.stopping.on_signals(lambda: self.step):
+                stopped = self._loop()
+            self._finish(stopped)
+        return TrainResult(
+            self.model.eval(), self.step, stopped, self.run_dir, self.history, self.best
+        )
+
+    def evaluate(self) -> dict[str, float]:
+        """Validation loss and perplexity over `val_data`, plus the extra metrics."""
+        return validate(
+            self.model,
+            self.objective,
+            self.val_data,
+            self.metrics,
+            device=self.device,
+            seed=self.train_cfg.seed,
+            max_batches=self.eval_cfg.max_batches,
+            autocast=self._autocast,
+            is_main=self.dist.is_main,
+        )
+
+    # -- setup ----------------------------------------------------------------------------------
+
+    def _prepare(self, resume: bool) -> None:
+        """The optimizer, schedule and scaler, a new run's folder or the saved state, and the
+        model that runs forward (DDP, compiled)."""
+        c = self.train_cfg
+        if self.dist.is_main and (cut := ckpt.remove_cut_writes(self.run_dir)):
+            log.info("removed %d temporary files of saves cut short in %s", cut, self.run_dir)
         if self.device.type == "cpu" and c.reuse_freed_memory:
             reuse_freed_memory()
         torch.manual_seed(c.seed + self.dist.rank)
@@ -158,56 +187,39 @@ class Trainer:
         if c.compile:
             forward = torch.compile(forward)
         self.forward_model = forward
-        with self.stopping.on_sigint(lambda: self.step):
-            stopped = self._loop()
-        self._finish(stopped)
-        return TrainResult(
-            self.model.eval(), self.step, stopped, self.run_dir, self.history, self.best
-        )
-
-    def evaluate(self) -> dict[str, float]:
-        """Validation loss and perplexity over `val_data`, plus the extra metrics."""
-        return validate(
-            self.model,
-            self.objective,
-            self.val_data,
-            self.metrics,
-            device=self.device,
-            seed=self.train_cfg.seed,
-            max_batches=self.eval_cfg.max_batches,
-            autocast=self._autocast,
-            is_main=self.dist.is_main,
-        )
-
-    # -- setup ----------------------------------------------------------------------------------
 
     def _start(self) -> None:
-        if self.folder.trainer_state.exists():
-            raise AttnkitError(
-                f"{self.run_dir} already holds a run; pass --resume to continue it or choose "
-                "another train.out_dir"
-            )
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.folder.write_metrics()
-            if self.run_config is not None:
-                self.folder.write_run_config(self.run_config.to_toml())
+            self._record_run_config()
             if self.tokenizer is not None:
                 self.tokenizer.save(self.folder.tokenizer)
 
     def _resume(self) -> None:
         state = ckpt.resume(self.run_dir, self.model, self.dist.rank, self.dist.world_size)
         self.model.to(self.device)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
+        now = ckpt.settings(self.train_cfg, self.eval_cfg)
+        changes = ckpt.changed_settings(state, now, self.run_dir)
+        ckpt.restore_optimization(
+            state, self.optimizer, self.scheduler, self.scaler, changed=bool(changes)
+        )
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.saved_step = self.step
         self.best, self.bad_evals = state["best"], state["bad_evals"]
+        if "eval.metric" in changes:
+            self.best, self.bad_evals = None, 0  # the best so far was by another metric
         if self.dist.is_main:
             # Records written after the checkpoint belong to steps that will run again.
             self.history = [r for r in self.folder.read_metrics() if r["step"] <= self.step]
             self.folder.write_metrics(self.history)
-        log.info("resumed %s at step %d", self.run_dir, self.step)
+            self._record_run_config()  # the settings the run goes on with
+        changed = f" with changed settings: {ckpt.describe(changes)}" if changes else ""
+        log.info("resumed %s at step %d%s", self.run_dir, self.step, changed)
+
+    def _record_run_config(self) -> None:
+        if self.run_config is not None:
+            self.folder.write_run_config(self.run_config.to_toml())
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -250,12 +262,7 @@ class Trainer:
             # One all-reduce gives every rank the global sums (NCCL wants them on the device).
             loss_sum, tokens, aux_sum = dist.all_reduce_sum(self._accumulate(batches)).tolist()
             if not math.isfinite(loss_sum + aux_sum):
-                bad = loss_sum + aux_sum
-                raise AttnkitError(
-                    f"the training loss became {bad} at step {self.step + 1}, so the run "
-                    f"stopped before updating the weights; the last checkpoint in {self.run_dir} "
-                    "is intact: lower train.lr, keep train.clip_norm on or use bf16, then resume"
-                )
+                raise diverged(loss_sum + aux_sum, self.step + 1, self.run_dir, self.saved_step)
             if tokens == 0:
                 raise AttnkitError("a training batch has no target tokens; check the data")
             self._update(tokens)
@@ -354,27 +361,28 @@ class Trainer:
 
     def _save(self) -> None:
         rngs = dist.gather_objects(ckpt.rng_state())
-        if not self.dist.is_main:
-            return
-        state = {
-            "step": self.step,
-            "epoch": self.epoch,
-            "position": self.position,
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "rng": rngs,
-            "best": self.best,
-            "bad_evals": self.bad_evals,
-            "model_config": self.model.config.to_dict(),
-            "world_size": self.dist.world_size,
-        }
-        ckpt.save_checkpoint(self.run_dir, self.model, state, self.train_cfg.keep_last)
-        log.debug("saved step %d to %s", self.step, self.run_dir)
+        if self.dist.is_main:
+            state = {
+                "step": self.step,
+                "epoch": self.epoch,
+                "position": self.position,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "rng": rngs,
+                "best": self.best,
+                "bad_evals": self.bad_evals,
+                "model_config": self.model.config.to_dict(),
+                "world_size": self.dist.world_size,
+                "settings": ckpt.settings(self.train_cfg, self.eval_cfg),
+            }
+            ckpt.save_checkpoint(self.run_dir, self.model, state, self.train_cfg.keep_last)
+            log.debug("saved step %d to %s", self.step, self.run_dir)
+        self.saved_step = self.step
 
     def _finish(self, stopped: str) -> None:
         n = self.train_cfg.average_last
-        if self.dist.is_main and stopped != "interrupted":
+        if self.dist.is_main and stopped not in STOP_SIGNALS.values():
             if n > 1:
                 steps = ckpt.average_last(self.run_dir, n)
                 log.info("model.safetensors is the mean of the checkpoints of steps %s", steps)

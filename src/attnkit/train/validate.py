@@ -1,0 +1,120 @@
+"""A run config checked as a whole, before any work starts.
+
+Each section checks its own keys as it is read (`attnkit.train.run_config`). The
+rules here span sections or look at the disk: the task's corpus, metric and model
+shape, the context a language model's blocks need, and the run folder the run
+will write. `attnkit train` and `train(config)` call `validate` first, so that a
+mistake stops in one sentence before the tokenizer is trained, not at the first
+evaluation hundreds of steps in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnkit.checks import check
+from attnkit.config import ModelConfig
+from attnkit.data import CORPORA
+from attnkit.data.reverse import BOS, EOS, VOCAB
+from attnkit.files import nearest_folder
+from attnkit.run import RunFolder
+from attnkit.train.run_config import RunConfig
+
+SHAPE_OF_TASK = {
+    "translation": "encoder-decoder",
+    "language-model": "decoder",
+    "masked-lm": "encoder",
+    "reverse": "encoder-decoder",
+}
+# What each task's evaluation measures: the validation loss and perplexity where it has
+# validation data, and the names its own metric returns (`attnkit.train.tasks`).
+METRICS_OF_TASK = {
+    "translation": ("val_loss", "val_ppl", "bleu"),
+    "language-model": ("val_loss", "val_ppl"),
+    "masked-lm": ("val_loss", "val_ppl"),
+    "reverse": ("exact_match",),
+}
+
+
+def validate(config: RunConfig) -> None:
+    """Stop with one sentence if `config` cannot train: its data, metric, model and run folder."""
+    d, task = config.data, config.data.task
+    if task == "reverse":
+        check(
+            not config.train.init_from,
+            "the reverse demo trains from scratch; unset train.init_from",
+        )
+    else:
+        check(
+            bool(d.corpus),
+            f"data.task {task!r} learns from text, but data.corpus is not set; set it to a "
+            f"known corpus ({', '.join(CORPORA)}) or to the path of your text",
+        )
+    metrics = METRICS_OF_TASK[task]
+    check(
+        config.eval.metric in metrics,
+        f"eval.metric {config.eval.metric!r} is not computed for data.task {task!r}; "
+        f"choose one of {', '.join(metrics)}",
+    )
+    _check_model(config)
+    check_out_dir(config.train.out_dir)
+
+
+def _check_model(config: RunConfig) -> None:
+    """The model the run will train must have the task's shape and, for a language model,
+    room for a block of context."""
+    task, init_from = config.data.task, config.train.init_from
+    if init_from:
+        folder = RunFolder(init_from)
+        check(
+            folder.config.is_file(),
+            f"train.init_from {init_from!r} is not an attnkit run folder: "
+            f"{folder.config.name} is missing; fine-tune a folder made by attnkit train "
+            "or attnkit import hf",
+        )
+        model = ModelConfig.from_json(folder.config)
+        where, fix = f"train.init_from {init_from!r} holds", "fine-tune a run of that shape"
+    else:
+        # The vocabulary comes from the tokenizer, trained later; the size asked of it
+        # stands in, so that every other field of [model] is checked now.
+        ids = {"vocab_size": config.data.vocab_size}
+        if task == "reverse":
+            ids = {"vocab_size": len(VOCAB), "eos_id": EOS, "decoder_start_id": BOS}
+        model = config.model.build(**ids)
+        where, fix = "the [model] section describes", "set model.shape or choose another preset"
+    shape = SHAPE_OF_TASK[task]
+    check(
+        model.shape == shape,
+        f"data.task {task!r} trains {_a(shape)} model, but {where} {_a(model.shape)} one; {fix}",
+    )
+    block_size = config.data.block_size
+    check(
+        task != "language-model" or block_size <= model.max_len,
+        f"data.block_size {block_size} is over model.max_len {model.max_len}; "
+        "lower the one or raise the other",
+    )
+
+
+def check_out_dir(out_dir: str | Path) -> None:
+    """`out_dir` must be a folder that can be made and written to; nothing is created."""
+    path = Path(out_dir)
+    check(
+        path.is_dir() or not path.exists(),
+        f"train.out_dir {str(out_dir)!r} is a file, not a folder; choose another train.out_dir",
+    )
+    nearest, writable = nearest_folder(path)
+    check(
+        nearest.is_dir(),
+        f"train.out_dir {str(out_dir)!r} cannot be made, because {str(nearest)!r} is a file; "
+        "choose another train.out_dir",
+    )
+    check(
+        writable,
+        f"train.out_dir {str(out_dir)!r} cannot be written, because {str(nearest)!r} is "
+        "not writable; choose a train.out_dir in a folder you can write to",
+    )
+
+
+def _a(shape: str) -> str:
+    """A model shape with its article: "a decoder", "an encoder"."""
+    return f"{'an' if shape.startswith('e') else 'a'} {shape}"
