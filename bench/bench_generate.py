@@ -39,13 +39,9 @@ from bench.harness import (
     rss_in_subprocess,
     seconds_per_call,
 )
-from bench.peers.hf_models import gpt2_twins, marian_twins
+from bench.peers.hf_models import before_eos, gpt2_twins, marian_twins
 
 VOCAB = 8000
-
-
-def strip(rows: list[list[int]], eos: int) -> list[list[int]]:
-    return [row[: row.index(eos)] if eos in row else row for row in rows]
 
 
 def gpt2_sides(ours, hf, batch: int, new_tokens: int) -> dict[str, Callable[[], object]]:
@@ -120,7 +116,7 @@ def bench_marian(reps: int, new_tokens: int) -> Result:
     sides = marian_sides(ours, hf, new_tokens)
     with torch.no_grad():
         a, b = sides["attnkit"](), sides["transformers"]()
-        same = strip(a.sequences.tolist(), 2) == strip(b.tolist(), 2)
+        same = before_eos(a.sequences.tolist(), 2) == before_eos(b.tolist(), 2)
         tokens = sum(len(t) for t in a.new_tokens())
         seconds = _seconds(sides, reps)
     return _result("(b) Marian beam 4, batch 32", tokens, seconds, same)
@@ -190,7 +186,7 @@ def bench_positions(reps: int, steps: int = 16) -> list[Result]:
     round as warm-up, so a change in the machine's load touches all of them
     alike; medians are reported.
     """
-    model = gpt2_twins(6, 512, 8, VOCAB, 1280)[0]
+    model = gpt2_models()[0]
 
     def cached(prompt: torch.Tensor) -> float:
         cache = model.new_cache(prompt, capacity=prompt.shape[1] + steps)

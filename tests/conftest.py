@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import tiny_run
+from tests.helpers import gpt2_folder, tiny_run
 
 
 def pytest_configure() -> None:
@@ -51,3 +51,9 @@ def mt_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A language-model run folder (`tiny_run`), one for each test module that asks."""
     return tiny_run(tmp_path_factory.mktemp("lm"), "decoder")
+
+
+@pytest.fixture
+def hf_folder(tmp_path: Path) -> Path:
+    """A tiny GPT-2 Hugging Face folder with a tokenizer (`tests.helpers.gpt2_folder`)."""
+    return gpt2_folder(tmp_path / "hf")

@@ -333,3 +333,8 @@ def run_hf(model: PreTrainedModel, b: dict[str, Tensor]) -> Tensor:
         inputs["token_type_ids"] = b["token_types"]
     out = model(**inputs)
     return out.last_hidden_state if isinstance(model, BertModel) else out.logits
+
+
+def before_eos(rows: list[list[int]], eos: int) -> list[list[int]]:
+    """Each row of ids cut at its first `eos`: what both sides generated, padding aside."""
+    return [row[: row.index(eos)] if eos in row else row for row in rows]

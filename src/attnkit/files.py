@@ -136,6 +136,17 @@ def _open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
 
 
+# `atomic_write` writes NAME through `.NAME.XXXXXXXX.tmp` beside it (mkstemp's eight letters,
+# digits and underscores); a process killed mid-write leaves that file behind.
+_PARTIAL = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
+
+
+def partial_of(path: Path) -> Path | None:
+    """The file whose `atomic_write` was cut short leaving `path`, or None if `path` is no such."""
+    found = _PARTIAL.fullmatch(path.name)
+    return None if found is None else path.with_name(found["name"])
+
+
 def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     """Call `write(tmp)` on a temporary file beside `path`, then rename it to `path`.
 

@@ -80,11 +80,18 @@ class RunFolder:
         self.best_weights = self.checkpoints / "best" / WEIGHTS_FILE
         self.lock = self.root / "train.lock"
 
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files attnkit writes at the folder's top (beside `checkpoints/` and the lock)."""
+        return (
+            *(self.config, self.weights, self.tokenizer, self.fingerprint, self.run_config),
+            *(self.trainer_state, self.metrics, self.curves),
+        )
+
     def owns(self, entry: Path) -> bool:
         """Whether `entry` of the folder is one attnkit writes there, or the leftover of a
         write it did not finish (a hidden `.tmp` of `atomic_write` or `replace_folder`)."""
-        mine = (self.config, self.weights, self.tokenizer, self.fingerprint, self.run_config)
-        mine += (self.trainer_state, self.metrics, self.curves, self.checkpoints, self.lock)
+        mine = (*self.files, self.checkpoints, self.lock)
         name = entry.name
         return name in {p.name for p in mine} or (name.startswith(".") and name.endswith(".tmp"))
 
@@ -194,8 +201,10 @@ def load_run(
         run recorded (`RunFolder.load_tokenizer`); False takes it as it is.
     """
     folder = RunFolder(run_dir)
-    model = load_pretrained(folder.root, device)
-    return Run(folder, model, folder.load_tokenizer(check=check_tokenizer))
+    # Read once, and handed to `load_pretrained`, which may need its decoding ids.
+    tokenizer = folder.load_tokenizer(check=check_tokenizer) if folder.tokenizer.is_file() else None
+    model = load_pretrained(folder.root, device, tokenizer=tokenizer)
+    return Run(folder, model, tokenizer or folder.load_tokenizer(check=check_tokenizer))
 
 
 def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
@@ -208,11 +217,14 @@ def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
     return folder.root
 
 
-def load_pretrained(run_dir: str | Path, device: str | torch.device = "cpu") -> TransformerModel:
+def load_pretrained(
+    run_dir: str | Path, device: str | torch.device = "cpu", *, tokenizer: Tokenizer | None = None
+) -> TransformerModel:
     """Rebuild the model of a run folder from its config and weights, in eval mode.
 
     A config without the decoding ids (saved before models recorded them) takes
-    them from the folder's tokenizer, when it has one (`with_decoding_ids`).
+    them from the folder's tokenizer, when it has one (`with_decoding_ids`):
+    `tokenizer` when the caller has read it already, else the folder's file.
     """
     device = check_device(device)
     folder = RunFolder(run_dir)
@@ -223,9 +235,9 @@ def load_pretrained(run_dir: str | Path, device: str | torch.device = "cpu") -> 
                 "(train a model with `attnkit train` or import one with `attnkit import hf`)"
             )
     config = ModelConfig.from_json(folder.config)
-    if _unset_decoding_ids(config) and folder.tokenizer.is_file():
+    if _unset_decoding_ids(config) and (tokenizer is not None or folder.tokenizer.is_file()):
         # Runs saved before models recorded their decoding ids have them only in the tokenizer.
-        filled = with_decoding_ids(config, Tokenizer.load(folder.tokenizer))
+        filled = with_decoding_ids(config, tokenizer or Tokenizer.load(folder.tokenizer))
         taken = {k: v for k, v in dataclasses.asdict(filled).items() if getattr(config, k) != v}
         if taken:
             ids = ", ".join(f"{name} {value}" for name, value in taken.items())

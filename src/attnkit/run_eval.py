@@ -13,6 +13,7 @@ they are, which is why BLEU is given both cased and lowercased.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -110,7 +111,7 @@ def read_eval_set(
         corpus, split, tokenizer=run.tokenizer, data_dir=data_dir, block_size=block
     )
     loader = DataLoader(dataset, batch_size=batch_size, collate_fn=dataset.collate)
-    batches = list(loader)[: limit or None]
+    batches = list(itertools.islice(loader, limit or None))  # collate no more than asked
     what = f"{corpus} {split}, {len(batches)} batches of {block + 1}-token blocks"
     return EvalSet(corpus, split, what, batches=batches)
 

@@ -24,7 +24,7 @@ from attnkit.interop import export_hf, import_hf, load_hf
 from attnkit.run import RunFolder, load_pretrained, load_run, save_pretrained
 from attnkit.tokenizer import Tokenizer
 from attnkit.train.checkpoint import save_checkpoint
-from tests.helpers import RUN_LINES, gpt2_folder, rewrite_weights, tiny_model, tiny_run
+from tests.helpers import RUN_LINES, rewrite_weights, tiny_model, tiny_run
 
 NO_SPACE = os.strerror(errno.ENOSPC)
 
@@ -38,11 +38,6 @@ def contents(folder: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
     }
-
-
-@pytest.fixture
-def hf_folder(tmp_path: Path) -> Path:
-    return gpt2_folder(tmp_path / "hf")
 
 
 @pytest.fixture

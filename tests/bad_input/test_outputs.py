@@ -17,14 +17,9 @@ from attnkit.cli import main
 from attnkit.files import check_writable
 from attnkit.interop import export_hf, import_hf, load_hf
 from attnkit.run import load_pretrained
-from tests.helpers import RUN_LINES, gpt2_folder
+from tests.helpers import RUN_LINES
 
 on_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
-
-
-@pytest.fixture
-def hf_folder(tmp_path: Path) -> Path:
-    return gpt2_folder(tmp_path / "hf")
 
 
 def test_overwrite_removes_the_stale_trainer_state_and_tokenizer_of_an_earlier_run(

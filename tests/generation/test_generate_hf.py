@@ -6,7 +6,7 @@ import torch
 pytest.importorskip("transformers")
 
 from attnkit.generation import generate
-from bench.peers.hf_models import bloom_twins, gpt2_twins, marian_twins, mistral_twins
+from bench.peers.hf_models import before_eos, bloom_twins, gpt2_twins, marian_twins, mistral_twins
 
 EOS = 2
 OPTIONS = [
@@ -17,10 +17,6 @@ OPTIONS = [
     {"num_beams": 4, "early_stopping": "never", "length_penalty": 2.0},
     {"num_beams": 5, "no_repeat_ngram_size": 2, "repetition_penalty": 1.5, "min_new_tokens": 2},
 ]
-
-
-def strip(rows: list[list[int]]) -> list[list[int]]:
-    return [row[: row.index(EOS)] if EOS in row else row for row in rows]
 
 
 def boost_eos(*embeddings: torch.Tensor) -> None:
@@ -85,7 +81,7 @@ def test_left_padded_prompts_match_transformers(family, options, request):
         do_sample=False,
         **options,
     )
-    assert strip(mine.sequences.tolist()) == strip(theirs.tolist())
+    assert before_eos(mine.sequences.tolist(), EOS) == before_eos(theirs.tolist(), EOS)
     assert exercises_eos(mine.sequences[:, 6:], options)
 
 
@@ -109,5 +105,5 @@ def test_marian_translation_matches_transformers(marian, options):
         ours, src, mask, max_new_tokens=10, decoder_start_token_id=0, pad_token_id=0, **options
     )
     theirs = hf.generate(src, attention_mask=mask, max_new_tokens=10, do_sample=False, **options)
-    assert strip(mine.sequences.tolist()) == strip(theirs.tolist())
+    assert before_eos(mine.sequences.tolist(), EOS) == before_eos(theirs.tolist(), EOS)
     assert exercises_eos(mine.sequences, options)

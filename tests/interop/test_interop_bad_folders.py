@@ -17,12 +17,7 @@ from attnkit import AttnkitError
 from attnkit.interop import import_hf, load_hf
 from attnkit.run import RunFolder
 from attnkit.tokenizer import Tokenizer
-from tests.helpers import gpt2_folder, rewrite_weights
-
-
-@pytest.fixture
-def hf_folder(tmp_path: Path) -> Path:
-    return gpt2_folder(tmp_path / "hf")
+from tests.helpers import rewrite_weights
 
 
 def test_importing_an_attnkit_run_folder_says_it_is_one_already(mt_run, tmp_path):

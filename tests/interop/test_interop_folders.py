@@ -7,7 +7,7 @@ import logging
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import BertForMaskedLM, MarianMTModel
 from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
@@ -25,17 +25,12 @@ from bench.peers.hf_models import (
     run_hf,
     save_random,
 )
-
-
-def rewrite(folder, change):
-    """Apply `change` to the tensors of folder/model.safetensors and write them back."""
-    tensors = load_file(folder / "model.safetensors")
-    change(tensors)
-    save_file(tensors, str(folder / "model.safetensors"))
+from tests.helpers import rewrite_weights
 
 
 @pytest.fixture
-def gpt2_folder(tmp_path):
+def random_gpt2(tmp_path):
+    """A Hugging Face folder of a random GPT-2 (`save_random`)."""
     save_random("gpt2", tmp_path)
     return tmp_path
 
@@ -47,37 +42,37 @@ def test_an_unsupported_model_type_lists_the_supported_ones(tmp_path):
         load_hf(tmp_path)
 
 
-def test_a_missing_tensor_is_named_with_its_expected_shape(gpt2_folder):
-    rewrite(gpt2_folder, lambda t: t.pop("transformer.h.1.mlp.c_fc.weight"))
+def test_a_missing_tensor_is_named_with_its_expected_shape(random_gpt2):
+    rewrite_weights(random_gpt2, lambda t: t.pop("transformer.h.1.mlp.c_fc.weight"))
     with pytest.raises(AttnkitError, match=r"'transformer.h.1.mlp.c_fc.weight' \(expected shape"):
-        load_hf(gpt2_folder)
+        load_hf(random_gpt2)
 
 
-def test_a_misshaped_tensor_is_named_with_both_shapes(gpt2_folder):
+def test_a_misshaped_tensor_is_named_with_both_shapes(random_gpt2):
     def shrink(tensors):
         tensors["transformer.h.0.attn.c_attn.weight"] = torch.zeros(32, 95)
 
-    rewrite(gpt2_folder, shrink)
+    rewrite_weights(random_gpt2, shrink)
     with pytest.raises(
         AttnkitError,
         match=r"'transformer.h.0.attn.c_attn.weight' .* shape \(32, 95\) .* needs \(32, 96\)",
     ):
-        load_hf(gpt2_folder)
+        load_hf(random_gpt2)
 
 
-def test_unused_tensors_are_reported_not_dropped(gpt2_folder, caplog):
-    rewrite(gpt2_folder, lambda t: t.update({"transformer.extra.weight": torch.ones(3)}))
+def test_unused_tensors_are_reported_not_dropped(random_gpt2, caplog):
+    rewrite_weights(random_gpt2, lambda t: t.update({"transformer.extra.weight": torch.ones(3)}))
     with caplog.at_level(logging.WARNING, logger="attnkit"):
-        imported = load_hf(gpt2_folder)
+        imported = load_hf(random_gpt2)
     assert imported.unused == ["transformer.extra.weight"]
     assert "transformer.extra.weight" in caplog.text
 
 
-def test_pytorch_model_bin_reads_like_safetensors(gpt2_folder, tmp_path):
-    expected = load_hf(gpt2_folder).model.state_dict()
-    torch.save(load_file(gpt2_folder / "model.safetensors"), gpt2_folder / "pytorch_model.bin")
-    (gpt2_folder / "model.safetensors").unlink()
-    got = load_hf(gpt2_folder).model.state_dict()
+def test_pytorch_model_bin_reads_like_safetensors(random_gpt2, tmp_path):
+    expected = load_hf(random_gpt2).model.state_dict()
+    torch.save(load_file(random_gpt2 / "model.safetensors"), random_gpt2 / "pytorch_model.bin")
+    (random_gpt2 / "model.safetensors").unlink()
+    got = load_hf(random_gpt2).model.state_dict()
     assert all(torch.equal(got[name], tensor) for name, tensor in expected.items())
 
 
@@ -99,7 +94,7 @@ def test_tensorflow_names_of_norms_are_read(tmp_path):
             suffix = {"weight": "gamma", "bias": "beta"}[name.rsplit(".", 1)[1]]
             tensors[f"bert.{name.rsplit('.', 1)[0]}.{suffix}"] = tensors.pop(name)
 
-    rewrite(tmp_path, rename)
+    rewrite_weights(tmp_path, rename)
     model = load_hf(tmp_path).model
     batch = parity_batch(model)
     ours, mask = run_attnkit(model, batch)
@@ -117,21 +112,23 @@ def test_older_marian_files_with_stored_tables_and_tied_copies_import(tmp_path):
             tensors[f"model.{side}.embed_tokens.weight"] = tensors["model.shared.weight"].clone()
         tensors["lm_head.weight"] = tensors["model.shared.weight"].clone()
 
-    rewrite(tmp_path, add_old_names)
+    rewrite_weights(tmp_path, add_old_names)
     assert load_hf(tmp_path).unused == []
 
 
 def test_a_stored_table_of_the_wrong_layout_is_refused(tmp_path):
     save_random("marian", tmp_path)
     interleaved = sinusoidal_table(32, 32, "interleaved")
-    rewrite(tmp_path, lambda t: t.update({"model.encoder.embed_positions.weight": interleaved}))
+    rewrite_weights(
+        tmp_path, lambda t: t.update({"model.encoder.embed_positions.weight": interleaved})
+    )
     with pytest.raises(AttnkitError, match="does not match the table"):
         load_hf(tmp_path)
 
 
 def test_tied_copies_that_differ_are_refused(tmp_path):
     save_random("marian", tmp_path)
-    rewrite(tmp_path, lambda t: t.update({"lm_head.weight": t["model.shared.weight"] + 1}))
+    rewrite_weights(tmp_path, lambda t: t.update({"lm_head.weight": t["model.shared.weight"] + 1}))
     with pytest.raises(AttnkitError, match="tied tensor but their values differ"):
         load_hf(tmp_path)
 
@@ -164,8 +161,8 @@ def test_rope_scalings_attnkit_does_not_compute_are_refused(rope):
     assert "\n" not in str(info.value)
 
 
-def test_from_pretrained_reads_both_folder_kinds(gpt2_folder, tmp_path):
-    from_hf = from_pretrained(gpt2_folder)
+def test_from_pretrained_reads_both_folder_kinds(random_gpt2, tmp_path):
+    from_hf = from_pretrained(random_gpt2)
     from_run = from_pretrained(save_pretrained(from_hf, tmp_path / "run"))
     assert from_run.config == from_hf.config
     ids = torch.tensor([[1, 2, 3]])

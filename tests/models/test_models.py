@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from attnkit import DecoderOnly, EncoderDecoder, EncoderOnly, ModelConfig, build_model
+from attnkit.data.batch import pad
 from attnkit.nn import attention, causal_mask, window
 from tests.helpers import VARIANTS, WIDE, copy_from_torch, tiny_config
 
@@ -87,11 +88,11 @@ def test_encoder_decoder_equals_torch_transformer(norm_position: str, dtype: tor
 def with_padding(
     ids: torch.Tensor, n_pad: int, left: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    pad = torch.full((ids.shape[0], n_pad), 0)
-    mask = torch.cat([torch.ones_like(ids), torch.zeros_like(pad)], 1).bool()
+    fill = torch.full((ids.shape[0], n_pad), 0)
+    mask = torch.cat([torch.ones_like(ids), torch.zeros_like(fill)], 1).bool()
     if left:
-        return torch.cat([pad, ids], 1), mask.flip(1)
-    return torch.cat([ids, pad], 1), mask
+        return torch.cat([fill, ids], 1), mask.flip(1)
+    return torch.cat([ids, fill], 1), mask
 
 
 @variants
@@ -181,8 +182,8 @@ def test_each_sequence_in_a_batch_gives_the_same_result_as_alone(shape: str, var
     lengths = [3, 8, 5]
     seqs = [torch.randint(4, 50, (n,)) for n in lengths]
     src_seqs = [torch.randint(4, 50, (n + 2,)) for n in lengths]
-    ids, mask = _pad(seqs)
-    src, src_mask = _pad(src_seqs)
+    ids, mask = pad(seqs, 0)
+    src, src_mask = pad(src_seqs, 0)
     with torch.no_grad():
         if shape == "encoder-decoder":
             batched = model(src, ids, src_mask, mask).logits
@@ -192,12 +193,6 @@ def test_each_sequence_in_a_batch_gives_the_same_result_as_alone(shape: str, var
             alone = [model(t[None]).logits[0] for t in seqs]
     for row, (n, expected) in enumerate(zip(lengths, alone, strict=True)):
         torch.testing.assert_close(batched[row, :n], expected, atol=1e-5, rtol=1e-5)
-
-
-def _pad(seqs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = nn.utils.rnn.pad_sequence(seqs, batch_first=True)
-    mask = torch.arange(ids.shape[1])[None] < torch.tensor([len(s) for s in seqs])[:, None]
-    return ids, mask
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,6 @@ import dataclasses
 import logging
 import pickle
 import random
-import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,7 +51,7 @@ from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.files import WriteError, atomic_write
+from attnkit.files import WriteError, atomic_write, partial_of
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import merge_lora_tensors, merged_copy
 from attnkit.run import WEIGHTS_FILE, RunFolder, load_weights, save_pretrained
@@ -139,18 +138,14 @@ def remove_cut_writes(run_dir: str | Path) -> int:
     folder = RunFolder(run_dir)
     if not folder.trainer_state.is_file():
         return 0
-    root = (folder.config, folder.weights, folder.tokenizer, folder.fingerprint)
-    root += (folder.run_config, folder.trainer_state, folder.metrics)
     # checkpoints/ is the training's own: its step and best folders hold weights alone.
-    written = {folder.root: root}
+    written = {folder.root: folder.files}
     written |= {d: (d / WEIGHTS_FILE,) for d in folder.checkpoints.glob("*") if d.is_dir()}
-    # mkstemp names them .NAME.XXXXXXXX.tmp: eight of its letters, digits and underscores.
-    temporary = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
     cut = [
         path
         for place, files in written.items()
         for path in place.glob(".*.tmp")
-        if (m := temporary.fullmatch(path.name)) and place / m["name"] in files and path.is_file()
+        if partial_of(path) in files and path.is_file()
     ]
     for path in cut:
         path.unlink(missing_ok=True)
@@ -208,14 +203,19 @@ def load_trainer_state(run_dir: str | Path) -> dict[str, Any]:
 def load_checkpoint(run_dir: str | Path, model: TransformerModel) -> dict[str, Any]:
     """Load the weights of the latest saved step into `model`; return its trainer state."""
     state = load_trainer_state(run_dir)
-    weights = RunFolder(run_dir).step_weights(state["step"])
+    _load_step(run_dir, model, state["step"])
+    return state
+
+
+def _load_step(run_dir: str | Path, model: TransformerModel, step: int) -> None:
+    """Load the weights saved at `step` into `model`."""
+    weights = RunFolder(run_dir).step_weights(step)
     if not weights.is_file():
         raise AttnkitError(
-            f"{run_dir} has a trainer state for step {state['step']} but no weights at {weights}; "
+            f"{run_dir} has a trainer state for step {step} but no weights at {weights}; "
             "the run folder is incomplete"
         )
     load_weights(model, weights)
-    return state
 
 
 def resume(
@@ -228,7 +228,7 @@ def resume(
     """
     state = load_trainer_state(run_dir)
     _check_fits(state["model_config"], model.config, run_dir)
-    load_checkpoint(run_dir, model)
+    _load_step(run_dir, model, state["step"])  # the state is read once: it is the largest file
     rngs = state["rng"]
     if len(rngs) != world_size:
         log.warning(

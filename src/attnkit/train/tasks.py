@@ -83,11 +83,12 @@ def train(
 
     `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
     """
+    validate(config)  # first, so a bad train.out_dir gets its own sentence, not the lock's
     if dist.from_env().is_main:
         lock.check_free(RunFolder(config.train.out_dir))  # not after a tokenizer is trained
         if not resume:
             ckpt.check_new_run(config.train.out_dir)
-    setup = build_task(config)
+    setup = _build(config)
     if setup.tokenizer is not None and dist.from_env().is_main:
         _record_vocabulary(RunFolder(config.train.out_dir), setup.tokenizer, resume)
     trainer = Trainer(
@@ -123,6 +124,11 @@ def _record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) ->
 def build_task(config: RunConfig) -> TaskSetup:
     """The model, data and metrics that `config.data.task` names, once `config` is valid."""
     validate(config)
+    return _build(config)
+
+
+def _build(config: RunConfig) -> TaskSetup:
+    """`build_task` of a config already validated."""
     task = config.data.task
     builders = {
         "translation": _translation,
@@ -218,7 +224,7 @@ def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> Transfor
             log.warning("the [model] section is not used: the model is train.init_from's")
         # A base run saved before models recorded their decoding ids takes them from its
         # tokenizer, the one this run trains with (`load_pretrained`), so this run records them.
-        return load_pretrained(config.train.init_from).train()
+        return load_pretrained(config.train.init_from, tokenizer=tokenizer).train()
     model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
     model_config = with_decoding_ids(model_config, tokenizer)
     torch.manual_seed(config.train.seed)
