@@ -56,6 +56,10 @@ BENCHMARKS = {
     "parity": Benchmark(
         "bench.interop_parity", "largest difference of imported HF models from transformers"
     ),
+    "exposure": Benchmark(
+        "bench.bench_exposure",
+        "steps with scheduled sampling, self-critical and minimum risk vs teacher forcing",
+    ),
     "trainer": Benchmark("bench.bench_trainer", "the Trainer's overhead over a bare training loop"),
     "peak": Benchmark("bench.peak", "the machine's matmul GFLOP/s on each of torch's paths"),
     "fault": Benchmark(

@@ -111,9 +111,11 @@ def test_a_run_config_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
         ("dropout = 0.1\n", "[model] or [lora]"),
         ("max_len = 64\n", "[model] or [data]"),
         ("vocab_size = 64\n", "[data]"),  # [model] may not set it
+        ("temperature = 0.5\n", "[scheduled_sampling] or [sequence_loss]"),
         (
             "speed = 1\n",
-            "the section it belongs to, one of [model], [data], [train], [eval], [lora]",
+            "the section it belongs to, one of [model], [data], [train], [eval], [lora], "
+            "[scheduled_sampling], [sequence_loss]",
         ),
     ],
 )

@@ -11,6 +11,7 @@ from attnkit.tokenizer import Tokenizer
 from attnkit.train import Trainer
 from attnkit.train.checkpoint import load_trainer_state
 from attnkit.train.run_config import RunConfig
+from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.tasks import build_task
 from tests.helpers import tiny_run
 
@@ -128,6 +129,45 @@ def test_cli_fine_tunes_a_run_through_lora_adapters(tmp_path):
 
     assert main(["train", config, *settings, "--set", "train.steps=6", "--resume"]) == 0
     assert load_trainer_state(fine)["step"] == 6
+
+
+def test_cli_trains_with_scheduled_sampling_then_fine_tunes_on_bleu(tmp_path):
+    config = translation_config(tmp_path)
+    sampling = ["scheduled_sampling.decay=linear", "scheduled_sampling.slope=0.2"]
+    assert main(["train", config, *(a for s in sampling for a in ("--set", s))]) == 0
+    setup = build_task(RunConfig.load(config, [*sampling, f"train.out_dir={tmp_path}/x"]))
+    assert isinstance(setup.objective, ScheduledSampling)
+    fine = tmp_path / "fine"
+    options = [
+        f"train.out_dir={fine}",
+        f"train.init_from={tmp_path / 'run'}",
+        "train.average_last=1",
+        "sequence_loss.kind=self-critical",
+        "sequence_loss.reward=chrf",
+    ]
+    assert main(["train", config, *(a for s in options for a in ("--set", s))]) == 0
+    records = [json.loads(line) for line in (fine / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in records if "train_loss" in r]
+    assert len(trained) == 2 and all(0 <= r["train_reward"] <= 1 for r in trained)
+    assert "[sequence_loss]" in (fine / "run_config.toml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ["data.task=masked-lm", "eval.metric=val_loss", "scheduled_sampling.decay=constant"],
+            "which data.task .masked-lm. has not",
+        ),
+        (
+            ["scheduled_sampling.decay=constant", "sequence_loss.kind=risk"],
+            "do not combine",
+        ),
+    ],
+)
+def test_training_beyond_teacher_forcing_is_refused_where_it_cannot_run(tmp_path, options, message):
+    with pytest.raises(AttnkitError, match=message):
+        build_task(RunConfig.load(translation_config(tmp_path), options))
 
 
 def test_cli_names_the_nearest_key(tmp_path, capsys):

@@ -51,17 +51,40 @@ class LossTerms:
         load-balancing loss), scaled by `tokens` so that it sums like `loss`;
         None when there is none. It is kept apart so the reported loss stays
         the cross-entropy.
+    sequence: a sequence-level loss (`train/sequence_level.py`), weighted and
+        scaled by `tokens` as `aux` is; None when there is none.
+    reward, sources: the summed mean reward of each source's sampled
+        sequences, and how many sources: recorded, not trained on.
+    loss_weight: the weight of `loss` in what training minimises (sequence-level
+        training mixes it with the cross-entropy).
     """
 
     loss: Tensor
     nll: Tensor
     tokens: Tensor
     aux: Tensor | None = None
+    sequence: Tensor | None = None
+    reward: Tensor | None = None
+    sources: Tensor | None = None
+    loss_weight: float = 1.0
 
     @property
     def total(self) -> Tensor:
-        """What training minimises: `loss` plus `aux`."""
-        return self.loss if self.aux is None else self.loss + self.aux
+        """What training minimises: `loss` (weighted) plus `aux` and `sequence`."""
+        total = self.loss if self.loss_weight == 1 else self.loss_weight * self.loss
+        for term in (self.aux, self.sequence):
+            if term is not None:
+                total = total + term
+        return total
+
+    def recorded(self) -> Tensor:
+        """loss, tokens, aux, sequence, reward and sources as one float64 vector (0 where
+        absent)."""
+        zero = self.loss.new_zeros(())
+        parts = (self.loss, self.tokens, self.aux, self.sequence, self.reward, self.sources)
+        return torch.stack(
+            [zero if t is None else t.detach().to(zero.dtype) for t in parts]
+        ).double()
 
 
 def label_smoothed_cross_entropy(

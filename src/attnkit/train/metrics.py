@@ -38,17 +38,25 @@ Metric = Callable[[TransformerModel], dict[str, float]]
 
 @dataclass
 class Interval:
-    """The training losses and target tokens summed since the last record, and when it began."""
+    """The training sums since the last record (`LossTerms.recorded`), and when it began."""
 
     start: float = field(default_factory=time.perf_counter)
     loss: float = 0.0
     tokens: float = 0.0
     aux: float = 0.0
+    sequence: float = 0.0
+    reward: float = 0.0
+    sources: float = 0.0
 
-    def add(self, loss: float, tokens: float, aux: float) -> None:
+    def add(self, *sums: float) -> None:
+        """Add one step's `LossTerms.recorded` sums."""
+        loss, tokens, aux, sequence, reward, sources = sums
         self.loss += loss
         self.tokens += tokens
         self.aux += aux
+        self.sequence += sequence
+        self.reward += reward
+        self.sources += sources
 
     def close(self, step: int, steps: int, lr: float) -> dict[str, float]:
         """The record of the interval that ends at `step` (also logged); a new one begins."""
@@ -59,18 +67,23 @@ class Interval:
             "lr": lr,
             "tokens_per_s": self.tokens / max(elapsed, 1e-9),
         }
-        if self.aux:
-            # A mixture of experts' weighted load-balancing loss, trained on beside the loss.
+        if self.aux:  # a mixture of experts' weighted load-balancing loss, per token
             record["train_aux_loss"] = self.aux / self.tokens
+        if self.sources:  # sequence-level training: its weighted loss and mean reward
+            record["train_sequence_loss"] = self.sequence / self.tokens
+            record["train_reward"] = self.reward / self.sources
+        reward = f"  reward {record['train_reward']:.4f}" if "train_reward" in record else ""
         log.info(
-            "step %d/%d  loss %.4f  lr %.3g  %.0f tokens/s",
+            "step %d/%d  loss %.4f  lr %.3g  %.0f tokens/s%s",
             step,
             steps,
             record["train_loss"],
             lr,
             record["tokens_per_s"],
+            reward,
         )
-        self.start, self.loss, self.tokens, self.aux = time.perf_counter(), 0.0, 0.0, 0.0
+        self.start = time.perf_counter()
+        self.loss = self.tokens = self.aux = self.sequence = self.reward = self.sources = 0.0
         return record
 
 

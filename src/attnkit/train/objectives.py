@@ -42,9 +42,17 @@ class Objective(ABC):
     """
 
     task = ""
+    # Whether one step's gradient comes from one forward pass with gradient, which is what
+    # DistributedDataParallel can synchronise (the Trainer refuses the others under torchrun).
+    one_forward = True
 
     def __init__(self, label_smoothing: float = 0.0) -> None:
         self.label_smoothing = label_smoothing
+        self.step = 0  # optimizer steps done, set by the Trainer; schedules read it
+
+    def start_step(self, step: int) -> None:
+        """The Trainer calls this before each optimizer step with the steps done so far."""
+        self.step = step
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
         hidden, targets = self.predict(model, batch)
@@ -66,27 +74,53 @@ class Objective(ABC):
         is predicted; the head turns the hidden states into logits."""
 
 
-class TranslationObjective(Objective):
-    """Teacher-forced next-token prediction of the target given the source."""
+class NextTokenObjective(Objective):
+    """Teacher forcing: the decoder reads <s> y_1 .. y_{n-1} and predicts y_1 .. </s>.
 
-    task = "translation"
+    `run` is the one pass of the model over given decoder inputs, which scheduled
+    sampling (`train/scheduled_sampling.py`) and sequence-level training
+    (`train/sequence_level.py`) call with inputs other than the gold prefix.
+    """
+
+    needs: tuple[str, ...] = ("tgt",)
 
     def predict(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
-        _need(batch, "src", "tgt", task=self.task)
-        dec_in, dec_mask, targets = shift_targets(batch.tgt, batch.tgt_mask, ignore=IGNORE)
-        hidden = model(batch.src, dec_in, batch.src_mask, dec_mask, need_logits=False).hidden
-        return hidden, targets
+        dec_in, dec_mask, targets = self.teacher_forced(batch)
+        return self.run(model, batch, dec_in, dec_mask), targets
+
+    def teacher_forced(self, batch: Batch) -> tuple[Tensor, Tensor | None, Tensor]:
+        """The gold decoder inputs, their mask, and the targets (IGNORE at padding)."""
+        _need(batch, *self.needs, task=self.task)
+        return shift_targets(batch.tgt, batch.tgt_mask, ignore=IGNORE)
+
+    @abstractmethod
+    def run(
+        self, model: nn.Module, batch: Batch, dec_in: Tensor, dec_mask: Tensor | None
+    ) -> Tensor:
+        """Last hidden states of the model reading `dec_in` (and the batch's source, if any)."""
 
 
-class LanguageModelObjective(Objective):
+class TranslationObjective(NextTokenObjective):
+    """Next-token prediction of the target given the source."""
+
+    task = "translation"
+    needs = ("src", "tgt")
+
+    def run(
+        self, model: nn.Module, batch: Batch, dec_in: Tensor, dec_mask: Tensor | None
+    ) -> Tensor:
+        return model(batch.src, dec_in, batch.src_mask, dec_mask, need_logits=False).hidden
+
+
+class LanguageModelObjective(NextTokenObjective):
     """Next-token prediction over `tgt` blocks."""
 
     task = "language-model"
 
-    def predict(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
-        _need(batch, "tgt", task=self.task)
-        dec_in, dec_mask, targets = shift_targets(batch.tgt, batch.tgt_mask, ignore=IGNORE)
-        return model(dec_in, dec_mask, need_logits=False).hidden, targets
+    def run(
+        self, model: nn.Module, batch: Batch, dec_in: Tensor, dec_mask: Tensor | None
+    ) -> Tensor:
+        return model(dec_in, dec_mask, need_logits=False).hidden
 
 
 class MaskedLMObjective(Objective):

@@ -3,6 +3,8 @@
     [model]  a preset and `ModelConfig` fields       [data]  task, corpus, tokenizer, batching
     [train]  optimisation, precision, checkpoints    [eval]  validation, metrics, early stopping
     [lora]   low-rank adapters, for fine-tuning a run given as `train.init_from`
+    [scheduled_sampling]  mixing the decoder's own predictions into its inputs
+    [sequence_loss]       training on a sentence reward (BLEU, chrF): self-critical, minimum risk
 
 Every key has a default and a check. Values from the file and from
 `--set section.key=value` overrides go through the same type check, and an
@@ -40,6 +42,8 @@ from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
 from attnkit.nn.lora import ATTENTION_PROJECTIONS
 from attnkit.presets import PRESETS
+from attnkit.train.scheduled_sampling import ScheduledSamplingSection
+from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
 
 TASKS = ("translation", "language-model", "masked-lm", "reverse")
@@ -270,6 +274,8 @@ SECTIONS: dict[str, type] = {
     "train": TrainSection,
     "eval": EvalSection,
     "lora": LoraSection,
+    "scheduled_sampling": ScheduledSamplingSection,
+    "sequence_loss": SequenceLossSection,
 }
 # The sections of plain options; [model] is a preset plus `ModelConfig` fields.
 OPTION_SECTIONS = tuple(name for name in SECTIONS if name != "model")
@@ -282,6 +288,8 @@ class RunConfig:
     train: TrainSection = field(default_factory=TrainSection)
     eval: EvalSection = field(default_factory=EvalSection)
     lora: LoraSection = field(default_factory=LoraSection)
+    scheduled_sampling: ScheduledSamplingSection = field(default_factory=ScheduledSamplingSection)
+    sequence_loss: SequenceLossSection = field(default_factory=SequenceLossSection)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The resolved config, every key explicit, as `from_dict` reads it back."""

@@ -52,8 +52,10 @@ from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
 from attnkit.train import lock
 from attnkit.train.metrics import Metric
-from attnkit.train.objectives import MaskedLMObjective, Objective
+from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
 from attnkit.train.run_config import RunConfig
+from attnkit.train.scheduled_sampling import ScheduledSampling
+from attnkit.train.sequence_level import SequenceLevel
 from attnkit.train.trainer import Trainer, TrainResult
 from attnkit.train.validate import validate
 
@@ -137,6 +139,7 @@ def _build(config: RunConfig) -> TaskSetup:
         "reverse": _reverse,
     }
     setup = builders[task](config)
+    setup.objective = _objective(config, setup)
     lora = config.lora
     if lora.rank:
         # A is drawn at random; train.seed makes it the same in every run (a run started
@@ -151,6 +154,16 @@ def _build(config: RunConfig) -> TaskSetup:
             setup.model.num_parameters(),
         )
     return setup
+
+
+def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
+    """The task's objective, with scheduled sampling or a sequence-level loss if asked."""
+    if not (config.scheduled_sampling.on or config.sequence_loss.on):
+        return setup.objective
+    base = objective_for(setup.model.config.shape, config.train.label_smoothing)
+    if config.scheduled_sampling.on:
+        return ScheduledSampling(base, config.scheduled_sampling)
+    return SequenceLevel(base, config.sequence_loss, setup.tokenizer)
 
 
 # -- text ---------------------------------------------------------------------------------------

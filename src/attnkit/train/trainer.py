@@ -180,6 +180,12 @@ class Trainer:
         else:
             self._start()
         forward = self.model
+        if self.dist.active and not self.objective.one_forward:
+            raise AttnkitError(
+                f"this run's objective ({type(self.objective).__name__}) backpropagates through "
+                "more than one forward pass per step, which DistributedDataParallel cannot "
+                "synchronise; train it in one process"
+            )
         if self.dist.active:
             forward = DistributedDataParallel(
                 forward, device_ids=[self.device.index] if self.device.type == "cuda" else None
@@ -259,15 +265,17 @@ class Trainer:
             self.budget.begin(self.step)
         interval = Interval()
         while self.step < c.steps:
+            self.objective.start_step(self.step)
             # One all-reduce gives every rank the global sums (NCCL wants them on the device).
-            loss_sum, tokens, aux_sum = dist.all_reduce_sum(self._accumulate(batches)).tolist()
+            sums = dist.all_reduce_sum(self._accumulate(batches)).tolist()
+            loss_sum, tokens, aux_sum = sums[:3]
             if not math.isfinite(loss_sum + aux_sum):
                 raise diverged(loss_sum + aux_sum, self.step + 1, self.run_dir, self.saved_step)
             if tokens == 0:
                 raise AttnkitError("a training batch has no target tokens; check the data")
             self._update(tokens)
             self.step += 1
-            interval.add(loss_sum, tokens, aux_sum)
+            interval.add(*sums)
             info = {
                 "step": self.step,
                 "steps": c.steps,
@@ -289,10 +297,10 @@ class Trainer:
         return "finished"
 
     def _accumulate(self, batches: Iterator[Batch]) -> torch.Tensor:
-        """Forward and backward over `accumulate` micro-batches; the summed loss, tokens and
-        auxiliary loss (which is trained on but not reported as the loss)."""
+        """Forward and backward over `accumulate` micro-batches; the sums of `LossTerms.recorded`:
+        loss, tokens, auxiliary loss, sequence-level loss, reward and sources."""
         n = self.train_cfg.accumulate
-        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        sums = torch.zeros(6, dtype=torch.float64, device=self.device)
         for i in range(n):
             batch = next(batches).to(self.device, non_blocking=True)
             # DDP all-reduces on every backward unless told to wait for the last micro-batch.
@@ -302,8 +310,7 @@ class Trainer:
                 with self._autocast():
                     terms = self.objective(self.forward_model, batch)
                 self.scaler.scale(terms.total).backward()
-            aux = terms.loss.new_zeros(()) if terms.aux is None else terms.aux.detach()
-            sums += torch.stack([terms.loss.detach(), terms.tokens, aux]).double()
+            sums += terms.recorded()
         return sums
 
     def _update(self, global_tokens: float) -> None:

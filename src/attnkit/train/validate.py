@@ -56,8 +56,26 @@ def validate(config: RunConfig) -> None:
         f"eval.metric {config.eval.metric!r} is not computed for data.task {task!r}; "
         f"choose one of {', '.join(metrics)}",
     )
+    _check_beyond_teacher_forcing(config)
     _check_model(config)
     check_out_dir(config.train.out_dir)
+
+
+def _check_beyond_teacher_forcing(config: RunConfig) -> None:
+    """Scheduled sampling and sequence-level losses train a decoder on its own outputs: a
+    translation or language model, one of the two at a time."""
+    task = config.data.task
+    for section in ("scheduled_sampling", "sequence_loss"):
+        check(
+            not getattr(config, section).on or task in ("translation", "language-model"),
+            f"[{section}] trains a decoder on its own outputs, which data.task {task!r} has "
+            "not; use it with translation or language-model",
+        )
+    check(
+        not (config.scheduled_sampling.on and config.sequence_loss.on),
+        "[scheduled_sampling] and [sequence_loss] do not combine; train with one, then "
+        "fine-tune with the other (train.init_from)",
+    )
 
 
 def _check_model(config: RunConfig) -> None:
