@@ -8,7 +8,7 @@ import torch
 
 from attnkit import AttnkitError
 from attnkit.data.batch import Batch, pad
-from attnkit.evaluate import bleu, chrf, exact_match, perplexity
+from attnkit.evaluate import bleu, chrf, exact_match, length_ratio, perplexity
 from tests.helpers import DECODING, tiny_model
 
 HYPS = ["the cat sat on the mat", "a dog runs in the park", "hello world"]
@@ -33,6 +33,13 @@ def test_lowercased_bleu_ignores_case_only():
     )
     assert bleu(upper, REFS).value < lowered.value
     assert "case:lc" in lowered.signature and lowered.name == "BLEU (lowercased)"
+
+
+def test_length_ratio_is_bleus_hypothesis_over_reference_length():
+    result = sacrebleu.corpus_bleu(HYPS, [REFS])
+    assert length_ratio(HYPS, REFS).value == pytest.approx(result.sys_len / result.ref_len)
+    assert length_ratio(["the cat"], ["the cat sat on a mat"]).value == pytest.approx(2 / 6)
+    assert length_ratio(REFS, REFS).value == 1.0
 
 
 def test_exact_match_and_mismatched_inputs():

@@ -7,7 +7,7 @@ import pytest
 
 from attnkit.cli import main
 from attnkit.errors import AttnkitError
-from attnkit.evaluate import bleu, chrf, perplexity
+from attnkit.evaluate import bleu, chrf, length_ratio, perplexity
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.run import RunFolder, load_run
@@ -42,6 +42,7 @@ def test_a_translation_run_is_scored_by_bleu_and_chrf_as_the_cli_prints(mt_run, 
         bleu(hypotheses, EN[:2]),
         bleu(hypotheses, EN[:2], lowercase=True),
         chrf(hypotheses, EN[:2]),
+        length_ratio(hypotheses, EN[:2]),
     ]
     args = ["eval", str(mt_run), "--split", "test", "--data-dir", str(data), "--limit", "2"]
     assert main([*args, "--max-new-tokens", "5", "--no-progress"]) == 0
@@ -49,7 +50,7 @@ def test_a_translation_run_is_scored_by_bleu_and_chrf_as_the_cli_prints(mt_run, 
     assert out[0] == f"attnkit eval {mt_run}: {result.description}"
     width = len("BLEU (lowercased)")
     for score in result.scores:
-        assert f"{score.name:<{width}}  {score.value:>8.2f}  {score.signature}" in out
+        assert f"{score.name:<{width}}  {score.value:>8.{score.digits}f}  {score.signature}" in out
 
 
 def test_a_language_model_is_scored_by_perplexity_on_val_by_default(lm_run, data):

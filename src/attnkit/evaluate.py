@@ -2,6 +2,7 @@
 
     BLEU = BP * exp(sum_n 1/4 log p_n),  BP = min(1, exp(1 - r / c))     (sacreBLEU)
     chrF = F_beta over character n-gram precision and recall, beta = 2   (sacreBLEU)
+    length ratio = c / r, hypothesis over reference tokens (BLEU's, 13a)
     perplexity = exp(-1/N sum_t log p(y_t | y_<t, x))  over the N real target tokens
     exact match = share of hypotheses equal to their reference
 
@@ -75,6 +76,16 @@ def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
     metric = CHRF()
     result = metric.corpus_score(list(hypotheses), [list(references)])
     return Score("chrF", result.score, str(metric.get_signature()))
+
+
+def length_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
+    """Hypothesis tokens over reference tokens, in sacreBLEU's 13a tokens: BLEU's brevity
+    penalty reads it, and a model trained on a reward that shortens its output shows it here."""
+    from sacrebleu.metrics import BLEU
+
+    _check_pairs(hypotheses, references)
+    result = BLEU().corpus_score(list(hypotheses), [list(references)])
+    return Score("length ratio", result.sys_len / max(result.ref_len, 1), "tok:13a", digits=3)
 
 
 def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> Score:

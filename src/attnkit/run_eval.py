@@ -1,6 +1,7 @@
 """Scoring a run folder on a corpus split: the evaluation `attnkit eval` prints.
 
-    translation      sources -> translate -> hypotheses: BLEU, lowercased BLEU, chrF
+    translation      sources -> translate -> hypotheses: BLEU, lowercased BLEU, chrF,
+                     length ratio
     language model   blocks of block_size + 1 tokens: perplexity, loss = ln(perplexity)
 
 What is not asked for is the run's own: the [data] section it was trained with
@@ -26,7 +27,7 @@ from attnkit.checks import non_negative_int
 from attnkit.data import CORPORA, corpus_files, load_corpus, read_lines, split_name
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
-from attnkit.evaluate import Score, bleu, chrf, perplexity
+from attnkit.evaluate import Score, bleu, chrf, length_ratio, perplexity
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.run import Run, load_run
@@ -144,6 +145,7 @@ def score_run(
         bleu(hypotheses, references),
         bleu(hypotheses, references, lowercase=True),
         chrf(hypotheses, references),
+        length_ratio(hypotheses, references),
     ]
     return Evaluation(data.description, scores, hypotheses)
 

@@ -7,6 +7,7 @@ import pytest
 
 from attnkit.cli import main
 from attnkit.train.run_config import RunConfig
+from tests.helpers import tiny_run
 
 CONFIGS = Path(__file__).parents[2] / "configs"
 RECIPES = sorted(p for p in CONFIGS.glob("*.toml") if p.stem != "demo")  # demo: test_demo.py
@@ -35,6 +36,9 @@ def test_recipe_trains_and_evaluates(recipe: Path, data_dir: Path, tmp_path: Pat
     ]
     if config.data.task == "translation":
         overrides.append("data.max_tokens=600")  # small batches: a smoke test, not a run
+    if config.train.init_from:  # a fine-tuning recipe: a tiny run stands in for its base
+        base = tiny_run(tmp_path / "base", "encoder-decoder")
+        overrides.append(f"train.init_from={base}")
     assert main(["train", str(recipe), *(a for o in overrides for a in ("--set", o))]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert records[-1]["step"] == 2
