@@ -270,3 +270,26 @@ def test_decay_over_minutes_reaches_the_floor_when_the_budget_ends(tmp_path):
     assert result.stopped == "time-limit" and 10 < result.step < 100_000
     assert all(a >= b for a, b in itertools.pairwise(rates))
     assert rates[0] > 0.9 * lr and rates[-1] < 0.1 * lr
+
+
+def test_objectives_of_several_backward_passes_are_refused_under_ddp(tmp_path, monkeypatch):
+    """DDP synchronises the gradient of one forward pass; scheduled sampling with gradient
+    through both passes (as sequence-level training) has two, so torchrun refuses it."""
+    from attnkit.train import distributed
+    from attnkit.train.objectives import TranslationObjective
+    from attnkit.train.scheduled_sampling import ScheduledSampling, ScheduledSamplingSection
+
+    monkeypatch.setattr(distributed, "setup", lambda device: distributed.DistInfo(0, 2, 0))
+    settings = {"decay": "constant", "k": 0.5, "mix": "softmax"}
+    both = ScheduledSamplingSection(**settings, first_pass_grad=True)
+    trainer = Trainer(
+        tiny_model(),
+        translation_batches(2),
+        train=TrainSection(out_dir=str(tmp_path / "run"), steps=1, device="cpu"),
+        objective=ScheduledSampling(TranslationObjective(), both),
+    )
+    with pytest.raises(AttnkitError, match="more than one forward pass per step"):
+        trainer.fit()
+    # Without gradient through the first pass, DDP sees one pass with gradient: allowed.
+    one = ScheduledSampling(TranslationObjective(), ScheduledSamplingSection(**settings))
+    assert one.one_forward and not trainer.objective.one_forward
