@@ -67,7 +67,9 @@ class DecodeClock:
             start = time.perf_counter()
             out = decode(*args, **kwargs)
             self.seconds += time.perf_counter() - start
-            self.tokens += sum(len(row) + 1 for row in out.new_tokens())  # with its EOS
+            width = out.sequences.shape[1] - out.prefix_length
+            # Each row's tokens up to its EOS, which counts if it was decoded.
+            self.tokens += sum(min(len(row) + 1, width) for row in out.new_tokens())
             return out
 
         objective.decode = timed

@@ -166,35 +166,45 @@ def test_softmax_mix_backpropagates_through_the_first_pass_only_if_asked(first_p
     handle = model.decoder.blocks[0].register_forward_hook(
         lambda module, args, out: captured.append(out[0] if isinstance(out, tuple) else out)
     )
-    objective(model, batch).loss.backward()
+    loss = objective(model, batch).loss
     handle.remove()
     first, second = captured
-    assert first.requires_grad == first_pass_grad and second.requires_grad
+    assert second.requires_grad and first.requires_grad == first_pass_grad
+    if first_pass_grad:  # the loss reaches the first pass through the mixed embeddings
+        assert torch.autograd.grad(loss, first)[0].abs().sum() > 0
 
 
 def test_parallel_passes_each_read_the_last_pass(monkeypatch):
     model = tiny_model(**QUIET).train()
     batch = translation_batches(1, batch_size=6)[0]
     objective = ScheduledSampling(
-        TranslationObjective(), section(decay="constant", k=0.0, mix="sample", passes=3)
+        TranslationObjective(), section(decay="constant", k=0.0, passes=3)
     )
     runs, chosen = spy_on(objective, monkeypatch)
     terms = objective(model, batch)
     assert len(runs) == 4 and len(chosen) == 3 and terms.loss.requires_grad
     real = batch.tgt_mask[:, :-1].clone()
     real[:, 0] = False
-    for mixed, where in zip(runs[1:], chosen, strict=True):
+    gold, mask = runs[0], batch.tgt_mask[:, :-1]
+    for previous, mixed, where in zip(runs, runs[1:], chosen, strict=False):
         assert torch.equal(where, real)  # gold probability 0: each real position after <s>
-        assert torch.equal(mixed[:, 0], runs[0][:, 0])
+        with torch.no_grad():
+            predicted = model(batch.src, previous, batch.src_mask, mask).logits.argmax(-1)
+        assert torch.equal(mixed, mix_inputs(gold, predicted, where))
 
 
-def test_language_model_trains_with_scheduled_sampling():
+def test_language_model_trains_with_scheduled_sampling(monkeypatch):
     model = tiny_model("decoder", **QUIET).train()
     ids, mask = pad([[1, 5, 6, 7, 8, 9], [1, 10, 11, 12]], 0)
     objective = ScheduledSampling(LanguageModelObjective(), section(decay="constant", k=0.3))
+    runs, chosen = spy_on(objective, monkeypatch)
     terms = objective(model, Batch(tgt=ids, tgt_mask=mask))
     terms.loss.backward()
     assert int(terms.tokens) == 8 and model.head.weight.grad is not None
+    gold, mixed = runs
+    with torch.no_grad():
+        predicted = model(gold, mask[:, :-1]).logits.argmax(-1)
+    assert chosen[0].any() and torch.equal(mixed, mix_inputs(gold, predicted, chosen[0]))
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ CANDIDATES = [
     ["a dog runs", "a dog", "the cat", "a dog"],
     ["the cat sleeps", "the", "a dog", "the"],
 ]
+GREEDY = ["a dog", "the cat"]
 
 
 def model_and_tokenizer(shape: str = "encoder-decoder", **changes):
@@ -85,6 +86,11 @@ def objective_loss(model, tokenizer, monkeypatch, **settings):
     section = SequenceLossSection(mle_weight=0.0, **settings)
     objective = SequenceLevel(TranslationObjective(), section, tokenizer)
     monkeypatch.setattr(objective, "candidates", fixed(tokenizer, section.candidates))
+    # The greedy translations of self-critical's baseline: parts of the references.
+    t = tokenizer
+    greedy, _ = pad([[t.bos_id, *t.encode(text), t.eos_id] for text in GREEDY], t.pad_id)
+    output = GenerateOutput(greedy, None, 1, (t.eos_id,))
+    monkeypatch.setattr(objective, "decode", lambda model, prompts, options: output)
     terms = objective(model, translation_batch(tokenizer))
     return terms, terms.total / terms.tokens
 
@@ -97,10 +103,8 @@ def test_self_critical_gradient_is_the_hand_computed_one(monkeypatch):
 
     k = 4
     rewards = sentence_bleu([t for g in CANDIDATES for t in g[:k]], k)
-    model.eval()
-    greedy = generate(model, batch.src, batch.src_mask, max_new_tokens=30)
-    model.train()
-    baseline = sentence_bleu(tokenizer.decode_batch(greedy.new_tokens()), 1)
+    baseline = sentence_bleu(GREEDY, 1)
+    assert (baseline > 0).all() and (rewards > baseline).any() and (rewards < baseline).any()
     logp = hand_log_probs(model, batch, candidate_rows(tokenizer, k), k)
     expected = -((rewards - baseline).float() * logp).mean()
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
@@ -192,7 +196,9 @@ def test_language_model_continuations_are_scored_after_the_prompt(monkeypatch):
         [tokenizer.encode("a dog runs")[:8], tokenizer.encode("the cat sleeps")[:8]]
     )
     batch = Batch(tgt=block)
-    section = SequenceLossSection(kind="reinforce", candidates=2, prompt_fraction=0.5)
+    section = SequenceLossSection(
+        kind="reinforce", candidates=2, prompt_fraction=0.5, temperature=2.0
+    )
     objective = SequenceLevel(LanguageModelObjective(), section, tokenizer)
     prompts = objective.prompts(batch, model.config.max_len)
     assert torch.equal(prompts.inputs, block[:, :4]) and prompts.references == block[:, 4:].tolist()
@@ -201,8 +207,9 @@ def test_language_model_continuations_are_scored_after_the_prompt(monkeypatch):
     assert outputs.sequences.shape == (4, 8) and torch.equal(
         outputs.sequences[::2, :4], block[:, :4]
     )
-    got = objective.log_probs(model, batch, outputs)
-    logp = model(outputs.sequences[:, :-1]).logits.log_softmax(-1)
+    got = objective.log_probs(model, prompts, batch, outputs)
+    # Scored under the policy they were sampled from: softmax(z / temperature).
+    logp = (model(outputs.sequences[:, :-1]).logits / 2.0).log_softmax(-1)
     picked = logp.gather(-1, outputs.sequences[:, 1:, None])[..., 0]
     torch.testing.assert_close(got, picked[:, 3:].sum(-1))  # the four generated tokens only
     assert objective(model, batch).total.requires_grad

@@ -163,6 +163,14 @@ def test_cli_trains_with_scheduled_sampling_then_fine_tunes_on_bleu(tmp_path):
             ["scheduled_sampling.decay=constant", "sequence_loss.kind=risk"],
             "do not combine",
         ),
+        (
+            [
+                "scheduled_sampling.decay=constant",
+                "scheduled_sampling.mix=softmax",
+                "train.compile=true",
+            ],
+            "which a compiled model does not see",
+        ),
     ],
 )
 def test_training_beyond_teacher_forcing_is_refused_where_it_cannot_run(tmp_path, options, message):

@@ -80,11 +80,9 @@ class LossTerms:
     def recorded(self) -> Tensor:
         """loss, tokens, aux, sequence, reward and sources as one float64 vector (0 where
         absent)."""
-        zero = self.loss.new_zeros(())
+        zero = self.loss.new_zeros((), dtype=torch.float64)
         parts = (self.loss, self.tokens, self.aux, self.sequence, self.reward, self.sources)
-        return torch.stack(
-            [zero if t is None else t.detach().to(zero.dtype) for t in parts]
-        ).double()
+        return torch.stack([zero if t is None else t.detach().double() for t in parts])
 
 
 def label_smoothed_cross_entropy(

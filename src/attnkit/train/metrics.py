@@ -48,8 +48,8 @@ class Interval:
     reward: float = 0.0
     sources: float = 0.0
 
-    def add(self, *sums: float) -> None:
-        """Add one step's `LossTerms.recorded` sums."""
+    def add(self, sums: Sequence[float]) -> None:
+        """Add one step's sums, in the order of `LossTerms.recorded`."""
         loss, tokens, aux, sequence, reward, sources = sums
         self.loss += loss
         self.tokens += tokens

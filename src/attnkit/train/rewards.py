@@ -26,7 +26,6 @@ class SentenceReward:
     def __init__(self, name: str = "bleu", lowercase: bool = False) -> None:
         from sacrebleu.metrics import BLEU, CHRF
 
-        self.name = name
         if name == "bleu":
             # The settings of sacrebleu.sentence_bleu: exp smoothing, effective order.
             self.metric = BLEU(lowercase=lowercase, effective_order=True)

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from attnkit.checks import check, choice, finite_fields, positive, within
 from attnkit.data.batch import Batch
 from attnkit.generation import GenerateOutput, GenerationConfig, generate
-from attnkit.generation.state import evaluating
+from attnkit.generation.state import evaluating, left_pad
 from attnkit.models.base import unwrap
 from attnkit.train.cross_entropy import IGNORE, LossTerms
 from attnkit.train.objectives import NextTokenObjective, Objective
@@ -152,25 +152,25 @@ class SequenceLevel(Objective):
         if not model.training:
             return self.base(model, batch)
         s = self.section
-        with torch.set_grad_enabled(torch.is_grad_enabled() and s.mle_weight > 0):
-            terms = self.base(model, batch)
+        # With gradient even at mle_weight 0: a mixture of experts' balancing loss rides on it.
+        terms = self.base(model, batch)
         plain = unwrap(model)
         prompts = self.prompts(batch, plain.config.max_len)
         outputs = self.candidates(plain, prompts)
-        rewards = self.score(outputs, prompts.references, s.candidates)
-        log_probs = self.log_probs(model, batch, outputs).view(-1, s.candidates)
+        log_probs = self.log_probs(model, prompts, batch, outputs).view(-1, s.candidates)
+        rewards = self.score(outputs, prompts.references, s.candidates).to(log_probs)
         if s.kind == "risk":
             distinct = first_occurrences(outputs.new_tokens(), s.candidates)
             loss = risk(log_probs, rewards, s.alpha, distinct.to(log_probs.device))
         else:
             if s.kind == "self-critical":
                 greedy = self.decode(plain, prompts, GenerationConfig())
-                baseline = self.score(greedy, prompts.references, 1)
+                baseline = self.score(greedy, prompts.references, 1).to(log_probs)
             else:
                 baseline = leave_one_out(rewards)
-            loss = policy_gradient_loss(log_probs, rewards.to(log_probs.device), baseline)
+            loss = policy_gradient_loss(log_probs, rewards, baseline)
         terms.sequence = (1 - s.mle_weight) * loss.mean() * terms.tokens
-        terms.reward = rewards.mean(-1).sum().to(terms.loss.device)
+        terms.reward = rewards.detach().mean(-1).sum()
         terms.sources = terms.loss.new_tensor(float(rewards.shape[0]))
         terms.loss_weight = s.mle_weight
         return terms
@@ -180,7 +180,7 @@ class SequenceLevel(Objective):
 
     def prompts(self, batch: Batch, max_len: int) -> Prompts:
         """The sources (or a language model's prompts) of `batch` and their references; an
-        output may be twice its reference and 10 tokens long, within the model's `max_len`."""
+        output may be 2·len(reference) + 10 tokens long, within the model's `max_len`."""
         eos = getattr(self.tokenizer, "eos_id", None)
         if batch.src is not None:  # the target rows are <s> y_1 .. y_n </s> <pad> ..
             references = [_strip(row, eos) for row in _rows(batch.tgt, batch.tgt_mask)]
@@ -230,15 +230,26 @@ class SequenceLevel(Objective):
         repeated = [text for text in texts for _ in range(k)]
         return self.reward(hypotheses, repeated).view(-1, k)
 
-    def log_probs(self, model: nn.Module, batch: Batch, outputs: GenerateOutput) -> Tensor:
+    def log_probs(
+        self, model: nn.Module, prompts: Prompts, batch: Batch, outputs: GenerateOutput
+    ) -> Tensor:
         """log p(y) of each output (rows of `outputs.sequences`), with gradient: its generated
-        tokens up to and including the first EOS, read by a teacher-forced pass."""
-        k = self.section.candidates
+        tokens up to and including the first EOS, read by a teacher-forced pass in training
+        mode (dropout on, as every training pass). REINFORCE scores them under the policy they
+        were sampled from, softmax(z / temperature); minimum risk under the model itself."""
+        s = self.section
+        k = s.candidates
         sequences, start = outputs.sequences, outputs.prefix_length
         generated = sequences[:, start:]
         is_eos = torch.isin(generated, torch.tensor(outputs.eos_token_ids or [-1]).to(generated))
         after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
-        real = torch.cat([torch.ones_like(sequences[:, :start], dtype=torch.bool), ~after_eos], 1)
+        # The prefix as generate laid it out: a padded prompt moves its padding to the left.
+        prefix_mask = left_pad(prompts.inputs, prompts.mask)[1]
+        if prefix_mask is None or start != prefix_mask.shape[1]:  # an encoder-decoder's <s>
+            prefix_mask = torch.ones_like(sequences[:, :start], dtype=torch.bool)
+        else:
+            prefix_mask = prefix_mask.repeat_interleave(k, 0)
+        real = torch.cat([prefix_mask, ~after_eos], 1)
         src = None if batch.src is None else batch.src.repeat_interleave(k, 0)
         src_mask = None if batch.src_mask is None else batch.src_mask.repeat_interleave(k, 0)
         candidates = Batch(src, src_mask, sequences, real)
@@ -246,6 +257,8 @@ class SequenceLevel(Objective):
         targets[:, : start - 1] = IGNORE  # a language model's prompt is given, not generated
         hidden = self.base.run(model, candidates, dec_in, dec_mask)
         logits = unwrap(model).head(hidden).float()
+        if s.kind != "risk":
+            logits = logits / s.temperature
         kept = targets != IGNORE
         picked = logits.log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
         return (picked * kept).sum(-1)

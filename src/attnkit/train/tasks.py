@@ -160,6 +160,7 @@ def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
     """The task's objective, with scheduled sampling or a sequence-level loss if asked."""
     if not (config.scheduled_sampling.on or config.sequence_loss.on):
         return setup.objective
+    # `validate` let only translation and language models here, whose tasks set no objective.
     base = objective_for(setup.model.config.shape, config.train.label_smoothing)
     if config.scheduled_sampling.on:
         return ScheduledSampling(base, config.scheduled_sampling)

@@ -123,6 +123,12 @@ class Trainer:
         if c.threads:
             torch.set_num_threads(c.threads)
         self.dist = dist.setup("cuda" if resolve_device(c.device).type == "cuda" else "cpu")
+        if self.dist.active and not self.objective.one_forward:
+            raise AttnkitError(
+                f"this run's objective ({type(self.objective).__name__}) backpropagates through "
+                "more than one forward pass per step, which DistributedDataParallel cannot "
+                "synchronise; train it in one process"
+            )
         self.device = resolve_device(c.device, self.dist.local_rank)
         check = None if resume else lambda: ckpt.check_new_run(self.run_dir)
         with lock.hold(self.folder, is_main=self.dist.is_main, check=check):
@@ -180,12 +186,6 @@ class Trainer:
         else:
             self._start()
         forward = self.model
-        if self.dist.active and not self.objective.one_forward:
-            raise AttnkitError(
-                f"this run's objective ({type(self.objective).__name__}) backpropagates through "
-                "more than one forward pass per step, which DistributedDataParallel cannot "
-                "synchronise; train it in one process"
-            )
         if self.dist.active:
             forward = DistributedDataParallel(
                 forward, device_ids=[self.device.index] if self.device.type == "cuda" else None
@@ -268,14 +268,15 @@ class Trainer:
             self.objective.start_step(self.step)
             # One all-reduce gives every rank the global sums (NCCL wants them on the device).
             sums = dist.all_reduce_sum(self._accumulate(batches)).tolist()
-            loss_sum, tokens, aux_sum = sums[:3]
-            if not math.isfinite(loss_sum + aux_sum):
-                raise diverged(loss_sum + aux_sum, self.step + 1, self.run_dir, self.saved_step)
+            loss_sum, tokens, aux_sum, sequence_sum = sums[:4]
+            trained = loss_sum + aux_sum + sequence_sum
+            if not math.isfinite(trained):
+                raise diverged(trained, self.step + 1, self.run_dir, self.saved_step)
             if tokens == 0:
                 raise AttnkitError("a training batch has no target tokens; check the data")
             self._update(tokens)
             self.step += 1
-            interval.add(*sums)
+            interval.add(sums)
             info = {
                 "step": self.step,
                 "steps": c.steps,

@@ -71,6 +71,12 @@ def _check_beyond_teacher_forcing(config: RunConfig) -> None:
             f"[{section}] trains a decoder on its own outputs, which data.task {task!r} has "
             "not; use it with translation or language-model",
         )
+    sampling = config.scheduled_sampling
+    check(
+        not (sampling.on and sampling.mix == "softmax" and config.train.compile),
+        "scheduled_sampling.mix 'softmax' swaps the decoder's embeddings in for one pass, "
+        "which a compiled model does not see; set train.compile = false or mix = 'argmax'",
+    )
     check(
         not (config.scheduled_sampling.on and config.sequence_loss.on),
         "[scheduled_sampling] and [sequence_loss] do not combine; train with one, then "
