@@ -80,8 +80,11 @@ class EncoderDecoder(TransformerModel):
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
+        *,
+        need_logits: bool = True,
     ) -> Tensor:
-        """Target ids (batch, T), already shifted right, and memory -> logits (batch, T, vocab)."""
+        """Target ids (batch, T), already shifted right, and memory -> logits (batch, T, vocab),
+        or with `need_logits=False` the decoder's last hidden states (batch, T, d_model)."""
         if src_mask is not None:
             if src_mask.shape != memory.shape[:2]:
                 raise AttnkitError(
@@ -89,7 +92,8 @@ class EncoderDecoder(TransformerModel):
                     f"{tuple(memory.shape[:2])}; give the mask of the source that was encoded"
                 )
             src_mask = bool_mask(src_mask, "src_ids")
-        return self.head(self._decode(tgt_ids, memory, src_mask, tgt_mask, False)[0])
+        hidden = self._decode(tgt_ids, memory, src_mask, tgt_mask, False)[0]
+        return self.head(hidden) if need_logits else hidden
 
     def new_cache(
         self, src_ids: Tensor, src_mask: Tensor | None = None, capacity: int | None = None

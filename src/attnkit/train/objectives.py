@@ -95,9 +95,15 @@ class NextTokenObjective(Objective):
 
     @abstractmethod
     def run(
-        self, model: nn.Module, batch: Batch, dec_in: Tensor, dec_mask: Tensor | None
+        self,
+        model: nn.Module,
+        batch: Batch,
+        dec_in: Tensor,
+        dec_mask: Tensor | None,
+        repeat: int = 1,
     ) -> Tensor:
-        """Last hidden states of the model reading `dec_in` (and the batch's source, if any)."""
+        """Last hidden states of the model reading `dec_in` (and the batch's source, if any);
+        with `repeat`, `dec_in` holds that many consecutive rows for each row of the batch."""
 
 
 class TranslationObjective(NextTokenObjective):
@@ -107,9 +113,20 @@ class TranslationObjective(NextTokenObjective):
     needs = ("src", "tgt")
 
     def run(
-        self, model: nn.Module, batch: Batch, dec_in: Tensor, dec_mask: Tensor | None
+        self,
+        model: nn.Module,
+        batch: Batch,
+        dec_in: Tensor,
+        dec_mask: Tensor | None,
+        repeat: int = 1,
     ) -> Tensor:
-        return model(batch.src, dec_in, batch.src_mask, dec_mask, need_logits=False).hidden
+        if repeat == 1:
+            return model(batch.src, dec_in, batch.src_mask, dec_mask, need_logits=False).hidden
+        # Several targets per source (sequence-level training's candidates): encode it once.
+        plain = unwrap(model)
+        memory = plain.encode(batch.src, batch.src_mask).repeat_interleave(repeat, 0)
+        src_mask = None if batch.src_mask is None else batch.src_mask.repeat_interleave(repeat, 0)
+        return plain.decode(dec_in, memory, src_mask, dec_mask, need_logits=False)
 
 
 class LanguageModelObjective(NextTokenObjective):
@@ -118,9 +135,14 @@ class LanguageModelObjective(NextTokenObjective):
     task = "language-model"
 
     def run(
-        self, model: nn.Module, batch: Batch, dec_in: Tensor, dec_mask: Tensor | None
+        self,
+        model: nn.Module,
+        batch: Batch,
+        dec_in: Tensor,
+        dec_mask: Tensor | None,
+        repeat: int = 1,
     ) -> Tensor:
-        return model(dec_in, dec_mask, need_logits=False).hidden
+        return model(dec_in, dec_mask, need_logits=False).hidden  # no source to share
 
 
 class MaskedLMObjective(Objective):

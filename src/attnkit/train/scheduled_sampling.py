@@ -190,8 +190,9 @@ class SoftInputs:
     top_k: int
 
     def embed(self, token: TokenEmbedding) -> Tensor:
-        """(batch, length, d_model): sum_v p_v E_v * scale, for the prediction of each position."""
+        """(chosen positions, d_model): sum_v p_v E_v * scale, for the prediction of each."""
         logits = torch.cat([self.logits[:, :1], self.logits[:, :-1]], dim=1)  # of position t
+        logits = logits[self.chosen]  # the mixture costs a product with E: only where read
         weight = token.weight
         if self.top_k:
             top, ids = logits.topk(self.top_k, dim=-1)
@@ -213,7 +214,7 @@ def _soft_inputs(token: TokenEmbedding, ids: Tensor, soft: SoftInputs | None) ->
     def replace(module: nn.Module, args: tuple, out: Tensor) -> Tensor | None:
         if args[0] is not ids:
             return None
-        return torch.where(soft.chosen.unsqueeze(-1), soft.embed(token).to(out.dtype), out)
+        return out.masked_scatter(soft.chosen.unsqueeze(-1), soft.embed(token).to(out.dtype))
 
     handle = token.register_forward_hook(replace)
     try:

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.checks import check, choice, finite_fields, positive, within
@@ -250,18 +251,21 @@ class SequenceLevel(Objective):
         else:
             prefix_mask = prefix_mask.repeat_interleave(k, 0)
         real = torch.cat([prefix_mask, ~after_eos], 1)
-        src = None if batch.src is None else batch.src.repeat_interleave(k, 0)
-        src_mask = None if batch.src_mask is None else batch.src_mask.repeat_interleave(k, 0)
-        candidates = Batch(src, src_mask, sequences, real)
+        # Padding after the last EOS of all is cut: a long sample must not lengthen the rest.
+        width = int(real.sum(1).max()) if prefix_mask.all() else real.shape[1]
+        sequences, real = sequences[:, :width], real[:, :width]
+        candidates = Batch(batch.src, batch.src_mask, sequences, real)  # k rows per source
         dec_in, dec_mask, targets = self.base.teacher_forced(candidates)
         targets[:, : start - 1] = IGNORE  # a language model's prompt is given, not generated
-        hidden = self.base.run(model, candidates, dec_in, dec_mask)
-        logits = unwrap(model).head(hidden).float()
+        hidden = self.base.run(model, candidates, dec_in, dec_mask, repeat=k)
+        # Only the scored positions reach the head: (tokens, vocabulary) logits, no padding.
+        kept = targets != IGNORE
+        logits = unwrap(model).head(hidden[kept]).float()
         if s.kind != "risk":
             logits = logits / s.temperature
-        kept = targets != IGNORE
-        picked = logits.log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        return (picked * kept).sum(-1)
+        nll = F.cross_entropy(logits, targets[kept], reduction="none")
+        rows = torch.arange(len(targets), device=targets.device)[:, None].expand_as(targets)
+        return -torch.zeros(len(targets), device=nll.device).index_add(0, rows[kept], nll)
 
 
 def _rows(ids: Tensor, mask: Tensor | None) -> list[list[int]]:
