@@ -215,6 +215,27 @@ def test_language_model_continuations_are_scored_after_the_prompt(monkeypatch):
     assert objective(model, batch).total.requires_grad
 
 
+def test_a_padded_prompt_is_scored_as_if_alone():
+    """A short last block: its prompt holds padding, which generate moves to the left."""
+    model, tokenizer = model_and_tokenizer("decoder", **QUIET, tie_embeddings="decoder")
+    rows = [tokenizer.encode("a dog runs")[:8], tokenizer.encode("the")[:3]]
+    block, mask = pad(rows, tokenizer.pad_id)
+    section = SequenceLossSection(kind="reinforce", candidates=2)
+    objective = SequenceLevel(LanguageModelObjective(), section, tokenizer)
+    batch = Batch(tgt=block, tgt_mask=mask)
+    prompts = objective.prompts(batch, model.config.max_len)
+    outputs = objective.candidates(model, prompts)
+    got = objective.log_probs(model, prompts, batch, outputs)
+    for i, row in enumerate(outputs.sequences.tolist()):
+        prompt = rows[i // 2][:4]  # the real tokens of its prompt
+        generated = row[outputs.prefix_length :]
+        ids = torch.tensor([prompt + generated[:-1]])
+        logp = model(ids).logits[0].log_softmax(-1)
+        n = len(prompt)
+        want = sum(logp[n - 1 + j, t] for j, t in enumerate(generated))
+        torch.testing.assert_close(got[i], want, rtol=1e-5, atol=1e-5)
+
+
 def test_evaluation_is_the_cross_entropy(monkeypatch):
     model, tokenizer = model_and_tokenizer()
     model.eval()

@@ -244,16 +244,11 @@ class SequenceLevel(Objective):
         generated = sequences[:, start:]
         is_eos = torch.isin(generated, torch.tensor(outputs.eos_token_ids or [-1]).to(generated))
         after_eos = (is_eos.long().cumsum(1) - is_eos.long()) > 0
-        # The prefix as generate laid it out: a padded prompt moves its padding to the left.
-        prefix_mask = left_pad(prompts.inputs, prompts.mask)[1]
-        if prefix_mask is None or start != prefix_mask.shape[1]:  # an encoder-decoder's <s>
+        if batch.src is not None or prompts.mask is None:  # <s>, or a prompt without padding
             prefix_mask = torch.ones_like(sequences[:, :start], dtype=torch.bool)
-        else:
-            prefix_mask = prefix_mask.repeat_interleave(k, 0)
+        else:  # the prompt as generate laid it out, its padding moved to the left
+            prefix_mask = left_pad(prompts.inputs, prompts.mask)[1].repeat_interleave(k, 0)
         real = torch.cat([prefix_mask, ~after_eos], 1)
-        # Padding after the last EOS of all is cut: a long sample must not lengthen the rest.
-        width = int(real.sum(1).max()) if prefix_mask.all() else real.shape[1]
-        sequences, real = sequences[:, :width], real[:, :width]
         candidates = Batch(batch.src, batch.src_mask, sequences, real)  # k rows per source
         dec_in, dec_mask, targets = self.base.teacher_forced(candidates)
         targets[:, : start - 1] = IGNORE  # a language model's prompt is given, not generated
