@@ -201,7 +201,8 @@ def test_language_model_continuations_are_scored_after_the_prompt(monkeypatch):
     )
     objective = SequenceLevel(LanguageModelObjective(), section, tokenizer)
     prompts = objective.prompts(batch, model.config.max_len)
-    assert torch.equal(prompts.inputs, block[:, :4]) and prompts.references == block[:, 4:].tolist()
+    references = tokenizer.decode_batch(block[:, 4:].tolist())
+    assert torch.equal(prompts.inputs, block[:, :4]) and prompts.references == references
     assert prompts.max_new_tokens == 4 and prompts.eos == ()
     outputs = objective.candidates(model, prompts)
     assert outputs.sequences.shape == (4, 8) and torch.equal(

@@ -131,7 +131,7 @@ class Prompts:
 
     inputs: Tensor  # sources of an encoder-decoder, prompts of a language model
     mask: Tensor | None
-    references: list[list[int]]
+    references: list[str]  # detokenized, as the rewards read them
     max_new_tokens: int
     eos: tuple[int, ...] | None  # None: the model's EOS; (): decode max_new_tokens exactly
 
@@ -159,14 +159,15 @@ class SequenceLevel(Objective):
         prompts = self.prompts(batch, plain.config.max_len)
         outputs = self.candidates(plain, prompts)
         log_probs = self.log_probs(model, prompts, batch, outputs).view(-1, s.candidates)
-        rewards = self.score(outputs, prompts.references, s.candidates).to(log_probs)
+        generated = outputs.new_tokens()
+        rewards = self.score(generated, prompts.references, s.candidates).to(log_probs)
         if s.kind == "risk":
-            distinct = first_occurrences(outputs.new_tokens(), s.candidates)
+            distinct = first_occurrences(generated, s.candidates)
             loss = risk(log_probs, rewards, s.alpha, distinct.to(log_probs.device))
         else:
             if s.kind == "self-critical":
                 greedy = self.decode(plain, prompts, GenerationConfig())
-                baseline = self.score(greedy, prompts.references, 1).to(log_probs)
+                baseline = self.score(greedy.new_tokens(), prompts.references, 1).to(log_probs)
             else:
                 baseline = leave_one_out(rewards)
             loss = policy_gradient_loss(log_probs, rewards, baseline)
@@ -187,13 +188,14 @@ class SequenceLevel(Objective):
             references = [_strip(row, eos) for row in _rows(batch.tgt, batch.tgt_mask)]
             longest = max(len(r) for r in references)
             room = min(2 * longest + 10, max_len - 1)  # after the start token
-            return Prompts(batch.src, batch.src_mask, references, room, None)
+            texts = self.tokenizer.decode_batch(references)
+            return Prompts(batch.src, batch.src_mask, texts, room, None)
         length = batch.tgt.shape[1]
         cut = min(max(1, int(length * self.section.prompt_fraction)), length - 1)
         return Prompts(
             batch.tgt[:, :cut],
             None if batch.tgt_mask is None else batch.tgt_mask[:, :cut],
-            batch.tgt[:, cut:].tolist(),
+            self.tokenizer.decode_batch(batch.tgt[:, cut:].tolist()),
             length - cut,
             (),
         )
@@ -224,11 +226,10 @@ class SequenceLevel(Objective):
                 **extra,
             )
 
-    def score(self, outputs: GenerateOutput, references: list[list[int]], k: int) -> Tensor:
-        """(sources, k) rewards of the decoded outputs against their detokenized references."""
-        hypotheses = self.tokenizer.decode_batch(outputs.new_tokens())
-        texts = self.tokenizer.decode_batch(references)
-        repeated = [text for text in texts for _ in range(k)]
+    def score(self, generated: list[list[int]], references: list[str], k: int) -> Tensor:
+        """(sources, k) rewards of the generated ids, k per source, against the references."""
+        hypotheses = self.tokenizer.decode_batch(generated)
+        repeated = [text for text in references for _ in range(k)]
         return self.reward(hypotheses, repeated).view(-1, k)
 
     def log_probs(

@@ -78,7 +78,7 @@ def _check_beyond_teacher_forcing(config: RunConfig) -> None:
         "which a compiled model does not see; set train.compile = false or mix = 'argmax'",
     )
     check(
-        not (config.scheduled_sampling.on and config.sequence_loss.on),
+        not (sampling.on and config.sequence_loss.on),
         "[scheduled_sampling] and [sequence_loss] do not combine; train with one, then "
         "fine-tune with the other (train.init_from)",
     )
