@@ -253,6 +253,18 @@ def test_attention_weights_of_every_layer_and_head() -> None:
     assert len(encoder(src, need_weights=True).attentions["encoder"]) == 2
 
 
+def test_cross_weights_of_chosen_layers_only() -> None:
+    model = EncoderDecoder(tiny_config(**WIDE)).eval()
+    src, tgt = torch.randint(4, 50, (2, 7)), torch.randint(4, 50, (2, 5))
+    src_mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
+    every = model(src, tgt, src_mask, need_weights=True)
+    chosen = model(src, tgt, src_mask, cross_weights=[1])
+    assert list(chosen.attentions) == ["cross"] and len(chosen.attentions["cross"]) == 1
+    torch.testing.assert_close(chosen.attentions["cross"][0], every.attentions["cross"][1])
+    assert chosen.attentions["cross"][0][1, :, :, 4:].abs().max() == 0  # padding unread
+    torch.testing.assert_close(chosen.logits, every.logits, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("shape", ["encoder-decoder", "decoder", "encoder"])
 def test_each_shape_compiles_to_one_graph(shape: str) -> None:
     """A graph break (a value read back to Python) would split `train.compile`'s graph."""

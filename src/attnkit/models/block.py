@@ -93,23 +93,28 @@ class Block(nn.Module):
                 ffn.w_2.weight.mul_(self.beta)
 
     def forward(
-        self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None = None
+        self,
+        x: Tensor,
+        inputs: AttentionInputs,
+        cache: LayerKV | None = None,
+        cross_weights: bool = False,
     ) -> tuple[Tensor, Weights]:
         """x: (batch, length, d_model) -> same shape, plus (self, cross) attention weights.
 
         `inputs` is what every layer of the stack shares (masks, bias,
         positions, memory, path); `cache` is this layer's part of a `KVCache`
-        when decoding step by step.
+        when decoding step by step; `cross_weights` asks this layer alone for
+        its cross-attention weights.
         """
         r = self.self_attn_residual
         h, self_weights = self.self_attn(r.before(x), inputs, cache)
         x = r.after(x, h)
-        cross_weights = None
+        cross = None
         if self.cross_attn is not None:
             r = self.cross_attn_residual
-            h, cross_weights = self.cross_attn(r.before(x), inputs, cache)
+            h, cross = self.cross_attn(r.before(x), inputs, cache, cross_weights)
             x = r.after(x, h)
         h = self.ff_residual.before(x)
         h = self.ff(h, inputs.key_mask) if isinstance(self.ff, MixtureOfExperts) else self.ff(h)
         x = self.ff_residual.after(x, h)
-        return x, (self_weights, cross_weights)
+        return x, (self_weights, cross)

@@ -11,6 +11,8 @@ step by step on the cache (`decode_step`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from torch import Tensor
 
 from attnkit.config import ModelConfig
@@ -51,7 +53,7 @@ class EncoderDecoder(TransformerModel):
         memory, weights = self.encoder(x, src_mask, positions=positions, need_weights=need_weights)
         return memory, src_mask, weights
 
-    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, need_weights):
+    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, need_weights, cross_weights=()):
         tgt_mask = self._check(tgt_ids, tgt_mask, "tgt_ids")
         if tgt_ids.shape[0] != memory.shape[0]:
             # Attention would broadcast one row over the other batch, or fail deep inside it.
@@ -68,6 +70,7 @@ class EncoderDecoder(TransformerModel):
             memory_key_mask=src_mask,
             positions=positions,
             need_weights=need_weights,
+            cross_weights=cross_weights,
         )
 
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
@@ -120,13 +123,18 @@ class EncoderDecoder(TransformerModel):
         *,
         need_weights: bool = False,
         need_logits: bool = True,
+        cross_weights: Collection[int] = (),
     ) -> Output:
         """Teacher-forced pass: logits for every target position.
 
         Masks are (batch, length), True (or 1) for real tokens, None for no padding.
+        `need_weights` returns every attention's weights; `cross_weights` only the
+        cross-attention weights of the decoder layers it lists (under "cross").
         """
         memory, src_mask, enc_w = self._encode(src_ids, src_mask, need_weights)
-        hidden, dec_w = self._decode(tgt_ids, memory, src_mask, tgt_mask, need_weights)
+        hidden, dec_w = self._decode(
+            tgt_ids, memory, src_mask, tgt_mask, need_weights, cross_weights
+        )
         attentions = None
         if need_weights:
             attentions = {
@@ -134,4 +142,6 @@ class EncoderDecoder(TransformerModel):
                 "decoder": collect(dec_w, 0),
                 "cross": collect(dec_w, 1),
             }
+        elif cross_weights:
+            attentions = {"cross": collect(dec_w, 1)}
         return self._output(hidden, attentions, need_logits)

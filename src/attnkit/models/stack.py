@@ -12,6 +12,8 @@ block reads.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 from torch import Tensor, nn
 
@@ -117,8 +119,13 @@ class Stack(nn.Module):
         positions: Tensor | None = None,
         need_weights: bool = False,
         cache: KVCache | None = None,
+        cross_weights: Collection[int] = (),
     ) -> tuple[Tensor, list[Weights]]:
         """x: (batch, length, d_model); masks are (batch, length) with True for real tokens.
+
+        `need_weights` returns the weights of every attention; `cross_weights`
+        those of the cross-attention of the layers it lists (0 is the first),
+        the others running fused.
 
         With a `cache` (already extended by `KVCache.extend` for these
         positions) the masks come from the cache and `key_mask` is unused.
@@ -154,8 +161,8 @@ class Stack(nn.Module):
         )
         layers = (None,) * len(self.blocks) if cache is None else cache.layers
         weights = []
-        for block, layer in zip(self.blocks, layers, strict=True):
-            x, w = block(x, inputs, layer)
+        for i, (block, layer) in enumerate(zip(self.blocks, layers, strict=True)):
+            x, w = block(x, inputs, layer, i in cross_weights)
             weights.append(w)
         if self.norm is not None:
             x = self.norm(x)

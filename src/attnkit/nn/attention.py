@@ -219,11 +219,18 @@ class MultiHeadAttention(nn.Module):
         return self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
 
     def forward(
-        self, x: Tensor, inputs: AttentionInputs = NO_INPUTS, cache: LayerKV | None = None
+        self,
+        x: Tensor,
+        inputs: AttentionInputs = NO_INPUTS,
+        cache: LayerKV | None = None,
+        need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from `x` (batch, queries, d_model) to itself or to the memory of `inputs`.
 
-        Without `inputs`, self-attention attends to every key, unmasked.
+        Without `inputs`, self-attention attends to every key, unmasked. The
+        weights come back on the weights path of `inputs`, and from a
+        cross-attention also when this layer alone is asked (`need_weights`:
+        the copy attention of a pointer-generator, the guided-attention loss).
 
         With a `cache` (this layer's part of a `KVCache`), self-attention
         appends the new keys and values and attends over all cached ones;
@@ -283,7 +290,7 @@ class MultiHeadAttention(nn.Module):
             bias=bias,
             is_causal=is_causal,
             dropout_p=dropout_p,
-            need_weights=inputs.path is AttentionPath.WEIGHTS,
+            need_weights=need_weights or inputs.path is AttentionPath.WEIGHTS,
         )
         if group > 1:
             out = out.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
