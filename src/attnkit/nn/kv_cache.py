@@ -81,6 +81,9 @@ class KVCache:
     positions_held: (slots,) on a ring, the position whose key each slot holds.
     memory_kv: (layers, 2, batch / group, kv_heads, source length, d_head) or None.
     memory_mask: (batch / group, 1, 1, source length) over the memory, or None.
+    copy_source: what a pointer-generator copies from: the memory (batch / group,
+        source length, d_model) and the source ids (batch / group, source length)
+        in its extended vocabulary; None for other models.
     group: rows of the batch per row of the memory; beam search makes it the
         number of beams, rows being sentence * beams + beam (`repeat_rows`).
     """
@@ -113,6 +116,7 @@ class KVCache:
         self.padded = False
         self.memory_kv: Tensor | None = None
         self.memory_mask: Tensor | None = None
+        self.copy_source: tuple[Tensor, Tensor] | None = None
         self.mask: Tensor | None = None
         self._spare: Tensor | None = None
         self.group = 1
@@ -132,10 +136,17 @@ class KVCache:
     def batch_size(self) -> int:
         return self.kv.shape[2]
 
-    def set_memory(self, memory_kv: list[tuple[Tensor, Tensor]], memory_key_mask: Tensor | None):
-        """Keep each layer's cross-attention (keys, values) over the memory, computed once."""
+    def set_memory(
+        self,
+        memory_kv: list[tuple[Tensor, Tensor]],
+        memory_key_mask: Tensor | None,
+        copy_source: tuple[Tensor, Tensor] | None = None,
+    ) -> None:
+        """Keep each layer's cross-attention (keys, values) over the memory, computed once,
+        and what a pointer-generator copies from (`copy_source`)."""
         self.memory_kv = torch.stack([torch.stack(kv) for kv in memory_kv])
         self.memory_mask = None if memory_key_mask is None else padding_mask(memory_key_mask)
+        self.copy_source = copy_source
 
     def extend(self, key_mask: Tensor | None, n: int) -> Tensor:
         """Reserve the next `n` positions for new tokens; return their positions (batch or 1, n).
@@ -237,3 +248,6 @@ class KVCache:
             self.memory_kv = self.memory_kv.index_select(2, rows)
             if self.memory_mask is not None:
                 self.memory_mask = self.memory_mask.index_select(0, rows)
+            if self.copy_source is not None:
+                memory, ids = self.copy_source
+                self.copy_source = memory.index_select(0, rows), ids.index_select(0, rows)
