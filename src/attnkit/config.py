@@ -39,6 +39,7 @@ ROPE_SCALINGS = ("ntk", "linear", "llama3")
 ROPE_SETTINGS = ("theta", "scaling", "scaling_type", "original_max_len")
 SINUSOIDAL_LAYOUTS = ("interleaved", "split")
 TIE_EMBEDDINGS = ("none", "decoder", "all")
+COPY_ATTENTIONS = ("none", "mean", "head")
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,13 @@ class ModelConfig:
     decoder_start_id: the id the decoder reads first when generating; None
         leaves it to the caller (Marian starts with its pad id).
     eos_id: the id that ends a generated sequence; None leaves it to the caller.
+    copy_attention: a pointer-generator output (See et al. 2017, `nn/copy.py`)
+        that mixes generating with copying source tokens through the last
+        decoder layer's cross-attention, averaged over its heads (`mean`) or
+        its first head (`head`); `none` is the plain output layer. Needs one
+        vocabulary for both sides.
+    unk_id: the id that words outside the vocabulary read as; what a
+        pointer-generator's copied unknown words are embedded as.
     """
 
     shape: str = "encoder-decoder"
@@ -139,6 +147,8 @@ class ModelConfig:
     logits_bias: bool = False
     decoder_start_id: int | None = None
     eos_id: int | None = None
+    copy_attention: str = "none"
+    unk_id: int | None = None
 
     def __post_init__(self) -> None:
         choice("shape", self.shape, SHAPES)
@@ -182,6 +192,7 @@ class ModelConfig:
         choice("sinusoidal_layout", self.sinusoidal_layout, SINUSOIDAL_LAYOUTS)
         self._validate_variants()
         self._validate_shape()
+        self._validate_copy()
         check(
             0 <= self.pad_id < max(self.vocab_size, self.src_vocab_size or 0),
             f"pad_id {self.pad_id} is outside the vocabulary of {self.vocab_size} tokens",
@@ -241,7 +252,7 @@ class ModelConfig:
             "decoder_start_id is for models that generate; an encoder model has no "
             "decoder, so leave it None",
         )
-        for name in ("decoder_start_id", "eos_id"):
+        for name in ("decoder_start_id", "eos_id", "unk_id"):
             value = getattr(self, name)
             is_id = isinstance(value, int) and not isinstance(value, bool)
             check(
@@ -249,6 +260,22 @@ class ModelConfig:
                 f"{name} {value} is outside the target vocabulary of {self.vocab_size} "
                 "tokens; use an id of the tokenizer or None",
             )
+
+    def _validate_copy(self) -> None:
+        choice("copy_attention", self.copy_attention, COPY_ATTENTIONS)
+        if self.copy_attention == "none":
+            return
+        check(
+            self.shape == "encoder-decoder",
+            f"copy_attention copies source tokens into the output; a {self.shape} model has "
+            "no source, so leave it 'none'",
+        )
+        check(
+            self.src_vocab_size == self.vocab_size,
+            f"copy_attention copies source ids as target ids, so both sides need one "
+            f"vocabulary, but src_vocab_size is {self.src_vocab_size} and vocab_size is "
+            f"{self.vocab_size}",
+        )
 
     def _validate_shape(self) -> None:
         needs = {

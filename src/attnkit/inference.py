@@ -5,9 +5,10 @@
 Sorting by length before batching keeps padding small; results return in the
 order of the input. Empty lines give empty outputs without running the model,
 and inputs over the model's max_len are cut (counted, with a warning) or
-refused. Text that is not valid UTF-8 is refused with its line, and pieces the
-tokenizer does not know (characters outside a character vocabulary) are
-counted in one warning.
+refused. A pointer-generator reads the source's unknown words as ids of their
+own and writes the ones it copies back as they were. Text that is not valid
+UTF-8 is refused with its line, and pieces the tokenizer does not know
+(characters outside a character vocabulary) are counted in one warning.
 
 `read_texts` and `write_lines` are the command line's input and output: a
 file, or standard input and output.
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit.data import extended
 from attnkit.data.batch import pad
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write, check_utf8, decode_lines, read_lines
@@ -65,7 +67,12 @@ def encode_sources(
         return _warn_unknown(
             tokenizer, tokenizer.encode_batch(texts, add_eos=True, max_length=max_len)
         )
-    encoded = _warn_unknown(tokenizer, tokenizer.encode_batch(texts, add_eos=True))
+    return _refuse_long(
+        _warn_unknown(tokenizer, tokenizer.encode_batch(texts, add_eos=True)), max_len
+    )
+
+
+def _refuse_long(encoded: list[list[int]], max_len: int) -> list[list[int]]:
     for line, ids in enumerate(encoded, start=1):
         if len(ids) > max_len:
             raise AttnkitError(
@@ -73,6 +80,15 @@ def encode_sources(
                 "shorten it, or allow truncation"
             )
     return encoded
+
+
+def _encode_copying(
+    tokenizer: Tokenizer, texts: Sequence[str], max_len: int, refuse_long: bool
+) -> tuple[list[list[int]], list[list[str]]]:
+    """`encode_sources` for a pointer-generator: unknown words get extended ids (not warned
+    of: the model can copy them), and each source's unknown words come back too."""
+    ids, unknown = extended.encode_sources(tokenizer, texts, None if refuse_long else max_len)
+    return (_refuse_long(ids, max_len) if refuse_long else ids), unknown
 
 
 def _warn_unknown(tokenizer: Tokenizer, encoded: list[list[int]]) -> list[list[int]]:
@@ -127,14 +143,23 @@ def translate(
         progress(len(texts) - len(todo))
     if not todo:
         return outputs
-    ids = encode_sources(tokenizer, [texts[i] for i in todo], model.config.max_len, refuse_long)
+    sources, unknown = [texts[i] for i in todo], None
+    if model.config.copy_attention == "none":
+        ids = encode_sources(tokenizer, sources, model.config.max_len, refuse_long)
+    else:
+        ids, unknown = _encode_copying(tokenizer, sources, model.config.max_len, refuse_long)
     order = sorted(range(len(todo)), key=lambda j: len(ids[j]), reverse=True)
     device = model.device
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         src, src_mask = pad([ids[j] for j in chunk], tokenizer.pad_id)
         result = generate(model, src.to(device), src_mask.to(device), config)
-        for j, text in zip(chunk, tokenizer.decode_batch(result.new_tokens()), strict=True):
+        new = result.new_tokens()
+        if unknown is None:
+            texts_out = tokenizer.decode_batch(new)
+        else:  # copied words are ids past the vocabulary, which only their source can name
+            texts_out = extended.decode(tokenizer, new, [unknown[j] for j in chunk])
+        for j, text in zip(chunk, texts_out, strict=True):
             outputs[todo[j]] = text
         if progress is not None:
             progress(len(chunk))

@@ -265,8 +265,13 @@ def with_decoding_ids(config: ModelConfig, tokenizer: Tokenizer) -> ModelConfig:
 
 
 def _unset_decoding_ids(config: ModelConfig) -> dict[str, str]:
-    """The decoding ids of `config`'s shape that it leaves unset, each with its tokenizer role."""
+    """The decoding ids of `config`'s shape that it leaves unset, each with its tokenizer role.
+
+    A pointer-generator also embeds the unknown words it copies as the tokenizer's <unk>.
+    """
     roles = _DECODING_ROLES[config.shape]
+    if config.copy_attention != "none":
+        roles = {**roles, "unk_id": "unk"}
     return {name: role for name, role in roles.items() if getattr(config, name) is None}
 
 

@@ -1,4 +1,5 @@
 import json
+import math
 import random
 
 import pytest
@@ -6,6 +7,8 @@ import torch
 
 from attnkit.cli import main
 from attnkit.errors import AttnkitError
+from attnkit.generation import GenerationConfig
+from attnkit.inference import translate
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import Trainer
@@ -97,6 +100,23 @@ def test_cli_trains_translation_then_resumes(tmp_path, capsys):
 
     assert main(["train", config]) == 2
     assert "already holds a run; pass --resume" in capsys.readouterr().err
+
+
+def test_cli_trains_a_pointer_generator_that_copies_unknown_characters(tmp_path):
+    config = translation_config(tmp_path)
+    assert main(["train", config, "--set", "model.copy_attention=mean"]) == 0
+    run = tmp_path / "run"
+    model, tokenizer = load_pretrained(run), Tokenizer.load(run / "tokenizer.json")
+    assert model.copy is not None and model.config.unk_id == tokenizer.unk_id
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = [r[k] for r in records for k in ("train_loss", "val_loss") if k in r]
+    assert len(losses) >= 4 and all(math.isfinite(x) for x in losses)
+    # "ß" is in no training sentence: the source reads it as an id of its own, V + 0.
+    setup = build_task(RunConfig.load(config, ["model.copy_attention=mean"]))
+    batch = next(iter(setup.train_data))
+    assert int(batch.src.max()) < tokenizer.vocab_size  # the training text has no unknown
+    out = translate(model, tokenizer, ["ein ß hund"], GenerationConfig(max_new_tokens=6))
+    assert len(out) == 1 and isinstance(out[0], str)
 
 
 def test_cli_fine_tunes_a_run_through_lora_adapters(tmp_path):

@@ -25,6 +25,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from attnkit.checks import choice, within
+from attnkit.data import extended
 from attnkit.data.collate import collate_encoder, collate_lm, collate_translation
 from attnkit.data.text import read_parallel
 from attnkit.errors import AttnkitError
@@ -61,6 +62,13 @@ class _Packed:
 
 
 Encoder = Callable[[list[str]], list[list[int]]]
+# Rows of aligned texts -> one list of id lists per side.
+RowsEncoder = Callable[[list[tuple[str, ...]]], list[list[list[int]]]]
+
+
+def per_side(*encoders: Encoder) -> RowsEncoder:
+    """A rows encoder that encodes each side on its own, side i by `encoders[i]`."""
+    return lambda rows: [encode([row[i] for row in rows]) for i, encode in enumerate(encoders)]
 
 
 class _SentencesDataset(Dataset):
@@ -69,19 +77,20 @@ class _SentencesDataset(Dataset):
     def __init__(
         self,
         rows: Iterable[tuple[str, ...]],
-        encoders: Sequence[Encoder],
+        encode: RowsEncoder,
+        n_sides: int,
         max_len: int | None,
         name: str,
     ) -> None:
         self.skipped = {"empty": 0, "too_long": 0}
         # Each chunk is packed as soon as it is encoded, so the peak memory is
         # the packed corpus plus one chunk of Python lists.
-        kept: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in encoders]
+        kept: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(n_sides)]
         rows = iter(rows)
         while chunk := list(itertools.islice(rows, CHUNK)):
             full = [row for row in chunk if all(text.strip() for text in row)]
             self.skipped["empty"] += len(chunk) - len(full)
-            sides = [encode([row[i] for row in full]) for i, encode in enumerate(encoders)]
+            sides = encode(full)
             keep = [
                 max_len is None or all(len(side[j]) <= max_len for side in sides)
                 for j in range(len(full))
@@ -121,6 +130,8 @@ class ParallelDataset(_SentencesDataset):
     tokenizer: the source tokenizer, and the target one too unless
         `tgt_tokenizer` is given (one joint vocabulary, as in the paper).
     max_len: the most ids a side may have; longer pairs are skipped and counted.
+    copy: ids in a pointer-generator's extended vocabulary (`data/extended.py`): the
+        source's unknown words as V + i, in its target too; needs one joint tokenizer.
     """
 
     def __init__(
@@ -131,13 +142,23 @@ class ParallelDataset(_SentencesDataset):
         *,
         max_len: int | None = None,
         name: str = "parallel text",
+        copy: bool = False,
     ) -> None:
         tgt_tokenizer = tgt_tokenizer or tokenizer
-        encoders = [
+        if copy and tgt_tokenizer is not tokenizer:
+            raise AttnkitError(
+                "copying source words into the target needs one tokenizer for both sides"
+            )
+        encode = per_side(
             partial(tokenizer.encode_batch, add_eos=True),
             partial(tgt_tokenizer.encode_batch, add_bos=True, add_eos=True),
-        ]
-        super().__init__(pairs, encoders, max_len, name)
+        )
+        if copy:
+
+            def encode(rows: list[tuple[str, ...]]) -> list[list[list[int]]]:
+                return extended.encode_pairs(tokenizer, *map(list, zip(*rows, strict=True)))
+
+        super().__init__(pairs, encode, 2, max_len, name)
         self.collate = partial(
             collate_translation, src_pad_id=tokenizer.pad_id, tgt_pad_id=tgt_tokenizer.pad_id
         )
@@ -173,8 +194,8 @@ class SentenceDataset(_SentencesDataset):
         max_len: int | None = None,
         name: str = "sentences",
     ) -> None:
-        encoders = [partial(tokenizer.encode_batch, add_bos=True, add_eos=True)]
-        super().__init__(((s,) for s in sentences), encoders, max_len, name)
+        encode = per_side(partial(tokenizer.encode_batch, add_bos=True, add_eos=True))
+        super().__init__(((s,) for s in sentences), encode, 1, max_len, name)
         self.collate = partial(collate_encoder, pad_id=tokenizer.pad_id)
         """`collate_fn` for a DataLoader: examples to a `Batch`."""
 

@@ -58,9 +58,10 @@ class Uncached:
     def __init__(self, model, inputs, mask, prefix, prefix_mask, capacity: int) -> None:
         self.model = model
         self.encoder_decoder = model.config.shape == "encoder-decoder"
-        self.memory, self.memory_mask = None, mask
+        self.memory, self.memory_mask, self.source = None, mask, None
         if self.encoder_decoder:
             self.memory = model.encode(inputs, mask)
+            self.source = inputs  # what a pointer-generator copies from
         self.ids = prefix
         self.mask = (
             torch.ones_like(prefix, dtype=torch.bool) if prefix_mask is None else prefix_mask
@@ -69,7 +70,9 @@ class Uncached:
 
     def _logits(self) -> Tensor:
         if self.encoder_decoder:
-            return self.model.decode(self.ids, self.memory, self.memory_mask, self.mask)[:, -1]
+            return self.model.decode(
+                self.ids, self.memory, self.memory_mask, self.mask, src_ids=self.source
+            )[:, -1]
         return self.model(self.ids, self.mask).logits[:, -1]
 
     def step(self, ids: Tensor) -> Tensor:
@@ -84,6 +87,7 @@ class Uncached:
         self.ids, self.mask = self.ids.index_select(0, index), self.mask.index_select(0, index)
         if memory and self.memory is not None:
             self.memory = self.memory.index_select(0, index)
+            self.source = self.source.index_select(0, index)
             if self.memory_mask is not None:
                 self.memory_mask = self.memory_mask.index_select(0, index)
 

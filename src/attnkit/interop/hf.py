@@ -73,6 +73,11 @@ def _family_for(config: ModelConfig) -> tuple[Family, dict[str, Any]]:
 
     None can: the error of each family, which names the fields it has no place for.
     """
+    if config.copy_attention != "none":
+        raise AttnkitError(
+            "this model has a pointer-generator output (copy_attention), which no family of "
+            "transformers has; keep it as an attnkit run folder"
+        )
     errors = {}
     for family in FAMILIES.values():
         if family.shape == config.shape:

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.models.block import Block
+from attnkit.models.block import Block, Weights
 from attnkit.nn.kv_cache import KVCache
 
 
@@ -115,6 +115,19 @@ class TransformerModel(nn.Module):
 
     def _step(self, embed: nn.Module, ids: Tensor, cache: KVCache, mask: Tensor | None) -> Tensor:
         """Run new ids (batch, n) through the decoder on `cache`; logits of the last one."""
+        hidden, _ = self._step_hidden(embed, ids, cache, mask)
+        return self.head(hidden[:, -1])
+
+    def _step_hidden(
+        self,
+        embed: nn.Module,
+        ids: Tensor,
+        cache: KVCache,
+        mask: Tensor | None,
+        cross_weights: tuple[int, ...] = (),
+    ) -> tuple[Tensor, list[Weights]]:
+        """The decoder's hidden states (batch, n, d_model) of new ids on `cache`, and the
+        cross-attention weights of the layers `cross_weights` lists."""
         mask = self._check(ids, mask, "ids")
         if ids.shape[0] != cache.batch_size:
             raise AttnkitError(
@@ -122,8 +135,9 @@ class TransformerModel(nn.Module):
                 "reorder the cache when the batch changes"
             )
         positions = cache.extend(mask, ids.shape[1])
-        hidden, _ = self.decoder(embed(ids, positions), positions=positions, cache=cache)
-        return self.head(hidden[:, -1])
+        return self.decoder(
+            embed(ids, positions), positions=positions, cache=cache, cross_weights=cross_weights
+        )
 
     def num_parameters(self, trainable_only: bool = False) -> int:
         """Number of distinct parameters (a tied matrix counts once)."""

@@ -7,6 +7,10 @@ The decoder's self-attention is causal; its cross-attention reads the whole
 memory except source padding. At inference the memory is computed once
 (`new_cache` keeps its cross-attention keys and values) and the decoder runs
 step by step on the cache (`decode_step`).
+
+With `copy_attention` the output is a pointer-generator's (`nn/copy.py`): the
+"logits" are log P(w) over the vocabulary extended by the source's unknown
+words, whose softmax is P itself, so every decoder reads them as it reads logits.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from torch import Tensor
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models.base import Output, TransformerModel, bool_mask, collect
+from attnkit.models.block import Weights
 from attnkit.models.stack import Embed, Stack
 from attnkit.nn import Linear, TokenEmbedding
+from attnkit.nn.copy import PointerGenerator
 from attnkit.nn.kv_cache import KVCache
 
 
@@ -42,18 +48,37 @@ class EncoderDecoder(TransformerModel):
         self.encoder = Stack(c, c.n_encoder_layers, causal=False, cross=False)
         self.decoder = Stack(c, c.n_decoder_layers, causal=True, cross=True)
         self.head = Linear(c.d_model, c.vocab_size, bias=c.logits_bias)
+        self.copy = None
+        if c.copy_attention != "none":
+            self.copy = PointerGenerator(c.d_model, c.vocab_size, c.unk_id, c.copy_attention)
         self._init_weights()
         if c.tie_embeddings != "none":
             self.head.weight = tgt_token.weight
 
+    @property
+    def copy_layer(self) -> tuple[int, ...]:
+        """The decoder layer whose cross-attention the pointer copies through (the last)."""
+        return () if self.copy is None else (self.config.n_decoder_layers - 1,)
+
+    def _in_vocab(self, ids: Tensor) -> Tensor:
+        return ids if self.copy is None else self.copy.in_vocab(ids)
+
     def _encode(self, src_ids: Tensor, src_mask: Tensor | None, need_weights: bool):
         src_mask = self._check(src_ids, src_mask, "src_ids")
         positions = self.positions_from_mask(src_mask)
-        x = self.src_embed(src_ids, positions)
+        x = self.src_embed(self._in_vocab(src_ids), positions)
         memory, weights = self.encoder(x, src_mask, positions=positions, need_weights=need_weights)
         return memory, src_mask, weights
 
-    def _decode(self, tgt_ids, memory, src_mask, tgt_mask, need_weights, cross_weights=()):
+    def _decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
+        need_weights: bool,
+        cross_weights: Collection[int] = (),
+    ) -> tuple[Tensor, list[Weights]]:
         tgt_mask = self._check(tgt_ids, tgt_mask, "tgt_ids")
         if tgt_ids.shape[0] != memory.shape[0]:
             # Attention would broadcast one row over the other batch, or fail deep inside it.
@@ -62,7 +87,7 @@ class EncoderDecoder(TransformerModel):
                 f"{memory.shape[0]}; give one target sequence per source sequence"
             )
         positions = self.positions_from_mask(tgt_mask)
-        y = self.tgt_embed(tgt_ids, positions)
+        y = self.tgt_embed(self._in_vocab(tgt_ids), positions)
         return self.decoder(
             y,
             tgt_mask,
@@ -70,8 +95,21 @@ class EncoderDecoder(TransformerModel):
             memory_key_mask=src_mask,
             positions=positions,
             need_weights=need_weights,
-            cross_weights=cross_weights,
+            cross_weights={*cross_weights, *self.copy_layer},
         )
+
+    def _copy_output(
+        self,
+        hidden: Tensor,
+        tgt_ids: Tensor,
+        weights: list[Weights],
+        memory: Tensor,
+        src_ids: Tensor,
+    ) -> Tensor:
+        """The pointer-generator's log P (batch, T, V + extra) at the positions of `hidden`."""
+        inputs = self.tgt_embed.token(self._in_vocab(tgt_ids))
+        copy_weights = weights[-1][1]
+        return self.copy(self.head(hidden), hidden, inputs, copy_weights, memory, src_ids)
 
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids (batch, S) -> memory (batch, S, d_model)."""
@@ -85,9 +123,13 @@ class EncoderDecoder(TransformerModel):
         tgt_mask: Tensor | None = None,
         *,
         need_logits: bool = True,
+        src_ids: Tensor | None = None,
     ) -> Tensor:
         """Target ids (batch, T), already shifted right, and memory -> logits (batch, T, vocab),
-        or with `need_logits=False` the decoder's last hidden states (batch, T, d_model)."""
+        or with `need_logits=False` the decoder's last hidden states (batch, T, d_model).
+
+        A pointer-generator also needs the `src_ids` the memory encodes, to copy from.
+        """
         if src_mask is not None:
             if src_mask.shape != memory.shape[:2]:
                 raise AttnkitError(
@@ -95,8 +137,16 @@ class EncoderDecoder(TransformerModel):
                     f"{tuple(memory.shape[:2])}; give the mask of the source that was encoded"
                 )
             src_mask = bool_mask(src_mask, "src_ids")
-        hidden = self._decode(tgt_ids, memory, src_mask, tgt_mask, False)[0]
-        return self.head(hidden) if need_logits else hidden
+        hidden, weights = self._decode(tgt_ids, memory, src_mask, tgt_mask, False)
+        if not need_logits:
+            return hidden
+        if self.copy is None:
+            return self.head(hidden)
+        if src_ids is None:
+            raise AttnkitError(
+                "this model copies from its source (copy_attention), so decode needs src_ids"
+            )
+        return self._copy_output(hidden, tgt_ids, weights, memory, src_ids)
 
     def new_cache(
         self, src_ids: Tensor, src_mask: Tensor | None = None, capacity: int | None = None
@@ -107,12 +157,22 @@ class EncoderDecoder(TransformerModel):
         """
         memory, src_mask, _ = self._encode(src_ids, src_mask, False)
         cache = self._new_cache(src_ids.shape[0], capacity)
-        cache.set_memory([b.cross_attn.memory_kv(memory) for b in self.decoder.blocks], src_mask)
+        source = None if self.copy is None else (memory, src_ids)
+        cache.set_memory(
+            [b.cross_attn.memory_kv(memory) for b in self.decoder.blocks], src_mask, source
+        )
         return cache
 
     def decode_step(self, ids: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
         """Next target ids (batch, n) on the cache -> logits (batch, vocab) after the last one."""
-        return self._step(self.tgt_embed, ids, cache, mask)
+        if self.copy is None:
+            return self._step(self.tgt_embed, ids, cache, mask)
+        hidden, weights = self._step_hidden(
+            self.tgt_embed, self._in_vocab(ids), cache, mask, self.copy_layer
+        )
+        last = [(None, w[1][:, :, -1:]) for w in weights if w[1] is not None]
+        memory, src_ids = cache.copy_source
+        return self._copy_output(hidden[:, -1:], ids[:, -1:], last, memory, src_ids)[:, 0]
 
     def forward(
         self,
@@ -143,5 +203,9 @@ class EncoderDecoder(TransformerModel):
                 "cross": collect(dec_w, 1),
             }
         elif cross_weights:
-            attentions = {"cross": collect(dec_w, 1)}
-        return self._output(hidden, attentions, need_logits)
+            asked = [w for i, w in enumerate(dec_w) if i in cross_weights]
+            attentions = {"cross": collect(asked, 1)}
+        if self.copy is None or not need_logits:
+            return self._output(hidden, attentions, need_logits)
+        log_p = self._copy_output(hidden, tgt_ids, dec_w, memory, src_ids)
+        return Output(log_p, hidden, attentions)

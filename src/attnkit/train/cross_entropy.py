@@ -103,6 +103,28 @@ def label_smoothed_cross_entropy(
     return LossTerms(loss.sum(), nll.sum(), keep.sum())
 
 
+def copy_cross_entropy(
+    log_probs: Tensor, targets: Tensor, vocab_size: int, label_smoothing: float = 0.0
+) -> LossTerms:
+    """The same sums for a pointer-generator's log P (..., V + extra) over its extended vocabulary.
+
+    Label smoothing is defined on the mixture P, with its eps spread over the V ids of
+    the vocabulary (the extra ids differ from sentence to sentence):
+
+        loss = (1 - eps) * -log P(y) + eps * mean_{v < V}(-log P(v))
+    """
+    logp = log_probs.flatten(0, -2)
+    targets = targets.flatten()
+    keep = targets != IGNORE
+    if not bool(keep.all()):
+        logp, targets = logp[keep], targets[keep]
+    nll = -logp.gather(1, targets[:, None]).squeeze(1)
+    loss = nll
+    if label_smoothing:
+        loss = (1 - label_smoothing) * nll - label_smoothing * logp[:, :vocab_size].mean(-1)
+    return LossTerms(loss.sum(), nll.detach().sum(), keep.sum())
+
+
 def linear_cross_entropy(
     hidden: Tensor,
     weight: Tensor,

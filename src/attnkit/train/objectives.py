@@ -9,7 +9,8 @@ DDP ranks then give exactly the gradient of one big batch. A model with a
 mixture of experts also gets router_aux_loss_coef times its load-balancing
 loss (`nn/moe.py`), in `LossTerms.aux`.
 
-- translation: teacher forcing, the decoder reads <s> y_1 .. y_{n-1} and predicts y_1 .. </s>.
+- translation: teacher forcing, the decoder reads <s> y_1 .. y_{n-1} and predicts y_1 .. </s>;
+  through a pointer-generator (`nn/copy.py`) the loss is that of its mixture P.
 - language model: the same without an encoder.
 - masked LM (BERT): 15% of real tokens are chosen; of those 80% become <mask>,
   10% a random token and 10% stay; only the chosen ones are predicted.
@@ -26,7 +27,12 @@ from attnkit.data.batch import Batch, shift_targets
 from attnkit.errors import AttnkitError
 from attnkit.models.base import unwrap
 from attnkit.nn.moe import router_aux_loss
-from attnkit.train.cross_entropy import IGNORE, LossTerms, linear_cross_entropy
+from attnkit.train.cross_entropy import (
+    IGNORE,
+    LossTerms,
+    copy_cross_entropy,
+    linear_cross_entropy,
+)
 
 
 def _need(batch: Batch, *names: str, task: str) -> None:
@@ -129,6 +135,17 @@ class TranslationObjective(NextTokenObjective):
         return plain.decode(dec_in, memory, src_mask, dec_mask, need_logits=False)
 
 
+class CopyObjective(TranslationObjective):
+    """Teacher forcing through a pointer-generator: the label-smoothed cross-entropy of its
+    mixture P over the extended vocabulary (`copy_cross_entropy`), which no fused head gives."""
+
+    def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
+        dec_in, dec_mask, targets = self.teacher_forced(batch)
+        log_p = model(batch.src, dec_in, batch.src_mask, dec_mask).logits
+        vocab_size = unwrap(model).config.vocab_size
+        return copy_cross_entropy(log_p, targets, vocab_size, self.label_smoothing)
+
+
 class LanguageModelObjective(NextTokenObjective):
     """Next-token prediction over `tgt` blocks."""
 
@@ -187,10 +204,12 @@ def objective_for(
     mask_id: int = 4,
     vocab_size: int = 0,
     mask_prob: float = 0.15,
+    copy: bool = False,
 ) -> Objective:
-    """The objective that trains a model of this `ModelConfig.shape`."""
+    """The objective that trains a model of this `ModelConfig.shape` (`copy`: with a
+    pointer-generator output)."""
     if shape == "encoder-decoder":
-        return TranslationObjective(label_smoothing)
+        return (CopyObjective if copy else TranslationObjective)(label_smoothing)
     if shape == "decoder":
         return LanguageModelObjective(label_smoothing)
     if shape == "encoder":

@@ -293,9 +293,11 @@ def _translation(config: RunConfig) -> TaskSetup:
     tokenizer = _tokenizer(config, [*src, *tgt])
     model = _model(config, tokenizer)
     max_len = min(d.max_len, model.config.max_len)
-    train = ParallelDataset(zip(src, tgt, strict=True), tokenizer, max_len=max_len, name="train")
-    val = ParallelDataset(
-        zip(val_src, val_tgt, strict=True), tokenizer, max_len=max_len, name="validation"
+    # A pointer-generator reads the source's unknown words as ids of their own.
+    copy = model.config.copy_attention != "none"
+    train, val = (
+        ParallelDataset(zip(*sides, strict=True), tokenizer, max_len=max_len, name=name, copy=copy)
+        for sides, name in (((src, tgt), "train"), ((val_src, val_tgt), "validation"))
     )
     n = min(config.eval.decode_examples, len(val_src))
     metrics = [bleu_metric(tokenizer, val_src[:n], val_tgt[:n], max_new_tokens=max_len)]

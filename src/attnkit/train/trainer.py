@@ -91,7 +91,10 @@ class Trainer:
         self.eval_cfg = eval or EvalSection()
         self.model = model
         self.objective = objective or objective_for(
-            model.config.shape, self.train_cfg.label_smoothing, vocab_size=model.config.vocab_size
+            model.config.shape,
+            self.train_cfg.label_smoothing,
+            vocab_size=model.config.vocab_size,
+            copy=model.config.copy_attention != "none",
         )
         self.train_data, self.val_data = train_data, val_data
         self.metrics, self.callbacks = list(metrics), list(callbacks)

@@ -1,0 +1,91 @@
+"""The extended vocabulary of a pointer-generator: unknown source words get ids of their own.
+
+A vocabulary of V ids reads every word it lacks as <unk>. To let a model copy
+such words (`nn/copy.py`), each sentence numbers the distinct unknown words of
+its source: the i-th is id V + i, in the source and wherever its target has
+the same word. A target's unknown word that its source lacks stays <unk>:
+nothing could produce it. See et al. (2017) number the unknown words of a
+whole batch; numbering per sentence is the same for a model that copies only
+from its own source, and keeps an example's ids independent of its batch.
+
+Decoding turns V + i back into the source's i-th unknown word, as written there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from attnkit.tokenizer import Tokenizer
+
+
+def _with_unknown(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[tuple[int, str]]]:
+    """Each text's ids, each with the text it covers when it is <unk> (else "")."""
+    unk = tokenizer.unk_id
+    # `encode_batch_fast`, which `Tokenizer` uses, skips the offsets that find the words.
+    encodings = tokenizer.backend.encode_batch(list(texts), add_special_tokens=False)
+    return [
+        [(i, text[a:b] if i == unk else "") for i, (a, b) in zip(e.ids, e.offsets, strict=True)]
+        for text, e in zip(texts, encodings, strict=True)
+    ]
+
+
+def encode_sources(
+    tokenizer: Tokenizer, texts: Sequence[str], max_length: int | None = None
+) -> tuple[list[list[int]], list[list[str]]]:
+    """Source ids ending in </s> with unknown words as V + i, and each source's unknown words.
+
+    `max_length` cuts longer sources (their </s> kept), as `Tokenizer.encode_batch` does.
+    """
+    vocab, ids, unknown = tokenizer.vocab_size, [], []
+    for pieces in _with_unknown(tokenizer, texts):
+        if max_length is not None:
+            pieces = pieces[: max_length - 1]
+        words: list[str] = []
+        row = []
+        for i, word in pieces:
+            if word:
+                if word not in words:
+                    words.append(word)
+                i = vocab + words.index(word)
+            row.append(i)
+        ids.append([*row, tokenizer.eos_id])
+        unknown.append(words)
+    return ids, unknown
+
+
+def encode_targets(
+    tokenizer: Tokenizer, texts: Sequence[str], unknown: Sequence[Sequence[str]]
+) -> list[list[int]]:
+    """Target ids <s> ... </s>, an unknown word as V + i where it is its source's i-th."""
+    vocab, out = tokenizer.vocab_size, []
+    for pieces, words in zip(_with_unknown(tokenizer, texts), unknown, strict=True):
+        row = [vocab + words.index(w) if w in words else i for i, w in pieces]
+        out.append([tokenizer.bos_id, *row, tokenizer.eos_id])
+    return out
+
+
+def encode_pairs(tokenizer: Tokenizer, sources: list[str], targets: list[str]) -> list[list]:
+    """Both sides of sentence pairs in the extended vocabulary: [source ids, target ids]."""
+    src, unknown = encode_sources(tokenizer, sources)
+    return [src, encode_targets(tokenizer, targets, unknown)]
+
+
+def decode(
+    tokenizer: Tokenizer, rows: Sequence[Sequence[int]], unknown: Sequence[Sequence[str]]
+) -> list[str]:
+    """Text of extended ids: runs of known ids detokenized, each V + i its source's word, all
+    joined by single spaces."""
+    vocab, out = tokenizer.vocab_size, []
+    for row, words in zip(rows, unknown, strict=True):
+        parts, run = [], []
+        for i in [int(i) for i in row] + [-1]:  # -1 closes the last run
+            if 0 <= i < vocab:
+                run.append(i)
+                continue
+            if run:
+                parts.append(tokenizer.decode(run))
+                run = []
+            if i >= vocab and i - vocab < len(words):
+                parts.append(words[i - vocab])
+        out.append(" ".join(p.strip() for p in parts if p.strip()))
+    return out
