@@ -252,12 +252,12 @@ def test_time_budget_stops_saves_and_averages(tmp_path):
 
 
 def test_decay_over_minutes_reaches_the_floor_when_the_budget_ends(tmp_path):
-    """A step budget far too large for 1.2 s: the linear decay still ends with the time."""
+    """A step budget far too large for 3 s: the linear decay still ends with the time."""
     lr = 3e-3
     train = settings(
         tmp_path,
         steps=100_000,
-        max_minutes=0.02,
+        max_minutes=0.05,
         schedule="linear",
         decay_over="minutes",
         warmup=0,
@@ -269,7 +269,9 @@ def test_decay_over_minutes_reaches_the_floor_when_the_budget_ends(tmp_path):
     result = trainer.fit()
     assert result.stopped == "time-limit" and 10 < result.step < 100_000
     assert all(a >= b for a, b in itertools.pairwise(rates))
-    assert rates[0] > 0.9 * lr and rates[-1] < 0.1 * lr
+    # The first rate is read after the first step, whose time (longer on a loaded machine)
+    # the decay has already spent.
+    assert rates[0] > 0.75 * lr and rates[-1] < 0.1 * lr
 
 
 def test_objectives_of_several_backward_passes_are_refused_under_ddp(tmp_path, monkeypatch):
