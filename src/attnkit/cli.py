@@ -140,6 +140,7 @@ def _load_run(args: argparse.Namespace):
 
 def _generation_config(args: argparse.Namespace, model):
     """GenerationConfig from the decoding options common to translate, generate and eval."""
+    from attnkit.checks import check
     from attnkit.generation import GenerationConfig
 
     most = args.max_new_tokens  # None: as many as max_len allows; 0 is refused like -5
@@ -150,6 +151,14 @@ def _generation_config(args: argparse.Namespace, model):
         "no_repeat_ngram_size": args.no_repeat_ngram_size,
         "repetition_penalty": args.repetition_penalty,
     }
+    window = getattr(args, "monotonic_window", None)
+    if window is not None:
+        check(
+            model.config.shape == "encoder-decoder",
+            "--monotonic-window keeps cross-attention near a focus moving along the source, "
+            f"but this run is a {model.config.shape} model, which has no source",
+        )
+        options["monotonic_window"] = tuple(window)
     if getattr(args, "sample", False):
         options.update(
             do_sample=True,
@@ -274,6 +283,14 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 def _add_beam_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
     p.add_argument("--length-penalty", type=float, default=1.0, help="beam score / length^this")
+    p.add_argument(
+        "--monotonic-window",
+        type=int,
+        nargs=2,
+        metavar=("BACK", "AHEAD"),
+        help="monotonic tasks: each step attends only to source positions BACK behind to "
+        "AHEAD past where the last step attended most (default: off)",
+    )
     p.add_argument("--batch-size", type=int, default=32, help="sentences decoded together")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

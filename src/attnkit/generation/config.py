@@ -50,6 +50,12 @@ class GenerationConfig:
     crop_context: a decoder-only model that greedy-decodes or samples past its
         max_len goes on conditioned on the last max_len tokens (nanoGPT's crop);
         False stops it at max_len. Beam search and encoder-decoders always stop.
+    monotonic_window: (back, ahead), for an encoder-decoder on the KV cache:
+        at each step every decoder layer's cross-attention sees only the source
+        positions within [f - back, f + ahead] of a focus f, which starts at the
+        first source token and moves to where the last layer attended most
+        (averaged over heads) at the step before; for monotonic tasks
+        (grapheme-to-phoneme, speech). None is off. Not an HF option.
     """
 
     max_new_tokens: int = 20
@@ -72,6 +78,7 @@ class GenerationConfig:
     seed: int | None = None
     use_cache: bool = True
     crop_context: bool = True
+    monotonic_window: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         finite_fields(self)  # NaN passes no comparison: length_penalty has none of its own
@@ -98,6 +105,21 @@ class GenerationConfig:
             f"num_return_sequences {self.num_return_sequences} needs num_beams at least as "
             "large, or do_sample",
         )
+        if self.monotonic_window is not None:
+            window = self.monotonic_window
+            check(
+                isinstance(window, list | tuple)
+                and len(window) == 2
+                and all(_is_count(n) for n in window),
+                "monotonic_window must be two integers of zero or more, (back, ahead), "
+                f"got {self.monotonic_window!r}",
+            )
+            check(
+                self.use_cache,
+                "monotonic_window moves its focus on the KV cache, which use_cache=False "
+                "turns off; set use_cache=True",
+            )
+            object.__setattr__(self, "monotonic_window", tuple(window))
         if isinstance(self.eos_token_id, list):
             object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
         object.__setattr__(self, "suppress_tokens", tuple(self.suppress_tokens))
@@ -106,6 +128,11 @@ class GenerationConfig:
     def eos_ids(self) -> tuple[int, ...]:
         eos = self.eos_token_id
         return () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
+
+
+def _is_count(value: object) -> bool:
+    """An integer (not a bool) of zero or more."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def resolve(

@@ -6,7 +6,10 @@
 `EncoderDecoder` and `DecoderOnly`), so each step costs one new position;
 `Uncached` reruns every position and exists to check it. `prefill` runs the
 prompt (or the decoder start id) once; both states then drop or reorder rows
-(finished rows, beams) with `reorder`.
+(finished rows, beams) with `reorder`. A monotonic window over the source
+(`GenerationConfig.monotonic_window`) lives in the cache, whose rows it
+follows; `Uncached` has no cache, and `GenerationConfig` refuses the window
+without one.
 """
 
 from __future__ import annotations
@@ -37,9 +40,20 @@ def left_pad(ids: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
 class Cached:
     """Decoding on the model's KV cache: each step runs only the new positions."""
 
-    def __init__(self, model, inputs, mask, prefix, prefix_mask, capacity: int) -> None:
+    def __init__(
+        self,
+        model,
+        inputs,
+        mask,
+        prefix,
+        prefix_mask,
+        capacity: int,
+        monotonic_window: tuple[int, int] | None = None,
+    ) -> None:
         self.model = model
         self.cache = model.new_cache(inputs, mask, capacity)
+        if monotonic_window is not None:
+            self.cache.set_monotonic(*monotonic_window)
         self.logits = model.decode_step(prefix, self.cache, prefix_mask)
 
     def step(self, ids: Tensor) -> Tensor:
@@ -128,6 +142,11 @@ def prefill(
             raise AttnkitError(
                 f"input row {empty[0]} is all padding; give every row at least one token"
             )
+    if cfg.monotonic_window is not None and shape != "encoder-decoder":
+        raise AttnkitError(
+            f"monotonic_window keeps cross-attention near a focus moving along the source, "
+            f"but a {shape} model has no source; leave it None"
+        )
     prefix, prefix_mask = prefix_of(model, input_ids, mask, cfg)
     max_len = model.config.max_len
     if prefix.shape[1] >= max_len:
@@ -145,9 +164,11 @@ def prefill(
             prefix.shape[1],
             max_new,
         )
-    state = (Cached if cfg.use_cache else Uncached)(
-        model, input_ids, mask, prefix, prefix_mask, min(prefix.shape[1] + max_new, max_len)
-    )
+    capacity = min(prefix.shape[1] + max_new, max_len)
+    if cfg.use_cache:
+        state = Cached(model, input_ids, mask, prefix, prefix_mask, capacity, cfg.monotonic_window)
+    else:
+        state = Uncached(model, input_ids, mask, prefix, prefix_mask, capacity)
     return state, prefix, prefix_mask, max_new
 
 

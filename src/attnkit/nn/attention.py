@@ -234,7 +234,9 @@ class MultiHeadAttention(nn.Module):
 
         With a `cache` (this layer's part of a `KVCache`), self-attention
         appends the new keys and values and attends over all cached ones;
-        cross-attention reuses the cached memory keys and values.
+        cross-attention reuses the cached memory keys and values, within the
+        cache's monotonic window if it has one, and the last layer's
+        cross-attention then moves the window's focus (`KVCache.move_focus`).
         Returns the output (batch, queries, d_model) and, on the weights path,
         the attention weights (batch, heads, queries, keys).
         """
@@ -251,6 +253,11 @@ class MultiHeadAttention(nn.Module):
             else:
                 k, v = self.memory_kv(inputs.memory)
             mask, bias, is_causal = inputs.memory_mask, None, False
+            # A monotonic window (`KVCache.set_monotonic`) replaces the memory's padding mask,
+            # which it includes, by one of each row's own.
+            window = None if cache is None else cache.memory_window()
+            mask = mask if window is None else window
+            moves_focus = cache is not None and cache.moves_focus
         else:
             q, k, v = self.qkv_proj(x).split((q_dim, kv_dim, kv_dim), dim=-1)
             q = self._heads(q, self.n_heads)
@@ -277,11 +284,14 @@ class MultiHeadAttention(nn.Module):
                 return self.out_proj(out.transpose(1, 2).flatten(2)), None
             mask, bias = inputs.mask, inputs.bias
             is_causal = inputs.causal and mask is None and bias is None
+            window, moves_focus = None, False
         # Beams of one sentence share its cached memory (`KVCache.group`): their queries
         # attend together, as more query positions over one copy of the keys and values.
         group = q.shape[0] // k.shape[0]
         if group > 1:
-            q = q.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
+            if window is not None:  # each row's own window goes with its queries
+                mask = _group_rows(window.expand(-1, -1, q.shape[2], -1), group)
+            q = _group_rows(q, group)
         out, weights = scaled_dot_product_attention(
             q,
             k,
@@ -290,10 +300,18 @@ class MultiHeadAttention(nn.Module):
             bias=bias,
             is_causal=is_causal,
             dropout_p=dropout_p,
-            need_weights=need_weights or inputs.path is AttentionPath.WEIGHTS,
+            need_weights=need_weights or moves_focus or inputs.path is AttentionPath.WEIGHTS,
         )
         if group > 1:
             out = out.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
             if weights is not None:
                 weights = weights.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
+        if moves_focus:
+            cache.move_focus(weights)
         return self.out_proj(out.transpose(1, 2).flatten(2)), weights
+
+
+def _group_rows(x: Tensor, group: int) -> Tensor:
+    """(batch, heads, queries, ...) -> (batch / group, heads, group * queries, ...): the rows of
+    one shared memory row side by side as more queries, row-major."""
+    return x.unflatten(0, (-1, group)).transpose(1, 2).flatten(2, 3)
