@@ -1,4 +1,4 @@
-"""BLEU and chrF through sacreBLEU with signatures, perplexity, exact match."""
+"""BLEU and chrF through sacreBLEU with signatures, perplexity, exact match, WER and PER."""
 
 import math
 
@@ -8,7 +8,16 @@ import torch
 
 from attnkit import AttnkitError
 from attnkit.data.batch import Batch, pad
-from attnkit.evaluate import bleu, chrf, exact_match, length_ratio, perplexity
+from attnkit.evaluate import (
+    bleu,
+    chrf,
+    edit_distance,
+    exact_match,
+    length_ratio,
+    perplexity,
+    phoneme_error_rate,
+    word_error_rate,
+)
 from tests.helpers import DECODING, tiny_model
 
 HYPS = ["the cat sat on the mat", "a dog runs in the park", "hello world"]
@@ -78,3 +87,65 @@ def test_perplexity_is_exp_mean_nll_over_real_tokens(shape):
     score = perplexity(model, [unpadded])
     assert score.value == pytest.approx(math.exp(sum(nll[:4]) / 4), rel=1e-5)
     assert score.signature == "4 tokens"
+
+
+# -- grapheme-to-phoneme: word and phoneme error rates --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "distance"),
+    [
+        ("", "", 0),
+        ("", "K AE T", 3),
+        ("K AE T", "", 3),
+        ("K AE T", "K AE T", 0),
+        ("K AE T", "K AA T S", 2),  # one substitution, one insertion
+        ("k i t t e n", "s i t t i n g", 3),
+        ("HH AH L OW", "L OW HH AH", 4),
+    ],
+)
+def test_edit_distance_is_levenshtein_over_tokens(a, b, distance):
+    assert edit_distance(a.split(), b.split()) == distance
+    assert edit_distance(b.split(), a.split()) == distance
+
+
+G2P_HYPS = ["HH AH L OW", "T AH M EY T OW", "", "K AE T"]
+G2P_REFS = [
+    ["HH AH L OW", "HH EH L OW"],  # the first of two right
+    ["T AH M AA T OW", "T AH M EY T OW"],  # the second of two right
+    "D AO G",  # one reference as a plain string; nothing produced: 3 deletions
+    ["K AA T S", "K AE"],  # the closer one is the second: 1 edit over its 2 tokens
+]
+
+
+def test_wer_counts_words_matching_none_of_their_references():
+    score = word_error_rate(G2P_HYPS, G2P_REFS)
+    assert (score.name, score.value) == ("WER", 50.0)
+    assert score.signature == "nrefs:1-2|match:any ref|tok:space"
+    # Spacing is not a difference; one wrong phoneme is a wrong word.
+    assert word_error_rate([" HH  AH L OW "], ["HH AH L OW"]).value == 0.0
+    assert word_error_rate(["HH AH L AO"], [["HH AH L OW"]]).value == 100.0
+
+
+def test_per_sums_edits_to_the_closest_reference_over_those_references_lengths():
+    score = phoneme_error_rate(G2P_HYPS, G2P_REFS)
+    # Edits 0 + 0 + 3 + 1 over closest lengths 4 + 6 + 3 + 2.
+    assert (score.name, score.value) == ("PER", pytest.approx(100 * 4 / 15))
+    assert score.signature == "nrefs:1-2|ref:closest|tok:space"
+    # Of two equally close references the first listed is the one measured against.
+    assert phoneme_error_rate(["A B"], [["A", "A B C"]]).value == pytest.approx(100.0)
+    assert phoneme_error_rate(["A B"], [["A B C", "A"]]).value == pytest.approx(100 / 3)
+    # The closest is the one of fewest edits, though another would give a lower rate:
+    # 1 edit of 1 phoneme is measured, not 2 edits of 4.
+    assert phoneme_error_rate(["A B"], [["A B C D", "A"]]).value == pytest.approx(100.0)
+    # Nothing produced at all: every reference phoneme is an error.
+    assert phoneme_error_rate(["", ""], [["A B"], ["C"]]).value == 100.0
+
+
+def test_error_rates_refuse_mismatched_or_missing_references():
+    with pytest.raises(AttnkitError, match="2 hypotheses but 1 references"):
+        word_error_rate(["A", "B"], [["A"]])
+    with pytest.raises(AttnkitError, match="source 2 has no reference"):
+        phoneme_error_rate(["A", "B"], [["A"], []])
+    with pytest.raises(AttnkitError, match="the closest references are all empty"):
+        phoneme_error_rate(["A"], [[""]])

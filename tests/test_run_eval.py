@@ -4,15 +4,26 @@ import gzip
 import math
 
 import pytest
+import torch
 
 from attnkit.cli import main
+from attnkit.data import cmudict
 from attnkit.errors import AttnkitError
-from attnkit.evaluate import bleu, chrf, length_ratio, perplexity
+from attnkit.evaluate import (
+    bleu,
+    chrf,
+    length_ratio,
+    perplexity,
+    phoneme_error_rate,
+    word_error_rate,
+)
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
-from attnkit.run import RunFolder, load_run
+from attnkit.models import build_model
+from attnkit.run import RunFolder, load_run, save_pretrained, with_decoding_ids
 from attnkit.run_eval import evaluate_run, read_eval_set
-from tests.helpers import RUN_LINES, tiny_run
+from attnkit.tokenizer import Tokenizer
+from tests.helpers import RUN_LINES, tiny_config, tiny_run
 
 DE = ["ein hund läuft", "zwei kinder spielen im park", "Ein Hund schläft"]
 EN = ["a dog runs", "two children play in the park", "A dog sleeps"]
@@ -81,3 +92,64 @@ def test_the_runs_saved_data_section_chooses_corpus_languages_and_case(tmp_path,
 def test_a_language_model_is_not_scored_on_a_parallel_corpus(lm_run, data):
     with pytest.raises(AttnkitError, match="multi30k is a parallel corpus, but a decoder model"):
         evaluate_run(lm_run, corpus="multi30k", data_dir=data)
+
+
+# -- grapheme-to-phoneme on cmudict ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def g2p_run(tmp_path_factory):
+    """A tiny untrained G2P run folder: a word tokenizer of cmudict's letters and phonemes, and
+    the [data] section of a run trained on cmudict."""
+    path = tmp_path_factory.mktemp("g2p")
+    pairs = cmudict.pairs("val")
+    tokenizer = Tokenizer.train("word", texts=[side for pair in pairs for side in pair])
+    config = tiny_config(
+        "encoder-decoder",
+        1,
+        vocab_size=tokenizer.vocab_size,
+        max_len=12,
+        dropout=0.0,
+        embedding_dropout=0.0,
+    )
+    torch.manual_seed(0)
+    save_pretrained(build_model(with_decoding_ids(config, tokenizer)), path)
+    folder = RunFolder(path)
+    tokenizer.save(folder.tokenizer)
+    folder.write_run_config(
+        '[data]\ncorpus = "cmudict"\nsrc_lang = "graphemes"\ntgt_lang = "phonemes"\n'
+    )
+    return path
+
+
+def test_a_g2p_run_reads_each_test_word_once_with_all_its_pronunciations(g2p_run):
+    test = read_eval_set(load_run(g2p_run), limit=20)
+    words = cmudict.entries("test")[:20]
+    assert test.description == "cmudict test graphemes->phonemes, 20 sources, 21 references"
+    assert test.scores == "error-rates"
+    assert test.sources == [src for src, _ in words]
+    assert test.reference_sets == [targets for _, targets in words]
+    assert test.references == [targets[0] for _, targets in words]
+    assert max(map(len, test.reference_sets)) == 2  # a word of two pronunciations, both
+
+
+def test_a_g2p_run_is_scored_by_wer_and_per_as_the_cli_prints(g2p_run, capsys):
+    generation = GenerationConfig(max_new_tokens=6)
+    result = evaluate_run(g2p_run, generation, limit=20)
+    run = load_run(g2p_run)
+    words = cmudict.entries("test")[:20]
+    hypotheses = translate(run.model, run.tokenizer, [src for src, _ in words], generation)
+    assert result.hypotheses == hypotheses
+    references = [targets for _, targets in words]
+    assert result.scores == [
+        word_error_rate(hypotheses, references),
+        phoneme_error_rate(hypotheses, references),
+    ]
+    args = ["eval", str(g2p_run), "--limit", "20", "--max-new-tokens", "6", "--no-progress"]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"attnkit eval {g2p_run}: {result.description}"
+    assert out[1].split() == ["metric", "score", "signature"]
+    assert [line.split()[0] for line in out[2:]] == ["WER", "PER"]
+    for score in result.scores:
+        assert f"{score.name:<6}  {score.value:>8.2f}  {score.signature}" in out

@@ -28,7 +28,7 @@ from attnkit.tokenizer import (
     Tokenizer,
 )
 
-VOCAB = {"bpe": 800, "byte-bpe": 600, "wordpiece": 800, "unigram": 800, "char": 300}
+VOCAB = {"bpe": 800, "byte-bpe": 600, "wordpiece": 800, "unigram": 800, "char": 300, "word": 2000}
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +269,73 @@ def test_vocabulary_without_pad_or_mask_pads_with_the_end_token() -> None:
     assert not tok.has("mask")
     with pytest.raises(AttnkitError, match="has no mask token"):
         _ = tok.mask_id
+
+
+# -- word level ---------------------------------------------------------------------------------
+
+
+def _pieces(tok: Tokenizer, text: str) -> list[str]:
+    return [piece for piece, _ in tok.backend.pre_tokenizer.pre_tokenize_str(text)]
+
+
+def test_word_tokens_keep_inner_hyphens_apostrophes_and_decimal_points(
+    trained: dict[str, Tokenizer],
+) -> None:
+    tok = trained["word"]
+    text = "A man's t-shirt, l’homme... 3.5 m_x (rock'n'roll) 'bout"
+    assert _pieces(tok, text) == [
+        "A", "man's", "t-shirt", ",", "l’homme", ".", ".", ".", "3.5", "m", "_", "x",
+        "(", "rock'n'roll", ")", "'", "bout",
+    ]  # fmt: skip
+    assert _pieces(tok, "h e l l o") == ["h", "e", "l", "l", "o"]
+    assert tok.id_to_token(tok.encode("t-shirt")[0]) == "t-shirt"
+
+
+def test_word_decode_joins_with_single_spaces_so_13a_tokens_match(
+    trained: dict[str, Tokenizer], lines: list[str]
+) -> None:
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    tok, tokenize = trained["word"], Tokenizer13a()
+    sample = [line for line in lines[::10] if UNK_ID not in tok.encode(line)]
+    assert len(sample) > 50
+    decoded = tok.decode_batch(tok.encode_batch(sample, add_bos=True, add_eos=True))
+    assert all("  " not in text for text in decoded)
+    assert [tokenize(text) for text in decoded] == [tokenize(text) for text in sample]
+    assert tok.decode(tok.encode("Two men , one dog .")) == "Two men , one dog ."
+
+
+def test_word_vocabulary_keeps_the_most_frequent_words_the_rest_unknown() -> None:
+    texts = ["the dog runs", "the dog sleeps", "the cat"]
+    tok = Tokenizer.train("word", texts=texts, vocab_size=len(SPECIAL_TOKENS) + 2)
+    assert [tok.id_to_token(i) for i in range(5, tok.vocab_size)] == ["the", "dog"]
+    assert tok.encode("the cat runs") == [tok.token_to_id("the"), UNK_ID, UNK_ID]
+    assert tok.decode(tok.encode("the cat runs")) == "the"  # <unk> is special: dropped
+    # min_frequency defaults to 1: with room, a word seen once is kept.
+    assert Tokenizer.train("word", texts=texts).token_to_id("cat") is not None
+
+
+def test_word_backend_encodings_give_the_span_of_an_unknown_word(
+    trained: dict[str, Tokenizer],
+) -> None:
+    """What a copy mechanism reads to recover the text of a source word outside the vocabulary."""
+    tok = trained["word"]
+    text = "A zyzzyva's t-shirt , xqzt-blorf."
+    [encoding] = tok.backend.encode_batch([text], add_special_tokens=False)
+    spans = zip(encoding.ids, encoding.offsets, strict=True)
+    unknown = [text[a:b] for i, (a, b) in spans if i == UNK_ID]
+    assert unknown == ["zyzzyva's", "xqzt-blorf"]
+    assert encoding.ids == tok.encode(text)
+
+
+def test_word_tokenizer_gives_g2p_one_joint_vocabulary_of_letters_and_phonemes() -> None:
+    from attnkit.data import cmudict
+
+    pairs = cmudict.pairs("val")
+    tok = Tokenizer.train("word", texts=[side for pair in pairs for side in pair], vocab_size=128)
+    letters = {c for src, _ in pairs for c in src.split()}
+    phonemes = {p for _, tgt in pairs for p in tgt.split()}
+    vocab = set(tok.backend.get_vocab())
+    assert vocab == {*SPECIAL_TOKENS, *letters, *phonemes}
+    assert (len(letters), len(phonemes), tok.vocab_size) == (29, 39, 73)
+    assert tok.decode(tok.encode("HH AH L OW", add_eos=True)) == "HH AH L OW"

@@ -6,6 +6,18 @@
     perplexity = exp(-1/N sum_t log p(y_t | y_<t, x))  over the N real target tokens
     exact match = share of hypotheses equal to their reference
 
+and, for grapheme-to-phoneme conversion, over space-separated tokens (phonemes)
+with one or more references per source, any of which is right:
+
+    WER = 100 * (sources whose hypothesis is none of its references) / (sources)
+    PER = 100 * sum_i d(h_i, r_i*) / sum_i |r_i*|,   r_i* = argmin_r d(h_i, r)
+
+where d is the Levenshtein distance over tokens (substitutions, insertions and
+deletions cost 1) and r_i* the closest reference (the first listed of equally
+close ones). The WER of G2P counts whole words wrong, as Yao & Zweig (2015) and
+Yolchuyeva et al. (2019) do: it is not speech recognition's word-level edit
+distance, which PER is over phonemes.
+
 BLEU and chrF come from sacreBLEU on detokenized text, and every score
 carries sacreBLEU's signature, so numbers are comparable across papers.
 """
@@ -38,7 +50,7 @@ class Score:
         return f"{text}  ({self.signature})" if self.signature else text
 
 
-def _check_pairs(hypotheses: Sequence[str], references: Sequence[str]) -> None:
+def _check_pairs(hypotheses: Sequence[str], references: Sequence[object]) -> None:
     if len(hypotheses) != len(references):
         raise AttnkitError(
             f"there are {len(hypotheses)} hypotheses but {len(references)} references; "
@@ -93,6 +105,62 @@ def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
     _check_pairs(hypotheses, references)
     same = sum(h.strip() == r.strip() for h, r in zip(hypotheses, references, strict=True))
     return Score("exact match", 100.0 * same / len(hypotheses))
+
+
+References = Sequence[str | Sequence[str]]
+"""One item per hypothesis: its reference, or a sequence of references of which any is right."""
+
+
+def _reference_sets(hypotheses: Sequence[str], references: References) -> list[list[list[str]]]:
+    """Each hypothesis's references as token lists; a source without any is refused."""
+    _check_pairs(hypotheses, references)
+    sets = [[r.split() for r in ([refs] if isinstance(refs, str) else refs)] for refs in references]
+    if not all(sets):
+        empty = next(i for i, refs in enumerate(sets, start=1) if not refs)
+        raise AttnkitError(f"source {empty} has no reference; give each at least one")
+    return sets
+
+
+def _nrefs(sets: list[list[list[str]]]) -> str:
+    """How many references the sources have, as sacreBLEU's signatures say it: nrefs:1-3."""
+    low, high = min(map(len, sets)), max(map(len, sets))
+    return f"nrefs:{low}" if low == high else f"nrefs:{low}-{high}"
+
+
+def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
+    """Levenshtein distance between two token sequences (each edit costs 1)."""
+    if len(a) < len(b):
+        a, b = b, a
+    # One row of the dynamic programme at a time, over the shorter sequence.
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, start=1):
+        diagonal, row[0] = row[0], i
+        for j, y in enumerate(b, start=1):
+            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (x != y))
+    return row[-1]
+
+
+def word_error_rate(hypotheses: Sequence[str], references: References) -> Score:
+    """Percentage of sources whose hypothesis, as tokens, equals none of its references."""
+    sets = _reference_sets(hypotheses, references)
+    wrong = sum(h.split() not in refs for h, refs in zip(hypotheses, sets, strict=True))
+    return Score("WER", 100.0 * wrong / len(sets), f"{_nrefs(sets)}|match:any ref|tok:space")
+
+
+def phoneme_error_rate(hypotheses: Sequence[str], references: References) -> Score:
+    """Summed token edit distance to each source's closest reference, over the summed
+    lengths of those references, as a percentage."""
+    sets = _reference_sets(hypotheses, references)
+    errors = length = 0
+    for hypothesis, refs in zip(hypotheses, sets, strict=True):
+        tokens = hypothesis.split()
+        distance, closest = min((edit_distance(tokens, r), i) for i, r in enumerate(refs))
+        errors += distance
+        length += len(refs[closest])
+    if length == 0:
+        raise AttnkitError("the closest references are all empty; PER has no length to divide by")
+    signature = f"{_nrefs(sets)}|ref:closest|tok:space"
+    return Score("PER", 100.0 * errors / length, signature)
 
 
 @torch.no_grad()

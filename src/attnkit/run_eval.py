@@ -2,11 +2,14 @@
 
     translation      sources -> translate -> hypotheses: BLEU, lowercased BLEU, chrF,
                      length ratio
+    G2P (cmudict)    words -> translate -> phonemes: WER and PER, any of a word's listed
+                     pronunciations right (the corpus's `scores`, `error-rates`)
     language model   blocks of block_size + 1 tokens: perplexity, loss = ln(perplexity)
 
 What is not asked for is the run's own: the [data] section it was trained with
 names the corpus, the languages, the data_dir and whether text was lowercased;
-without one, the model's shape picks multi30k de->en or tinyshakespeare. The
+without one, the model's shape picks multi30k de->en or tinyshakespeare (and a
+known corpus's first two languages are the default pair). The
 split defaults to the corpus's test split, or val where it has none. A run
 trained on lowercased text reads lowercased sources; the references stay as
 they are, which is why BLEU is given both cased and lowercased.
@@ -24,10 +27,26 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from attnkit.checks import non_negative_int
-from attnkit.data import CORPORA, corpus_files, load_corpus, read_lines, split_name
+from attnkit.data import (
+    CORPORA,
+    corpus_files,
+    corpus_pairs,
+    group_by_source,
+    load_corpus,
+    read_lines,
+    split_name,
+)
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
-from attnkit.evaluate import Score, bleu, chrf, length_ratio, perplexity
+from attnkit.evaluate import (
+    Score,
+    bleu,
+    chrf,
+    length_ratio,
+    perplexity,
+    phoneme_error_rate,
+    word_error_rate,
+)
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.run import Run, load_run
@@ -36,7 +55,12 @@ from attnkit.run import Run, load_run
 @dataclass(frozen=True)
 class EvalSet:
     """One corpus split read for scoring: sentence pairs for a translation model, batches of
-    running text for a language model."""
+    running text for a language model.
+
+    scores: `bleu`, or `error-rates` for a corpus whose sources have every accepted target
+        in `reference_sets` (cmudict: a word and all its pronunciations); `references`
+        then holds the first of each.
+    """
 
     corpus: str
     split: str
@@ -44,6 +68,8 @@ class EvalSet:
     sources: list[str] = field(default_factory=list)
     references: list[str] = field(default_factory=list)
     batches: list[Batch] = field(default_factory=list)
+    reference_sets: list[tuple[str, ...]] = field(default_factory=list)
+    scores: str = "bleu"
 
 
 @dataclass(frozen=True)
@@ -56,7 +82,7 @@ class Evaluation:
 
     def table(self) -> str:
         """The scores as `attnkit eval` prints them: metric, score, sacreBLEU signature."""
-        width = max(len(score.name) for score in self.scores)
+        width = max(len("metric"), *(len(score.name) for score in self.scores))
         rows = [f"{'metric':<{width}}  {'score':>8}  signature"]
         for score in self.scores:
             rows.append(
@@ -77,7 +103,8 @@ def read_eval_set(
     block_size: int = 256,
     batch_size: int = 32,
 ) -> EvalSet:
-    """The split to score `run` on: its first `limit` sentences (or batches) when `limit` > 0.
+    """The split to score `run` on: its first `limit` sentences, words (or batches) when
+    `limit` > 0.
 
     A language model's text is cut into blocks of `block_size` + 1 tokens (at most the
     model's max_len), `batch_size` blocks a batch.
@@ -89,6 +116,9 @@ def read_eval_set(
     corpus = corpus or saved.get("corpus") or ("multi30k" if translation else "tinyshakespeare")
     data_dir = data_dir or saved.get("data_dir")
     split = split_name(corpus, split)
+    known = CORPORA.get(corpus)
+    if translation and known is not None and known.pairs is not None:
+        return _grouped_set(saved, corpus, split, (src_lang, tgt_lang), limit)
     if translation:
         langs = (
             src_lang or saved.get("src_lang") or "de",
@@ -117,6 +147,38 @@ def read_eval_set(
     return EvalSet(corpus, split, what, batches=batches)
 
 
+def _grouped_set(
+    saved: dict[str, Any],
+    corpus: str,
+    split: str,
+    asked: tuple[str | None, str | None],
+    limit: int,
+) -> EvalSet:
+    """A corpus held in memory (cmudict) as sources, each with every target it accepts;
+    `saved` is the run's [data] section, `asked` the languages given (None: the run's)."""
+    default = CORPORA[corpus].langs
+    langs = (
+        asked[0] or saved.get("src_lang") or default[0],
+        asked[1] or saved.get("tgt_lang") or default[1],
+    )
+    sources, reference_sets = group_by_source(corpus_pairs(corpus, split, langs))
+    if limit:
+        sources, reference_sets = sources[:limit], reference_sets[:limit]
+    if saved.get("lowercase"):
+        sources = [line.lower() for line in sources]
+    n_refs = sum(map(len, reference_sets))
+    what = f"{corpus} {split} {langs[0]}->{langs[1]}, {len(sources)} sources, {n_refs} references"
+    return EvalSet(
+        corpus,
+        split,
+        what,
+        sources=sources,
+        references=[refs[0] for refs in reference_sets],
+        reference_sets=reference_sets,
+        scores=CORPORA[corpus].scores,
+    )
+
+
 def score_run(
     run: Run,
     data: EvalSet,
@@ -125,8 +187,8 @@ def score_run(
     batch_size: int = 32,
     progress: Callable[[int], None] | None = None,
 ) -> Evaluation:
-    """BLEU, lowercased BLEU and chrF of the run's translations of `data`, or a language
-    model's perplexity and loss on it.
+    """BLEU, lowercased BLEU and chrF of the run's translations of `data` (WER and PER for a
+    set scored by error rates), or a language model's perplexity and loss on it.
 
     Translations are decoded with `generation` (default: greedy, up to max_len - 1 new
     tokens), `batch_size` sentences together; `progress(n)` is told of each n done.
@@ -140,6 +202,12 @@ def score_run(
     hypotheses = translate(
         model, run.tokenizer, data.sources, generation, batch_size=batch_size, progress=progress
     )
+    if data.scores == "error-rates":
+        scores = [
+            word_error_rate(hypotheses, data.reference_sets),
+            phoneme_error_rate(hypotheses, data.reference_sets),
+        ]
+        return Evaluation(data.description, scores, hypotheses)
     references = data.references
     scores = [
         bleu(hypotheses, references),

@@ -115,8 +115,9 @@ def test_a_run_config_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
         (
             "speed = 1\n",
             "the section it belongs to, one of [model], [data], [train], [eval], [lora], "
-            "[scheduled_sampling], [sequence_loss]",
+            "[scheduled_sampling], [sequence_loss], [guided_attention]",
         ),
+        ("width = 0.3\n", "[guided_attention]"),
     ],
 )
 def test_a_key_before_any_section_header_names_the_section_it_belongs_to(
@@ -240,7 +241,7 @@ def test_an_out_dir_in_a_read_only_folder_is_refused_before_the_tokenizer_is_tra
     [
         ("language-model", "bleu", "val_loss, val_ppl"),
         ("reverse", "val_loss", "exact_match"),
-        ("translation", "exact_match", "val_loss, val_ppl, bleu"),
+        ("translation", "exact_match", "val_loss, val_ppl, bleu, per, wer"),
     ],
 )
 def test_a_metric_the_task_does_not_compute_is_refused_before_any_work(
@@ -379,3 +380,66 @@ def test_a_language_model_text_too_short_for_its_split_names_the_config_keys(tmp
     path = lm_config(tmp_path, text="to be or not to be\n" * 2)
     message = refused(capsys, "train", str(path), started=True)
     assert message.endswith("lower data.block_size or change data.valid_fraction")
+
+
+# -- guided attention -----------------------------------------------------------------------------
+
+# A translation run of the "tiny" preset (two decoder layers of four heads); never trained here.
+GUIDED = '[model]\npreset = "tiny"\n[data]\ntask = "translation"\ncorpus = "multi30k"\n'
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            ["data.task=language-model", "model.preset=gpt-tiny"],
+            "[guided_attention] guides the cross-attention of a translation model, which "
+            "data.task 'language-model' does not train; use it with data.task 'translation' "
+            "or set guided_attention.weight = 0",
+        ),
+        (
+            ["data.task=reverse", "model.preset=demo", "eval.metric=exact_match"],
+            "[guided_attention] guides the cross-attention of a translation model, which "
+            "data.task 'reverse' does not train",
+        ),
+        (
+            ["scheduled_sampling.decay=constant", "scheduled_sampling.k=0.5"],
+            "[guided_attention] and [scheduled_sampling] do not combine; train with guided "
+            "attention, then fine-tune with the other (train.init_from)",
+        ),
+        (
+            ["sequence_loss.kind=self-critical"],
+            "[guided_attention] and [sequence_loss] do not combine",
+        ),
+        (
+            ["guided_attention.layers=2"],
+            "guided_attention.layers 2 is out of range for model.n_decoder_layers = 2; "
+            "use 0 to 1, or -2 to -1 counting from the end",
+        ),
+        (
+            ["guided_attention.heads=0,4"],
+            "guided_attention.heads 4 is out of range for model.n_heads = 4; use 0 to 3, "
+            "or -4 to -1 counting from the end",
+        ),
+        (
+            ["model.n_decoder_layers=1", "guided_attention.layers=0,-1"],
+            "guided_attention.layers names index 0 twice (once from the end); name it once",
+        ),
+        (
+            ["guided_attention.layers=first"],
+            "guided_attention.layers must be 'all' or 'last', an index or indices separated by "
+            "commas such as '0,2'; got 'first'",
+        ),
+        (
+            ["model.copy_attention=mean"],
+            "[guided_attention] trains through the plain output layer, which a "
+            "pointer-generator (model.copy_attention) replaces",
+        ),
+    ],
+)
+def test_guided_attention_is_refused_where_it_cannot_train(
+    tmp_path, capsys, no_work, settings, message
+):
+    path = write(tmp_path, GUIDED + f'[train]\nout_dir = "{tmp_path / "run"}"\n')
+    sets = [item for s in ["guided_attention.weight=1", *settings] for item in ("--set", s)]
+    assert refused(capsys, "train", str(path), *sets).startswith(message)

@@ -16,8 +16,10 @@ RECIPES = sorted(p for p in CONFIGS.glob("*.toml") if p.stem != "demo")  # demo:
 def test_the_recipes_are_all_here():
     assert {p.stem for p in RECIPES} >= {
         "multi30k_de_en",
+        "multi30k_de_en_words",
         "multi30k_en_de",
         "tinyshakespeare_char",
+        "cmudict_g2p",
     }
 
 

@@ -1,22 +1,26 @@
+import dataclasses
 import json
 import math
 import random
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from attnkit.cli import main
+from attnkit.data import CORPORA, cmudict
 from attnkit.errors import AttnkitError
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.tokenizer import Tokenizer
-from attnkit.train import Trainer
+from attnkit.train import Trainer, tasks
 from attnkit.train.checkpoint import load_trainer_state
-from attnkit.train.run_config import RunConfig
+from attnkit.train.decoding_metrics import error_rate_metric
+from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.tasks import build_task
-from tests.helpers import tiny_run
+from tests.helpers import tiny_model, tiny_run, translation_batches
 
 WORDS = {"ein": "a", "hund": "dog", "katze": "cat", "rennt": "runs", "schläft": "sleeps"}
 TINY_MODEL = """
@@ -184,6 +188,14 @@ def test_cli_trains_with_scheduled_sampling_then_fine_tunes_on_bleu(tmp_path):
             "do not combine",
         ),
         (
+            ["scheduled_sampling.decay=constant", "model.copy_attention=mean"],
+            "which a\\s+pointer-generator",
+        ),
+        (
+            ["sequence_loss.kind=risk", "model.copy_attention=head"],
+            "which a\\s+pointer-generator",
+        ),
+        (
             [
                 "scheduled_sampling.decay=constant",
                 "scheduled_sampling.mix=softmax",
@@ -328,3 +340,111 @@ def test_fine_tuning_a_run_saved_without_decoding_ids_records_them(tmp_path):
         tokenizer.eos_id,
         tokenizer.bos_id,
     )
+
+
+# -- validation by error rates (grapheme-to-phoneme) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("metric", "lower"),
+    [
+        ("val_loss", True),
+        ("val_ppl", True),
+        ("per", True),
+        ("wer", True),
+        ("bleu", False),
+        ("exact_match", False),
+    ],
+)
+def test_the_direction_of_each_validation_metric_is_explicit(metric, lower):
+    assert EvalSection(metric=metric).lower_is_better is lower
+
+
+def test_the_best_checkpoint_and_patience_follow_a_falling_error_rate(tmp_path):
+    """PER 30, 20, 25, 26: the best is 20, of step 2, and two evaluations without a lower PER
+    stop the run at step 4."""
+    pers, snapshots = iter([30.0, 20.0, 25.0, 26.0, 10.0]), []
+
+    def metric(model):
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return {"per": next(pers), "wer": 50.0}
+
+    result = Trainer(
+        tiny_model(),
+        translation_batches(3),
+        train=TrainSection(out_dir=str(tmp_path), steps=10, save_every=10, log_every=1),
+        eval=EvalSection(every=1, metric="per", patience=2),
+        metrics=[metric],
+    ).fit()
+    assert (result.best, result.stopped, result.step) == (20.0, "early-stopped", 4)
+    best = load_file(RunFolder(tmp_path).best_weights)
+    assert all(torch.equal(best[name], snapshots[1][name]) for name in best)
+    assert not all(torch.equal(best[name], snapshots[0][name]) for name in best)
+
+
+def g2p_config(tmp_path) -> RunConfig:
+    path = tmp_path / "g2p.toml"
+    path.write_text(
+        TINY_MODEL
+        + f"""
+[data]
+task = "translation"
+corpus = "cmudict"
+src_lang = "graphemes"
+tgt_lang = "phonemes"
+tokenizer = "word"
+vocab_size = 128
+max_len = 31
+
+[train]
+out_dir = "{tmp_path / "run"}"
+
+[eval]
+metric = "per"
+decode_examples = 40
+"""
+    )
+    return RunConfig.load(path)
+
+
+@pytest.fixture
+def decoded(monkeypatch):
+    """What the task hands `error_rate_metric`: the validation sources and reference sets."""
+    seen = {}
+
+    def spy(tokenizer, sources, reference_sets, **options):
+        seen.update(sources=sources, reference_sets=reference_sets)
+        return error_rate_metric(tokenizer, sources, reference_sets, **options)
+
+    monkeypatch.setattr(tasks, "error_rate_metric", spy)
+    return seen
+
+
+def test_cmudict_trains_on_every_pronunciation_and_validates_each_word_once(
+    tmp_path, decoded, monkeypatch
+):
+    config = g2p_config(tmp_path)
+    sides = tasks._text(config, "train", ("graphemes", "phonemes"))
+    assert list(zip(*sides, strict=True)) == cmudict.pairs("train")
+    # The task on the first 3,000 pairs of each split, which keeps the test fast.
+    corpus = CORPORA["cmudict"]
+    some = dataclasses.replace(corpus, pairs=lambda split: corpus.pairs(split)[:3000])
+    monkeypatch.setitem(CORPORA, "cmudict", some)
+    setup = build_task(config)
+    assert len(setup.train_data.dataset) == 3000
+    words = cmudict.entries("val")[:40]
+    assert decoded["sources"] == [src for src, _ in words]
+    assert decoded["reference_sets"] == [targets for _, targets in words]
+    assert sum(len(targets) > 1 for targets in decoded["reference_sets"]) == 5
+    scores = setup.metrics[0](setup.model.eval())
+    assert set(scores) == {"per", "wer"} and 0 <= scores["wer"] <= 100 and scores["per"] >= 0
+
+
+def test_eval_metric_per_on_text_files_accepts_any_target_of_a_repeated_source(tmp_path, decoded):
+    config = RunConfig.load(translation_config(tmp_path), ["eval.metric=per"])
+    setup = build_task(config)
+    lines = (tmp_path / "corpus" / "val.de").read_text().splitlines()
+    assert len(set(lines)) < len(lines)  # the validation text repeats sentences
+    assert decoded["sources"] == list(dict.fromkeys(lines))[: config.eval.decode_examples]
+    assert all(len(targets) == 1 for targets in decoded["reference_sets"])
+    assert set(setup.metrics[0](setup.model.eval())) == {"per", "wer"}

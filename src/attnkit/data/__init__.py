@@ -1,4 +1,5 @@
-"""Text to batches: readers, datasets, known corpora, token-budget batching, collation."""
+"""Text to batches: readers, datasets, known corpora (Multi30k, Tiny Shakespeare, CMUdict),
+token-budget batching, collation."""
 
 from attnkit.data.batch import Batch, pad
 from attnkit.data.collate import (
@@ -12,6 +13,8 @@ from attnkit.data.corpora import (
     Corpus,
     cache_dir,
     corpus_files,
+    corpus_pairs,
+    group_by_source,
     load_corpus,
     split_name,
 )
@@ -33,6 +36,8 @@ __all__ = [
     "collate_lm",
     "collate_translation",
     "corpus_files",
+    "corpus_pairs",
+    "group_by_source",
     "load_corpus",
     "pad",
     "padding_efficiency",

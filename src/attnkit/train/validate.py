@@ -29,7 +29,7 @@ SHAPE_OF_TASK = {
 # What each task's evaluation measures: the validation loss and perplexity where it has
 # validation data, and the names its own metric returns (`attnkit.train.tasks`).
 METRICS_OF_TASK = {
-    "translation": ("val_loss", "val_ppl", "bleu"),
+    "translation": ("val_loss", "val_ppl", "bleu", "per", "wer"),
     "language-model": ("val_loss", "val_ppl"),
     "masked-lm": ("val_loss", "val_ppl"),
     "reverse": ("exact_match",),
@@ -57,6 +57,7 @@ def validate(config: RunConfig) -> None:
         f"choose one of {', '.join(metrics)}",
     )
     _check_beyond_teacher_forcing(config)
+    _check_guided_attention(config)
     _check_model(config)
     check_out_dir(config.train.out_dir)
 
@@ -82,6 +83,25 @@ def _check_beyond_teacher_forcing(config: RunConfig) -> None:
         "[scheduled_sampling] and [sequence_loss] do not combine; train with one, then "
         "fine-tune with the other (train.init_from)",
     )
+
+
+def _check_guided_attention(config: RunConfig) -> None:
+    """Guided attention shapes a translation model's cross-attention under teacher forcing."""
+    if not config.guided_attention.on:
+        return
+    task = config.data.task
+    check(
+        task == "translation",
+        f"[guided_attention] guides the cross-attention of a translation model, which "
+        f"data.task {task!r} does not train; use it with data.task 'translation' or set "
+        "guided_attention.weight = 0",
+    )
+    for section in ("scheduled_sampling", "sequence_loss"):
+        check(
+            not getattr(config, section).on,
+            f"[guided_attention] and [{section}] do not combine; train with guided attention, "
+            "then fine-tune with the other (train.init_from)",
+        )
 
 
 def _check_model(config: RunConfig) -> None:
@@ -111,6 +131,24 @@ def _check_model(config: RunConfig) -> None:
         model.shape == shape,
         f"data.task {task!r} trains {_a(shape)} model, but {where} {_a(model.shape)} one; {fix}",
     )
+    guided = config.guided_attention
+    if guided.on:
+        # Each raises its one sentence if an index is out of the model's range.
+        guided.layer_indices(model.n_decoder_layers)
+        guided.head_indices(model.n_heads)
+        check(
+            model.copy_attention == "none",
+            "[guided_attention] trains through the plain output layer, which a "
+            "pointer-generator (model.copy_attention) replaces; set model.copy_attention = "
+            "'none' or guided_attention.weight = 0",
+        )
+    for section in ("scheduled_sampling", "sequence_loss"):
+        check(
+            model.copy_attention == "none" or not getattr(config, section).on,
+            f"[{section}] feeds the decoder through the plain output layer, which a "
+            "pointer-generator (model.copy_attention) replaces; train the pointer with teacher "
+            "forcing",
+        )
     block_size = config.data.block_size
     check(
         task != "language-model" or block_size <= model.max_len,
