@@ -16,8 +16,10 @@ from attnkit.evaluate import (
     length_ratio,
     perplexity,
     phoneme_error_rate,
+    unknown_words_copied,
     word_error_rate,
 )
+from attnkit.tokenizer import Tokenizer
 from tests.helpers import DECODING, tiny_model
 
 HYPS = ["the cat sat on the mat", "a dog runs in the park", "hello world"]
@@ -149,3 +151,15 @@ def test_error_rates_refuse_mismatched_or_missing_references():
         phoneme_error_rate(["A", "B"], [["A"], []])
     with pytest.raises(AttnkitError, match="the closest references are all empty"):
         phoneme_error_rate(["A"], [[""]])
+
+
+def test_unknown_words_copied_counts_only_reference_words_the_source_has() -> None:
+    tokenizer = Tokenizer.train("word", texts=["a dog runs .", "the cat sleeps ."], vocab_size=30)
+    sources = ["Rex und Fido laufen .", "die Katze Tom", "ein Hund"]
+    references = ["Rex and Fido run .", "the cat Tom Tom sleeps", "a dog Bello"]
+    hypotheses = ["Rex runs Rex .", "the cat Tom", "a dog"]
+    score = unknown_words_copied(sources, references, hypotheses, tokenizer)
+    # Wanted: Rex, Fido | Tom, Tom (Bello is in no source, "and"/"run" neither): 4 words;
+    # produced: Rex (once, clipped) | Tom (once).
+    assert score is not None and score.value == pytest.approx(50.0)
+    assert unknown_words_copied(["a dog"], ["a dog"], ["a dog"], tokenizer) is None

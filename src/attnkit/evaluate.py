@@ -5,6 +5,9 @@
     length ratio = c / r, hypothesis over reference tokens (BLEU's, 13a)
     perplexity = exp(-1/N sum_t log p(y_t | y_<t, x))  over the N real target tokens
     exact match = share of hypotheses equal to their reference
+    unknown words copied = 100 * sum_i |U_i ∩ H_i| / sum_i |U_i|, U_i the words of reference
+        i that the vocabulary lacks and its source has, H_i the hypothesis's words
+        (multisets): what only copying can produce (a pointer-generator, `nn/copy.py`)
 
 and, for grapheme-to-phoneme conversion, over space-separated tokens (phonemes)
 with one or more references per source, any of which is right:
@@ -25,15 +28,18 @@ carries sacreBLEU's signature, so numbers are comparable across papers.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
+from attnkit.data import extended
 from attnkit.data.batch import Batch, shift_targets
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
+from attnkit.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,29 @@ def phoneme_error_rate(hypotheses: Sequence[str], references: References) -> Sco
         raise AttnkitError("the closest references are all empty; PER has no length to divide by")
     signature = f"{_nrefs(sets)}|ref:closest|tok:space"
     return Score("PER", 100.0 * errors / length, signature)
+
+
+def unknown_words_copied(
+    sources: Sequence[str],
+    references: Sequence[str],
+    hypotheses: Sequence[str],
+    tokenizer: Tokenizer,
+) -> Score | None:
+    """The share of the reference words outside the vocabulary but in their source that the
+    hypotheses have too (counts clipped, as BLEU clips n-grams); None when there are none."""
+    _check_pairs(hypotheses, references)
+    wanted = produced = 0
+    # Copied words are outside the vocabulary too, so they are among the hypothesis's.
+    sides = (sources, references, hypotheses)
+    for src, ref, hyp in zip(*(extended.unknown_words(tokenizer, t) for t in sides), strict=True):
+        in_source = Counter(w for w in ref if w in src)
+        have = Counter(hyp)
+        wanted += sum(in_source.values())
+        produced += sum(min(n, have[w]) for w, n in in_source.items())
+    if not wanted:
+        return None
+    what = f"{wanted} reference words outside the vocabulary, in the source"
+    return Score("unknown words copied", 100.0 * produced / wanted, what, digits=1)
 
 
 @torch.no_grad()

@@ -1,7 +1,8 @@
 """Scoring a run folder on a corpus split: the evaluation `attnkit eval` prints.
 
     translation      sources -> translate -> hypotheses: BLEU, lowercased BLEU, chrF,
-                     length ratio
+                     length ratio (and the unknown words copied, when the vocabulary
+                     lacks reference words that the sources have)
     G2P (cmudict)    words -> translate -> phonemes: WER and PER, any of a word's listed
                      pronunciations right (the corpus's `scores`, `error-rates`)
     language model   blocks of block_size + 1 tokens: perplexity, loss = ln(perplexity)
@@ -45,6 +46,7 @@ from attnkit.evaluate import (
     length_ratio,
     perplexity,
     phoneme_error_rate,
+    unknown_words_copied,
     word_error_rate,
 )
 from attnkit.generation import GenerationConfig
@@ -215,6 +217,9 @@ def score_run(
         chrf(hypotheses, references),
         length_ratio(hypotheses, references),
     ]
+    # Over a word vocabulary some reference words are unknown, and only copying writes them.
+    copied = unknown_words_copied(data.sources, references, hypotheses, run.tokenizer)
+    scores += [] if copied is None else [copied]
     return Evaluation(data.description, scores, hypotheses)
 
 

@@ -29,6 +29,11 @@ def _with_unknown(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[tuple
     ]
 
 
+def unknown_words(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[str]]:
+    """The words of each text that the vocabulary lacks, in order, repeats kept."""
+    return [[w for _, w in pieces if w] for pieces in _with_unknown(tokenizer, texts)]
+
+
 def encode_sources(
     tokenizer: Tokenizer, texts: Sequence[str], max_length: int | None = None
 ) -> tuple[list[list[int]], list[list[str]]]:
