@@ -237,7 +237,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Score a run on a corpus split: BLEU and chrF for translation, perplexity for a LM."""
+    """Score a run on a corpus split: BLEU and chrF for translation, WER and PER for G2P,
+    perplexity for a LM."""
     from attnkit.files import check_writable
     from attnkit.inference import write_lines
     from attnkit.run_eval import read_eval_set, score_run
@@ -357,12 +358,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("eval", help="BLEU/chrF (translation) or perplexity (language model)")
+    p = sub.add_parser(
+        "eval", help="BLEU/chrF (translation), WER/PER (cmudict) or perplexity (language model)"
+    )
     _add_run_options(p)
     _add_beam_options(p)
     p.add_argument("--split", help="corpus split (default: test, or val where there is no test)")
     p.add_argument(
-        "--corpus", help="multi30k or tinyshakespeare (default: the run's, else by model shape)"
+        "--corpus",
+        help="multi30k, cmudict or tinyshakespeare (default: the run's, else by model shape)",
     )
     p.add_argument("--src-lang", help="source language (default: the run's, else de)")
     p.add_argument("--tgt-lang", help="target language (default: the run's, else en)")

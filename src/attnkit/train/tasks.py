@@ -56,6 +56,7 @@ from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
 from attnkit.train import lock
 from attnkit.train.decoding_metrics import ERROR_RATES, bleu_metric, error_rate_metric
+from attnkit.train.guided_attention import GuidedAttention
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
 from attnkit.train.run_config import RunConfig
@@ -164,8 +165,6 @@ def _build(config: RunConfig) -> TaskSetup:
 def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
     """The task's objective, with scheduled sampling, a sequence-level loss or guided
     attention if asked."""
-    from attnkit.train.guided_attention import GuidedAttention
-
     guided = config.guided_attention
     if not (config.scheduled_sampling.on or config.sequence_loss.on or guided.on):
         return setup.objective
