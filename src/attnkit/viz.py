@@ -106,7 +106,7 @@ def plot_curves(records: Sequence[dict[str, float]], path: str | Path) -> Path:
     The learning rate is drawn on its own axis beside the losses, so a bend in
     the loss can be read against the warmup and decay.
     """
-    skip = {"step", "lr", "tokens_per_s", "train_loss", "val_loss", "val_ppl"}
+    skip = {"step", "minutes", "lr", "tokens_per_s", "train_loss", "val_loss", "val_ppl"}
     extra = sorted({k for r in records for k in r} - skip)
     rates = [(r["step"], r["lr"]) for r in records if "lr" in r]
     fig, axes = plt.subplots(1, 1 + len(extra), figsize=(5 * (1 + len(extra)), 3.6), squeeze=False)

@@ -9,7 +9,9 @@ Every `eval.every` steps, over the validation batches:
 
     val_loss = sum of -log p(target token) / (target tokens),   val_ppl = exp(val_loss)
 
-and the task's extra `Metric`s (BLEU, exact match, ...), computed on rank 0.
+and the task's extra `Metric`s (BLEU, exact match, ...), computed on rank 0;
+the Trainer adds `minutes`, the time of this session when the evaluation was
+due (the clock `train.max_minutes` reads), so runs compare by time as by step.
 The sums are over every rank, so under DDP both are those of the global batch.
 """
 

@@ -121,6 +121,11 @@ class Stopping:
             for signum, action in previous.items():
                 signal.signal(signum, action)
 
+    @property
+    def minutes(self) -> float:
+        """Minutes since this session's loop began (`begin`), evaluations included."""
+        return (time.perf_counter() - self.start) / 60
+
     def after(self, step: int, device: torch.device, early: str | None) -> str | None:
         """How the run ends after `step` (None: it goes on), the same on every rank; `early` is
         the evaluation's 'early-stopped' or None."""

@@ -343,7 +343,7 @@ class Trainer:
         if not due or (self.val_data is None and not self.metrics):
             return None
         result = self.evaluate()
-        self._record({"step": self.step, **result})
+        self._record({"step": self.step, "minutes": round(self.stopping.minutes, 2), **result})
         if e.metric not in result:
             raise AttnkitError(
                 f"eval.metric {e.metric!r} is not computed by this run; choose one of "
