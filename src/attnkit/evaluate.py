@@ -178,6 +178,8 @@ def unknown_words_copied(
     """The share of the reference words outside the vocabulary but in their source that the
     hypotheses have too (counts clipped, as BLEU clips n-grams); None when there are none."""
     _check_pairs(hypotheses, references)
+    if not tokenizer.has("unk"):
+        return None  # byte-level vocabularies know every word
     wanted = produced = 0
     # Copied words are outside the vocabulary too, so they are among the hypothesis's.
     sides = (sources, references, hypotheses)

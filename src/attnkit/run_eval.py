@@ -217,8 +217,11 @@ def score_run(
         chrf(hypotheses, references),
         length_ratio(hypotheses, references),
     ]
-    # Over a word vocabulary some reference words are unknown, and only copying writes them.
-    copied = unknown_words_copied(data.sources, references, hypotheses, run.tokenizer)
+    # Over a word vocabulary some reference words are unknown, and only copying writes them;
+    # a run trained on lowercased text is asked for them lowercased.
+    lowered = run.folder.data_defaults().get("lowercase")
+    wanted = [r.lower() for r in references] if lowered else references
+    copied = unknown_words_copied(data.sources, wanted, hypotheses, run.tokenizer)
     scores += [] if copied is None else [copied]
     return Evaluation(data.description, scores, hypotheses)
 

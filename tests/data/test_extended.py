@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tokenizers import AddedToken, models, pre_tokenizers
 from tokenizers import Tokenizer as Backend
@@ -9,6 +10,7 @@ from tokenizers import Tokenizer as Backend
 from attnkit import EncoderDecoder
 from attnkit.data import extended
 from attnkit.data.datasets import ParallelDataset
+from attnkit.errors import AttnkitError
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.tokenizer import SPECIAL_TOKENS, Tokenizer
@@ -68,3 +70,22 @@ def test_translate_produces_and_detokenizes_a_copied_unknown_word() -> None:
         model.decoder.blocks[-1].cross_attn.q_proj.bias.zero_()
     out = translate(model, TOK, ["Zyzzyva Zyzzyva Zyzzyva"], GenerationConfig(max_new_tokens=2))
     assert out == ["Zyzzyva Zyzzyva"]
+
+
+def test_a_copied_character_is_written_inside_its_word() -> None:
+    chars = Tokenizer.train("char", texts=["the cat sat"], vocab_size=40)
+    ids, unknown = extended.encode_sources(chars, ["the caté sat"])
+    assert unknown == [["é"]]
+    row = ids[0][:-1]  # without </s>
+    assert extended.decode(chars, [row], unknown) == ["the caté sat"]
+
+
+def test_long_sources_are_cut_with_a_warning(caplog) -> None:
+    ids, _ = extended.encode_sources(TOK, ["a dog runs Rex Rex ."], max_length=4)
+    assert ids == [[ID["a"], ID["dog"], ID["runs"], TOK.eos_id]]
+    assert "truncated 1 of 1 sources" in caplog.text
+
+
+def test_a_copy_dataset_without_usable_pairs_says_so() -> None:
+    with pytest.raises(AttnkitError, match="no usable sentences"):
+        ParallelDataset([("", "Rex")], TOK, copy=True)

@@ -51,7 +51,7 @@ def test_a_window_over_the_whole_source_decodes_as_no_window(strategy):
 def test_a_narrow_window_changes_what_is_decoded():
     model, src, mask = model_and_sources()
     free = generate(model, src, mask, max_new_tokens=10, eos_token_id=())
-    narrow = generate(model, src, mask, max_new_tokens=10, eos_token_id=(), monotonic_window=(0, 0))
+    narrow = generate(model, src, mask, max_new_tokens=10, eos_token_id=(), monotonic_window=(0, 1))
     assert not torch.equal(free.sequences, narrow.sequences)
 
 
@@ -200,7 +200,8 @@ def test_a_pointer_generator_decodes_with_a_window():
             "monotonic_window moves its focus on the KV cache, which use_cache=False turns off; "
             "set use_cache=True",
         ),
-        ({"monotonic_window": (-1, 2)}, "monotonic_window must be two integers of zero or more"),
+        ({"monotonic_window": (-1, 2)}, "monotonic_window must be two integers, back of zero"),
+        ({"monotonic_window": (2, 0)}, "ahead of one or more"),
         ({"monotonic_window": (1,)}, r"\(back, ahead\), got \(1,\)"),
         ({"monotonic_window": 3}, "got 3$"),
         ({"monotonic_window": (1.5, 2)}, "monotonic_window must be two integers"),

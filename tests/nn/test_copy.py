@@ -103,6 +103,41 @@ def test_cached_and_uncached_decoding_agree(num_beams: int) -> None:
     torch.testing.assert_close(cached.sequences, uncached.sequences)
 
 
+def copying_model(seed: int) -> EncoderDecoder:
+    """A model that copies most of the time (p_gen near 0): copies are what it decodes."""
+    model = copy_model(seed=seed)
+    with torch.no_grad():
+        model.copy.gate.bias.fill_(-4.0)
+    return model
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_copying_model_decodes_each_sentence_as_alone_and_as_without_a_cache(num_beams) -> None:
+    copied = False
+    options = {"max_new_tokens": 6, "num_beams": num_beams}
+    for seed in range(4):
+        model = copying_model(seed)
+        batch = generate(model, SRC, MASK, **options).sequences
+        copied |= bool((batch >= V).any())
+        uncached = generate(model, SRC, MASK, use_cache=False, **options).sequences
+        torch.testing.assert_close(uncached, batch)
+        for row in range(2):  # rows that finish early leave the cache (`reorder`, memory=True)
+            n = int(MASK[row].sum())
+            alone = generate(model, SRC[row : row + 1, :n], **options).sequences[0]
+            assert batch[row, : len(alone)].tolist() == alone.tolist()
+    assert copied  # unknown words were written, which only copying can do
+
+
+def test_a_mixture_of_experts_keeps_its_load_balancing_loss_when_copying() -> None:
+    torch.manual_seed(0)
+    config = tiny_config(
+        **DECODING, copy_attention="mean", unk_id=3, eos_id=2, decoder_start_id=1, n_experts=4
+    )
+    model = EncoderDecoder(config).train()
+    terms = objective_for("encoder-decoder", copy=True)(model, Batch(SRC, MASK, TGT, None))
+    assert terms.aux is not None and float(terms.aux.detach()) > 0
+
+
 def test_each_cached_step_equals_the_full_forward_pass() -> None:
     model = copy_model(seed=1)
     full = model(SRC, TGT, MASK).logits

@@ -2,6 +2,7 @@ import dataclasses
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from attnkit.train.decoding_metrics import error_rate_metric
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.tasks import build_task
+from attnkit.train.validate import validate
 from tests.helpers import tiny_model, tiny_run, translation_batches
 
 WORDS = {"ein": "a", "hund": "dog", "katze": "cat", "rennt": "runs", "schläft": "sleeps"}
@@ -448,3 +450,9 @@ def test_eval_metric_per_on_text_files_accepts_any_target_of_a_repeated_source(t
     assert decoded["sources"] == list(dict.fromkeys(lines))[: config.eval.decode_examples]
     assert all(len(targets) == 1 for targets in decoded["reference_sets"])
     assert set(setup.metrics[0](setup.model.eval())) == {"per", "wer"}
+
+
+def test_cmudict_is_validated_by_error_rates_not_bleu():
+    recipe = Path(__file__).parents[2] / "configs" / "cmudict_g2p.toml"
+    with pytest.raises(AttnkitError, match="choose one of val_loss, val_ppl, per, wer"):
+        validate(RunConfig.load(recipe, ["eval.metric=bleu"]))

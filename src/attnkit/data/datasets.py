@@ -156,7 +156,7 @@ class ParallelDataset(_SentencesDataset):
         if copy:
 
             def encode(rows: list[tuple[str, ...]]) -> list[list[list[int]]]:
-                return extended.encode_pairs(tokenizer, *map(list, zip(*rows, strict=True)))
+                return extended.encode_pairs(tokenizer, [r[0] for r in rows], [r[1] for r in rows])
 
         super().__init__(pairs, encode, 2, max_len, name)
         self.collate = partial(

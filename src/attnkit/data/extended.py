@@ -4,18 +4,21 @@ A vocabulary of V ids reads every word it lacks as <unk>. To let a model copy
 such words (`nn/copy.py`), each sentence numbers the distinct unknown words of
 its source: the i-th is id V + i, in the source and wherever its target has
 the same word. A target's unknown word that its source lacks stays <unk>:
-nothing could produce it. See et al. (2017) number the unknown words of a
-whole batch; numbering per sentence is the same for a model that copies only
-from its own source, and keeps an example's ids independent of its batch.
+nothing could produce it. As in See et al.'s (2017) code, the numbers are per
+sentence, and a batch's extended vocabulary is as wide as its sentence with the
+most unknown words needs.
 
 Decoding turns V + i back into the source's i-th unknown word, as written there.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from attnkit.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
 
 
 def _with_unknown(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[tuple[int, str]]]:
@@ -41,10 +44,10 @@ def encode_sources(
 
     `max_length` cuts longer sources (their </s> kept), as `Tokenizer.encode_batch` does.
     """
-    vocab, ids, unknown = tokenizer.vocab_size, [], []
+    vocab, ids, unknown, cut = tokenizer.vocab_size, [], [], 0
     for pieces in _with_unknown(tokenizer, texts):
-        if max_length is not None:
-            pieces = pieces[: max_length - 1]
+        if max_length is not None and len(pieces) > max_length - 1:
+            pieces, cut = pieces[: max_length - 1], cut + 1
         words: list[str] = []
         row = []
         for i, word in pieces:
@@ -55,6 +58,9 @@ def encode_sources(
             row.append(i)
         ids.append([*row, tokenizer.eos_id])
         unknown.append(words)
+    if cut:
+        tokenizer.n_truncated += cut
+        logger.warning("truncated %d of %d sources to max_length %d", cut, len(ids), max_length)
     return ids, unknown
 
 
@@ -78,19 +84,30 @@ def encode_pairs(tokenizer: Tokenizer, sources: list[str], targets: list[str]) -
 def decode(
     tokenizer: Tokenizer, rows: Sequence[Sequence[int]], unknown: Sequence[Sequence[str]]
 ) -> list[str]:
-    """Text of extended ids: runs of known ids detokenized, each V + i its source's word, all
-    joined by single spaces."""
-    vocab, out = tokenizer.vocab_size, []
+    """Text of extended ids, each V + i its source's i-th unknown word as written there.
+
+    The row is detokenized whole, every extended id standing as <unk>, so the
+    tokenizer's own rules place each copy (a word between spaces, a character
+    inside its word); then the i-th <unk> of the text becomes the i-th copy. An
+    <unk> the model generated itself, or an id its source has no word for, becomes
+    nothing, as special tokens do.
+    """
+    vocab, unk = tokenizer.vocab_size, tokenizer.unk_id
+    marker = tokenizer.id_to_token(unk)
+    special = {
+        getattr(tokenizer, f"{r}_id") for r in ("pad", "bos", "eos", "mask") if tokenizer.has(r)
+    }
+    out = []
     for row, words in zip(rows, unknown, strict=True):
-        parts, run = [], []
-        for i in [int(i) for i in row] + [-1]:  # -1 closes the last run
-            if 0 <= i < vocab:
-                run.append(i)
-                continue
-            if run:
-                parts.append(tokenizer.decode(run))
-                run = []
-            if i >= vocab and i - vocab < len(words):
-                parts.append(words[i - vocab])
-        out.append(" ".join(p.strip() for p in parts if p.strip()))
+        ids = [i for i in map(int, row) if i not in special]
+        fills = [
+            words[i - vocab] if 0 <= i - vocab < len(words) else ""
+            for i in ids
+            if i >= vocab or i == unk
+        ]
+        text = tokenizer.decode([unk if i >= vocab else i for i in ids], skip_special=False)
+        pieces = text.split(marker)
+        fills += [""] * (len(pieces) - len(fills))  # the text after the last <unk>
+        filled = "".join(piece + fill for piece, fill in zip(pieces, fills, strict=False))
+        out.append(" ".join(filled.split()))
     return out

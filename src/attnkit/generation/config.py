@@ -110,9 +110,11 @@ class GenerationConfig:
             check(
                 isinstance(window, list | tuple)
                 and len(window) == 2
-                and all(_is_count(n) for n in window),
-                "monotonic_window must be two integers of zero or more, (back, ahead), "
-                f"got {self.monotonic_window!r}",
+                and all(_is_count(n) for n in window)
+                and window[1] >= 1,
+                "monotonic_window must be two integers, back of zero or more and ahead of one "
+                "or more (a focus that cannot move ahead never leaves the first token), "
+                f"(back, ahead), got {self.monotonic_window!r}",
             )
             check(
                 self.use_cache,

@@ -17,11 +17,13 @@ from attnkit.nn.kv_cache import KVCache
 class Output:
     """A forward pass's result.
 
-    logits: (batch, length, vocab) scores before the softmax; None when the forward
+    logits: (batch, length, vocab) scores before the softmax (a pointer-generator's
+        log-probabilities over its extended vocabulary); None when the forward
         pass was asked for `need_logits=False` (a fused loss projects `hidden` itself).
     hidden: (batch, length, d_model) the last stack's output.
     attentions: with `need_weights`, the weights (batch, heads, queries, keys)
-        of every layer, under "encoder", "decoder" (self) and "cross".
+        of every layer, under "encoder", "decoder" (self) and "cross"; with
+        `cross_weights`, those of the cross-attention of the layers asked, under "cross".
     """
 
     logits: Tensor | None

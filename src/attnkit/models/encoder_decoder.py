@@ -10,7 +10,10 @@ step by step on the cache (`decode_step`).
 
 With `copy_attention` the output is a pointer-generator's (`nn/copy.py`): the
 "logits" are log P(w) over the vocabulary extended by the source's unknown
-words, whose softmax is P itself, so every decoder reads them as it reads logits.
+words, whose softmax is P itself, so greedy search, beam search and sampling
+(temperature, top-k, top-p) read them as they read logits. A processor that
+reads the scale of logits, the repetition penalty, then acts on
+log-probabilities, as it does in beam search for every model.
 """
 
 from __future__ import annotations

@@ -191,10 +191,10 @@ class KVCache:
                 "a monotonic window restricts cross-attention, which this cache has none of; "
                 "use it with an encoder-decoder's cache"
             )
-        if back < 0 or ahead < 0:
+        if back < 0 or ahead < 1:
             raise AttnkitError(
-                f"a monotonic window reaches back and ahead of its focus by zero or more "
-                f"positions, got back {back} and ahead {ahead}"
+                f"a monotonic window reaches back of its focus by zero or more positions and "
+                f"ahead by one or more, got back {back} and ahead {ahead}"
             )
         self.monotonic = (back, ahead)
         self.focus = torch.zeros(self.batch_size, dtype=torch.long, device=self.kv.device)

@@ -3,7 +3,8 @@
 Every `train.log_every` steps, over the steps since the last such record:
 
     train_loss = (summed loss) / (target tokens),   tokens_per_s
-    train_aux_loss = (summed load-balancing loss) / (target tokens)   (a mixture of experts)
+    train_aux_loss = (summed auxiliary losses) / (target tokens)   (a mixture of experts'
+                     load balancing, guided attention; each weighted)
 
 Every `eval.every` steps, over the validation batches:
 
@@ -70,7 +71,7 @@ class Interval:
             "lr": lr,
             "tokens_per_s": self.tokens / max(elapsed, 1e-9),
         }
-        if self.aux:  # a mixture of experts' weighted load-balancing loss, per token
+        if self.aux:  # the weighted auxiliary losses (load balancing, guided attention), per token
             record["train_aux_loss"] = self.aux / self.tokens
         if self.sources:  # sequence-level training: its weighted loss and mean reward
             record["train_sequence_loss"] = self.sequence / self.tokens

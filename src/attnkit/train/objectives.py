@@ -62,22 +62,27 @@ class Objective(ABC):
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
         hidden, targets = self.predict(model, batch)
-        plain = unwrap(model)
-        head = plain.head
+        head = unwrap(model).head
         terms = linear_cross_entropy(hidden, head.weight, head.bias, targets, self.label_smoothing)
-        coef = plain.config.router_aux_loss_coef
-        if plain.config.n_experts and coef:
-            aux = router_aux_loss(plain)  # None in evaluation mode
-            if aux is not None:
-                # Times the tokens: the trainer divides the step's sums by its token count,
-                # so each step adds coef * L_aux (token-weighted over micro-batches).
-                terms.aux = coef * aux * terms.tokens
-        return terms
+        return with_router_loss(model, terms)
 
     @abstractmethod
     def predict(self, model: nn.Module, batch: Batch) -> tuple[Tensor, Tensor]:
         """Last hidden states (batch, length, d_model) and the targets, IGNORE where nothing
         is predicted; the head turns the hidden states into logits."""
+
+
+def with_router_loss(model: nn.Module, terms: LossTerms) -> LossTerms:
+    """`terms` with a mixture of experts' load-balancing loss in `aux`, if the model has one."""
+    plain = unwrap(model)
+    coef = plain.config.router_aux_loss_coef
+    if plain.config.n_experts and coef:
+        aux = router_aux_loss(plain)  # None in evaluation mode
+        if aux is not None:
+            # Times the tokens: the trainer divides the step's sums by its token count,
+            # so each step adds coef * L_aux (token-weighted over micro-batches).
+            terms.aux = coef * aux * terms.tokens
+    return terms
 
 
 class NextTokenObjective(Objective):
@@ -143,7 +148,8 @@ class CopyObjective(TranslationObjective):
         dec_in, dec_mask, targets = self.teacher_forced(batch)
         log_p = model(batch.src, dec_in, batch.src_mask, dec_mask).logits
         vocab_size = unwrap(model).config.vocab_size
-        return copy_cross_entropy(log_p, targets, vocab_size, self.label_smoothing)
+        terms = copy_cross_entropy(log_p, targets, vocab_size, self.label_smoothing)
+        return with_router_loss(model, terms)
 
 
 class LanguageModelObjective(NextTokenObjective):

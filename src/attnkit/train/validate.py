@@ -51,6 +51,9 @@ def validate(config: RunConfig) -> None:
             f"known corpus ({', '.join(CORPORA)}) or to the path of your text",
         )
     metrics = METRICS_OF_TASK[task]
+    corpus = CORPORA.get(config.data.corpus)
+    if task == "translation" and corpus is not None and corpus.scores == "error-rates":
+        metrics = tuple(m for m in metrics if m != "bleu")  # G2P is scored by PER and WER
     check(
         config.eval.metric in metrics,
         f"eval.metric {config.eval.metric!r} is not computed for data.task {task!r}; "
