@@ -153,3 +153,22 @@ def test_a_g2p_run_is_scored_by_wer_and_per_as_the_cli_prints(g2p_run, capsys):
     assert [line.split()[0] for line in out[2:]] == ["WER", "PER"]
     for score in result.scores:
         assert f"{score.name:<6}  {score.value:>8.2f}  {score.signature}" in out
+
+
+def test_attnkit_translate_reads_a_word_as_its_letters_for_a_g2p_run(
+    g2p_run, tmp_path, capsys, monkeypatch
+):
+    (tmp_path / "words.txt").write_text("Hello\nh e l l o\n")
+    read = []
+
+    def spy(model, tokenizer, texts, *args, **kwargs):
+        read.extend(texts)
+        return translate(model, tokenizer, texts, *args, **kwargs)
+
+    monkeypatch.setattr("attnkit.inference.translate", spy)
+    args = ["translate", str(g2p_run), "--input", str(tmp_path / "words.txt"), "--no-progress"]
+    assert main([*args, "--max-new-tokens", "5"]) == 0
+    assert read == ["h e l l o"] * 2  # the word and its letters, spaced, read alike
+    run = load_run(g2p_run)
+    expected = translate(run.model, run.tokenizer, read[:1], GenerationConfig(max_new_tokens=5))
+    assert capsys.readouterr().out.splitlines() == expected * 2

@@ -194,8 +194,13 @@ def cmd_translate(args: argparse.Namespace) -> int:
     lines = read_texts(args.input)
     run = _load_run(args)
     model, tokenizer = run.model, run.tokenizer
-    if run.folder.data_defaults().get("lowercase"):
+    saved = run.folder.data_defaults()
+    if saved.get("lowercase"):
         lines = [line.lower() for line in lines]  # the model was trained on lowercased text
+    if saved.get("corpus") == "cmudict":  # a G2P model reads words as their letters
+        from attnkit.data.cmudict import graphemes
+
+        lines = [graphemes("".join(line.lower().split())) for line in lines]
     config = _generation_config(args, model)
     with _progress(len(lines), "translating", not args.no_progress) as bar:
         outputs = translate(
