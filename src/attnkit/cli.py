@@ -15,6 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+from attnkit.cli_decoding import (
+    add_beam_options,
+    add_run_options,
+    generation_config,
+    load_run_of,
+)
 from attnkit.errors import AttnkitError
 
 log = logging.getLogger("attnkit")
@@ -125,51 +131,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_run(args: argparse.Namespace):
-    """The model and tokenizer of RUN_DIR, on the asked device, with the asked threads."""
-    import torch
-
-    from attnkit.checks import non_negative_int
-    from attnkit.run import load_run
-
-    non_negative_int("--threads", args.threads, zero="the default")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    return load_run(args.run_dir, args.device, check_tokenizer=not args.ignore_tokenizer_mismatch)
-
-
-def _generation_config(args: argparse.Namespace, model):
-    """GenerationConfig from the decoding options common to translate, generate and eval."""
-    from attnkit.checks import check
-    from attnkit.generation import GenerationConfig
-
-    most = args.max_new_tokens  # None: as many as max_len allows; 0 is refused like -5
-    options = {
-        "max_new_tokens": model.config.max_len - 1 if most is None else most,
-        "num_beams": getattr(args, "beam", 1),
-        "length_penalty": getattr(args, "length_penalty", 1.0),
-        "no_repeat_ngram_size": args.no_repeat_ngram_size,
-        "repetition_penalty": args.repetition_penalty,
-    }
-    window = getattr(args, "monotonic_window", None)
-    if window is not None:
-        check(
-            model.config.shape == "encoder-decoder",
-            "--monotonic-window keeps cross-attention near a focus moving along the source, "
-            f"but this run is a {model.config.shape} model, which has no source",
-        )
-        options["monotonic_window"] = tuple(window)
-    if getattr(args, "sample", False):
-        options.update(
-            do_sample=True,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-        )
-    return GenerationConfig(**options)
-
-
 def _progress(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
 
@@ -192,7 +153,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
         if path:
             check_writable(path, option)  # before any work, which would be lost
     lines = read_texts(args.input)
-    run = _load_run(args)
+    run = load_run_of(args)
     model, tokenizer = run.model, run.tokenizer
     saved = run.folder.data_defaults()
     if saved.get("lowercase"):
@@ -201,7 +162,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
         from attnkit.data.cmudict import graphemes
 
         lines = [graphemes("".join(line.lower().split())) for line in lines]
-    config = _generation_config(args, model)
+    config = generation_config(args, model)
     with _progress(len(lines), "translating", not args.no_progress) as bar:
         outputs = translate(
             model,
@@ -229,8 +190,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Continue --prompt with a language model, streaming the text as it is produced."""
     from attnkit.inference import complete
 
-    run = _load_run(args)
-    config = _generation_config(args, run.model)
+    run = load_run_of(args)
+    config = generation_config(args, run.model)
     pieces = complete(run.model, run.tokenizer, args.prompt, config)  # checked before output
     sys.stdout.write(args.prompt)
     sys.stdout.flush()
@@ -250,7 +211,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.output:
         check_writable(args.output, "--output")
-    run = _load_run(args)
+    run = load_run_of(args)
     data = read_eval_set(
         run,
         corpus=args.corpus,
@@ -262,7 +223,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         batch_size=args.batch_size,
     )
-    config = _generation_config(args, run.model)
+    config = generation_config(args, run.model)
     with _progress(len(data.sources), "translating", not args.no_progress) as bar:
         result = score_run(run, data, config, batch_size=args.batch_size, progress=bar.update)
     if args.output and result.hypotheses:
@@ -270,35 +231,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(f"attnkit eval {args.run_dir}: {result.description}")
     print(result.table())
     return 0
-
-
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (config, weights, tokenizer)")
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: 1)")
-    p.add_argument("--max-new-tokens", type=int, help="most new tokens (default: max_len - 1)")
-    p.add_argument("--no-repeat-ngram-size", type=int, default=0, help="forbid repeated n-grams")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 is off")
-    p.add_argument(
-        "--ignore-tokenizer-mismatch",
-        action="store_true",
-        help="a tokenizer.json whose vocabulary the run did not record is used all the same",
-    )
-
-
-def _add_beam_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
-    p.add_argument("--length-penalty", type=float, default=1.0, help="beam score / length^this")
-    p.add_argument(
-        "--monotonic-window",
-        type=int,
-        nargs=2,
-        metavar=("BACK", "AHEAD"),
-        help="monotonic tasks: each step attends only to source positions BACK behind to "
-        "AHEAD past where the last step attended most (default: off)",
-    )
-    p.add_argument("--batch-size", type=int, default=32, help="sentences decoded together")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def cmd_import_hf(args: argparse.Namespace) -> int:
@@ -343,8 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("translate", help="translate lines with an encoder-decoder run")
-    _add_run_options(p)
-    _add_beam_options(p)
+    add_run_options(p)
+    add_beam_options(p)
     p.add_argument("--input", help="a text file, one sentence a line (default: stdin)")
     p.add_argument("--output", help="write the translations here (default: stdout)")
     p.add_argument(
@@ -354,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("generate", help="continue a prompt with a language-model run, streaming")
-    _add_run_options(p)
+    add_run_options(p)
     p.add_argument("--prompt", required=True, help="the text to continue")
     p.add_argument("--greedy", dest="sample", action="store_false", help="argmax, not sampling")
     p.add_argument("--temperature", type=float, default=1.0)
@@ -366,8 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "eval", help="BLEU/chrF (translation), WER/PER (cmudict) or perplexity (language model)"
     )
-    _add_run_options(p)
-    _add_beam_options(p)
+    add_run_options(p)
+    add_beam_options(p)
     p.add_argument("--split", help="corpus split (default: test, or val where there is no test)")
     p.add_argument(
         "--corpus",

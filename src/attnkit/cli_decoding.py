@@ -1,0 +1,83 @@
+"""The command line's decoding options: what `translate`, `generate` and `eval` share.
+
+The run to load (folder, device, threads), and the options of `GenerationConfig`
+(greedy, beam, sampling, the monotonic window) as flags and back.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def load_run_of(args: argparse.Namespace):
+    """The model and tokenizer of RUN_DIR, on the asked device, with the asked threads."""
+    import torch
+
+    from attnkit.checks import non_negative_int
+    from attnkit.run import load_run
+
+    non_negative_int("--threads", args.threads, zero="the default")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return load_run(args.run_dir, args.device, check_tokenizer=not args.ignore_tokenizer_mismatch)
+
+
+def generation_config(args: argparse.Namespace, model):
+    """GenerationConfig from the decoding options common to translate, generate and eval."""
+    from attnkit.checks import check
+    from attnkit.generation import GenerationConfig
+
+    most = args.max_new_tokens  # None: as many as max_len allows; 0 is refused like -5
+    options = {
+        "max_new_tokens": model.config.max_len - 1 if most is None else most,
+        "num_beams": getattr(args, "beam", 1),
+        "length_penalty": getattr(args, "length_penalty", 1.0),
+        "no_repeat_ngram_size": args.no_repeat_ngram_size,
+        "repetition_penalty": args.repetition_penalty,
+    }
+    window = getattr(args, "monotonic_window", None)
+    if window is not None:
+        check(
+            model.config.shape == "encoder-decoder",
+            "--monotonic-window keeps cross-attention near a focus moving along the source, "
+            f"but this run is a {model.config.shape} model, which has no source",
+        )
+        options["monotonic_window"] = tuple(window)
+    if getattr(args, "sample", False):
+        options.update(
+            do_sample=True,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+        )
+    return GenerationConfig(**options)
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (config, weights, tokenizer)")
+    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: 1)")
+    p.add_argument("--max-new-tokens", type=int, help="most new tokens (default: max_len - 1)")
+    p.add_argument("--no-repeat-ngram-size", type=int, default=0, help="forbid repeated n-grams")
+    p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 is off")
+    p.add_argument(
+        "--ignore-tokenizer-mismatch",
+        action="store_true",
+        help="a tokenizer.json whose vocabulary the run did not record is used all the same",
+    )
+
+
+def add_beam_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--beam", type=int, default=1, help="beam size (default 1: greedy)")
+    p.add_argument("--length-penalty", type=float, default=1.0, help="beam score / length^this")
+    p.add_argument(
+        "--monotonic-window",
+        type=int,
+        nargs=2,
+        metavar=("BACK", "AHEAD"),
+        help="monotonic tasks: each step attends only to source positions BACK behind to "
+        "AHEAD past where the last step attended most (default: off)",
+    )
+    p.add_argument("--batch-size", type=int, default=32, help="sentences decoded together")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
