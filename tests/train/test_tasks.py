@@ -15,7 +15,7 @@ from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.tokenizer import Tokenizer
-from attnkit.train import Trainer, tasks
+from attnkit.train import Trainer, decoding_metrics, tasks
 from attnkit.train.checkpoint import load_trainer_state
 from attnkit.train.decoding_metrics import error_rate_metric
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
@@ -418,7 +418,7 @@ def decoded(monkeypatch):
         seen.update(sources=sources, reference_sets=reference_sets)
         return error_rate_metric(tokenizer, sources, reference_sets, **options)
 
-    monkeypatch.setattr(tasks, "error_rate_metric", spy)
+    monkeypatch.setattr(decoding_metrics, "error_rate_metric", spy)
     return seen
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from attnkit.data.corpora import group_by_source
 from attnkit.evaluate import bleu, phoneme_error_rate, word_error_rate
 from attnkit.generation import GenerationConfig
 from attnkit.models import TransformerModel
@@ -70,3 +71,22 @@ def error_rate_metric(
         }
 
     return metric
+
+
+def translation_metric(
+    tokenizer: Tokenizer,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    n: int,
+    *,
+    error_rates: bool,
+    max_new_tokens: int,
+) -> Metric:
+    """The validation metric of a translation task over its first `n` sources: BLEU, or with
+    `error_rates` WER and PER, any target listed for a source right (a word's pronunciations)."""
+    if not error_rates:
+        return bleu_metric(tokenizer, sources[:n], targets[:n], max_new_tokens=max_new_tokens)
+    distinct, reference_sets = group_by_source(zip(sources, targets, strict=True))
+    return error_rate_metric(
+        tokenizer, distinct[:n], reference_sets[:n], max_new_tokens=max_new_tokens
+    )

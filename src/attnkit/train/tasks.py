@@ -39,7 +39,6 @@ from attnkit.data import (
     TokenBudgetSampler,
     corpus_files,
     corpus_pairs,
-    group_by_source,
     read_aligned,
     read_lines,
 )
@@ -55,7 +54,7 @@ from attnkit.tokenizer import Tokenizer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
 from attnkit.train import lock
-from attnkit.train.decoding_metrics import ERROR_RATES, bleu_metric, error_rate_metric
+from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
 from attnkit.train.guided_attention import GuidedAttention
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
@@ -317,16 +316,15 @@ def _translation(config: RunConfig) -> TaskSetup:
         ParallelDataset(zip(*sides, strict=True), tokenizer, max_len=max_len, name=name, copy=copy)
         for sides, name in (((src, tgt), "train"), ((val_src, val_tgt), "validation"))
     )
-    n, new_tokens = config.eval.decode_examples, min(max_len, model.config.max_len - 1)
-    error_rates = d.corpus in CORPORA and CORPORA[d.corpus].scores == "error-rates"
-    if config.eval.metric in ERROR_RATES or error_rates:
-        # Any target listed for a source is right: a word's pronunciations.
-        sources, reference_sets = group_by_source(zip(val_src, val_tgt, strict=True))
-        metric = error_rate_metric(
-            tokenizer, sources[:n], reference_sets[:n], max_new_tokens=new_tokens
-        )
-    else:
-        metric = bleu_metric(tokenizer, val_src[:n], val_tgt[:n], max_new_tokens=new_tokens)
+    scored_by_errors = d.corpus in CORPORA and CORPORA[d.corpus].scores == "error-rates"
+    metric = translation_metric(
+        tokenizer,
+        val_src,
+        val_tgt,
+        config.eval.decode_examples,
+        error_rates=config.eval.metric in ERROR_RATES or scored_by_errors,
+        max_new_tokens=min(max_len, model.config.max_len - 1),
+    )
     return TaskSetup(model, *_loaders(config, train, val), [metric], tokenizer)
 
 
