@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attnkit import kernels
 from attnkit.nn import Linear, few_rows
 from attnkit.nn import linear as linear_module
 
@@ -61,7 +62,7 @@ def test_gradients_flow_as_in_nn_linear() -> None:
 
 
 def test_the_kernel_is_built_where_it_can_be() -> None:
-    if not (few_rows.cpu_supported() and shutil.which(os.environ.get("CC", "cc"))):
+    if not (kernels.avx2_cpu() and shutil.which(os.environ.get("CC", "cc"))):
         pytest.skip("no x86-64 CPU with AVX2, or no C compiler")
     assert few_rows.available()
 
@@ -114,8 +115,8 @@ def fresh_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path):
 
 def test_a_failed_build_warns_and_falls_back(fresh_kernel, caplog: pytest.LogCaptureFixture):
     fresh_kernel.setenv("CC", "false")  # a compiler that always fails
-    fresh_kernel.setattr(few_rows, "cpu_supported", lambda: True)
-    with caplog.at_level(logging.WARNING, logger="attnkit.nn.few_rows"):
+    fresh_kernel.setattr(kernels, "avx2_cpu", lambda: True)
+    with caplog.at_level(logging.WARNING, logger="attnkit.kernels"):
         assert not few_rows.available()
     assert "false failed" in caplog.text
     layer, x = Linear(16, 32), torch.randn(3, 16)
@@ -126,16 +127,6 @@ def test_a_failed_build_warns_and_falls_back(fresh_kernel, caplog: pytest.LogCap
 def test_the_kernel_can_be_switched_off(fresh_kernel) -> None:
     fresh_kernel.setenv("ATTNKIT_FEW_ROWS_KERNEL", "0")
     assert not few_rows.available()
-
-
-@needs_kernel
-def test_a_build_is_kept_and_reused(tmp_path) -> None:
-    compiler = os.environ.get("CC", "cc")
-    library = few_rows.build(compiler, tmp_path)
-    built_at = library.stat().st_mtime_ns
-    assert few_rows.build(compiler, tmp_path) == library
-    assert library.stat().st_mtime_ns == built_at
-    assert [p.name for p in tmp_path.iterdir()] == [library.name]  # no partial file left
 
 
 def _forward(layer: Linear, x: torch.Tensor) -> torch.Tensor:

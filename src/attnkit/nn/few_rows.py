@@ -2,11 +2,8 @@
 
 A decoding step multiplies one row per sentence by every weight matrix, and
 for up to `Linear`'s `KERNEL_ROWS` rows this kernel reads each weight once, in
-stored order, faster than the BLAS (see `few_rows.c`). Building it takes a C
-compiler (`$CC`, else `cc`) and a fraction of a second; the shared library
-goes to `$XDG_CACHE_HOME/attnkit` (`~/.cache/attnkit`) under a name hashed from
-the source, the compiler and the flags, so an edited source is rebuilt and
-processes that start together each write their own file before renaming it.
+stored order, faster than the BLAS (see `few_rows.c`). It is built on
+first use by `attnkit.kernels` (a C compiler, a fraction of a second, cached).
 
 It is built only for x86-64 CPUs with AVX2 and FMA, where it was measured.
 Elsewhere, with `ATTNKIT_FEW_ROWS_KERNEL=0`, or when the build fails (one
@@ -17,56 +14,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import logging
 import os
-import platform
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-logger = logging.getLogger(__name__)
+from attnkit import kernels
 
 SOURCE = Path(__file__).with_name("few_rows.c")
-# -ffp-contract=fast turns each multiply-add into one FMA instruction.
-FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC")
-
-
-def cache_dir() -> Path:
-    """Where built kernels are kept: `$XDG_CACHE_HOME/attnkit`, else `~/.cache/attnkit`."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "attnkit"
-
-
-def build(compiler: str, directory: Path) -> Path:
-    """Compile the kernel into `directory` unless it is there already; return the library."""
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + compiler.encode() + " ".join(FLAGS).encode()).hexdigest()
-    library = directory / f"few_rows-{key[:16]}.so"
-    if library.exists():
-        return library
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(suffix=".so", dir=directory)
-    os.close(fd)
-    try:
-        done = subprocess.run(
-            [compiler, *FLAGS, str(SOURCE), "-o", partial], capture_output=True, text=True
-        )
-        if done.returncode != 0:
-            raise OSError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
-        os.replace(partial, library)
-    finally:
-        Path(partial).unlink(missing_ok=True)
-    return library
-
-
-def cpu_supported() -> bool:
-    """An x86-64 CPU with AVX2 and FMA (torch's capability AVX2 or AVX512), as measured."""
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
-    return x86 and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+FLAGS = (*kernels.BASE_FLAGS, *kernels.AVX2_FLAGS)
 
 
 @functools.cache
@@ -74,14 +31,12 @@ def _kernel():
     """The C function, or None where it is not built (see the module's docstring)."""
     if os.environ.get("ATTNKIT_FEW_ROWS_KERNEL", "1") == "0":
         return None
-    if not cpu_supported():
+    if not kernels.avx2_cpu():
         return None
-    compiler = os.environ.get("CC", "cc")
-    try:
-        function = ctypes.CDLL(str(build(compiler, cache_dir()))).few_rows_linear
-    except (OSError, RuntimeError, subprocess.SubprocessError) as error:  # RuntimeError: no home
-        logger.warning("the few-row kernel was not built, decoding runs slower: %s", error)
+    library = kernels.load(SOURCE, FLAGS, "decoding runs slower")
+    if library is None:
         return None
+    function = library.few_rows_linear
     function.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
     function.restype = None
     return function

@@ -1,0 +1,102 @@
+"""The C loop of word2vec's SGD (`sgns.c`), built on first use and called through ctypes.
+
+`train` runs one pass of skip-gram or CBOW updates over a corpus held as one
+row of word ids and its sentences' starts; `update` is the single update the
+loop makes, for tests and for reading. Both change the input and output vectors
+in place. Building needs a C compiler (`$CC`, else `cc`; `attnkit.kernels`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from attnkit import kernels
+from attnkit.errors import AttnkitError
+
+SOURCE = Path(__file__).with_name("sgns.c")
+# -march=native is left out: a cached build may be loaded by another CPU of a shared home
+FLAGS = (*kernels.BASE_FLAGS, *(kernels.AVX2_FLAGS if kernels.avx2_cpu() else ()))
+
+_P, _I64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    library = kernels.load(SOURCE, FLAGS, "word2vec cannot train")
+    if library is None:
+        raise AttnkitError(
+            "word2vec trains in a C loop that could not be built: install a C compiler "
+            "(gcc) or name one in $CC."
+        )
+    library.sgns_update.argtypes = [_P, _P, _I64, _P, _I64, _I64, _P, ctypes.c_int, _F32, _P]
+    library.sgns_update.restype = ctypes.c_double
+    library.sgns_train.argtypes = [_P, _P, _I64, _I64, _P, _P, _I64, _P, _P, _P]
+    library.sgns_train.argtypes += [ctypes.c_int] * 3 + [_F32, _F32, ctypes.c_uint64]
+    library.sgns_train.argtypes += [ctypes.c_int, _P]
+    library.sgns_train.restype = ctypes.c_double
+    return library
+
+
+@dataclass
+class Vectors:
+    """The two matrices SGD moves: input vectors v (kept) and output vectors v' (float32)."""
+
+    inputs: Tensor
+    outputs: Tensor
+
+    def __post_init__(self) -> None:
+        for m in (self.inputs, self.outputs):
+            if m.dtype != torch.float32 or not m.is_contiguous() or m.device.type != "cpu":
+                raise AttnkitError("word2vec's vectors must be contiguous float32 CPU tensors.")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What the loop draws from: each word's chance to be kept, and the noise's alias table."""
+
+    keep: Tensor  # float64, per word
+    own: Tensor  # float64, per slot
+    alias: Tensor  # int64, per slot
+    window: int
+    negative: int
+    cbow: bool
+
+
+def update(vectors: Vectors, inputs: Tensor, target: int, negatives: Tensor, alpha: float) -> float:
+    """One update: the input vectors of `inputs` (their mean, for more than one) predict
+    `target` against `negatives`; returns the loss before it."""
+    inputs, negatives = inputs.long().contiguous(), negatives.long().contiguous()
+    work = torch.empty(2 * vectors.inputs.shape[1])
+    return _library().sgns_update(
+        vectors.inputs.data_ptr(), vectors.outputs.data_ptr(), vectors.inputs.shape[1],
+        inputs.data_ptr(), len(inputs), target, negatives.data_ptr(), len(negatives),
+        alpha, work.data_ptr(),
+    )  # fmt: skip
+
+
+def train(
+    vectors: Vectors,
+    ids: Tensor,
+    starts: Tensor,
+    sampling: Sampling,
+    alphas: tuple[float, float],
+    seed: int,
+    threads: int,
+) -> tuple[float, int]:
+    """One pass over the sentences `ids[starts[s]:starts[s + 1]]`, the rate going linearly
+    from alphas[0] to alphas[1]; returns the summed loss and the number of updates."""
+    pairs = ctypes.c_int64(0)
+    loss = _library().sgns_train(
+        vectors.inputs.data_ptr(), vectors.outputs.data_ptr(), *vectors.inputs.shape,
+        ids.data_ptr(), starts.data_ptr(), len(starts) - 1,
+        sampling.keep.data_ptr(), sampling.own.data_ptr(), sampling.alias.data_ptr(),
+        sampling.window, sampling.negative, int(sampling.cbow),
+        alphas[0], alphas[1], seed % 2**64, threads, ctypes.byref(pairs),
+    )  # fmt: skip
+    return loss, pairs.value

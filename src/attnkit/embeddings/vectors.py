@@ -1,0 +1,231 @@
+"""Word vectors: a vocabulary with one dense vector per word, its files and its queries.
+
+Words are points of R^d; two words are alike when their vectors point the same
+way, so every query works on the unit vectors u_w = v_w / |v_w|:
+
+    similarity(a, b) = cos(v_a, v_b) = u_a . u_b
+    most_similar(P, N) = argmax_{w not in P, N} cos(v_w, sum_{p in P} u_p - sum_{n in N} u_n)
+
+and the analogy "a is to b as c is to ?" (king - man + woman ~ queen: a=man,
+b=king, c=woman) is most_similar([b, c], [a]), the 3CosAdd of Mikolov et al.
+(2013) as gensim's `most_similar` computes it. `restrict` keeps the search to
+the first words, which files order by frequency.
+
+Files: the word2vec text format (a "count dim" header, then "word v1 .. vd" a
+line), its binary format (the same header, then each word, a space and d
+little-endian float32, a newline after each as the C tool writes), and GloVe's
+text format (no header). `load_vectors` tells them apart by themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from attnkit.errors import AttnkitError
+from attnkit.files import PathLike, atomic_write, read_lines
+
+FORMATS = ("auto", "word2vec", "word2vec-binary", "glove")
+
+
+@dataclass
+class WordVectors:
+    """`words[i]`'s vector is `vectors[i]` (float32, one row a word, most frequent first)."""
+
+    words: list[str]
+    vectors: Tensor
+    index: dict[str, int] = field(init=False, repr=False)
+    _unit: Tensor | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.vectors = torch.as_tensor(self.vectors, dtype=torch.float32)
+        if self.vectors.dim() != 2 or self.vectors.shape[0] != len(self.words):
+            raise AttnkitError(
+                f"word vectors need one row per word: {len(self.words)} words but vectors "
+                f"of shape {tuple(self.vectors.shape)}."
+            )
+        self.index = {}
+        for i, word in enumerate(self.words):
+            self.index.setdefault(word, i)  # a repeated word keeps its first (most frequent) row
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __contains__(self, word: object) -> bool:
+        return word in self.index
+
+    def __getitem__(self, word: str) -> Tensor:
+        return self.vectors[self._id(word)]
+
+    @property
+    def dim(self) -> int:
+        return self.vectors.shape[1]
+
+    @property
+    def unit(self) -> Tensor:
+        """Every vector scaled to length 1 (a zero vector stays zero)."""
+        if self._unit is None:
+            norms = self.vectors.norm(dim=1, keepdim=True)
+            self._unit = self.vectors / norms.clamp_min(1e-12)
+        return self._unit
+
+    def similarity(self, a: str, b: str) -> float:
+        """cos(v_a, v_b)."""
+        return float(self.unit[self._id(a)] @ self.unit[self._id(b)])
+
+    def nearest(
+        self, word: str | Tensor, k: int = 10, restrict: int | None = None
+    ) -> list[tuple[str, float]]:
+        """The k words closest in cosine to a word (itself left out) or to a vector."""
+        if isinstance(word, str):
+            return self.most_similar([word], k=k, restrict=restrict)
+        query = torch.as_tensor(word, dtype=torch.float32)
+        return self._top(query / query.norm().clamp_min(1e-12), set(), k, restrict)
+
+    def analogy(
+        self, a: str, b: str, c: str, k: int = 1, restrict: int | None = None
+    ) -> list[tuple[str, float]]:
+        """a is to b as c is to ?: the words nearest to u_b - u_a + u_c (3CosAdd)."""
+        return self.most_similar([b, c], [a], k=k, restrict=restrict)
+
+    def most_similar(
+        self,
+        positive: Sequence[str],
+        negative: Sequence[str] = (),
+        k: int = 10,
+        restrict: int | None = None,
+    ) -> list[tuple[str, float]]:
+        """The k words nearest to sum(u_positive) - sum(u_negative), the query words left out."""
+        ids = [self._id(w) for w in positive] + [self._id(w) for w in negative]
+        if not positive:
+            raise AttnkitError("most_similar needs at least one positive word.")
+        signs = torch.tensor([1.0] * len(positive) + [-1.0] * len(negative))
+        query = (signs[:, None] * self.unit[ids]).sum(0)
+        return self._top(query / query.norm().clamp_min(1e-12), set(ids), k, restrict)
+
+    def _top(
+        self, query: Tensor, exclude: set[int], k: int, restrict: int | None
+    ) -> list[tuple[str, float]]:
+        scores = self.unit[: restrict or len(self)] @ query
+        scores[[i for i in exclude if i < len(scores)]] = -torch.inf
+        top = scores.topk(min(k, max(len(scores) - len(exclude), 0)))
+        return [
+            (self.words[i], float(s)) for s, i in zip(top.values, top.indices.tolist(), strict=True)
+        ]
+
+    def _id(self, word: str) -> int:
+        try:
+            return self.index[word]
+        except KeyError:
+            raise AttnkitError(
+                f"{word!r} is not among the {len(self)} words of these vectors."
+            ) from None
+
+
+def save_vectors(vectors: WordVectors, path: PathLike, binary: bool = False) -> Path:
+    """Write the word2vec text (or, if `binary`, binary) format that gensim's KeyedVectors loads."""
+    for word in vectors.words:
+        if not word or any(ch.isspace() for ch in word):
+            raise AttnkitError(
+                f"the word {word!r} is empty or has white space, which word2vec files cannot hold."
+            )
+    rows = vectors.vectors.numpy().astype("<f4")
+    header = f"{len(vectors)} {vectors.dim}\n"
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            f.write(header.encode())
+            for word, row in zip(vectors.words, rows, strict=True):
+                if binary:
+                    f.write(word.encode() + b" " + row.tobytes() + b"\n")
+                else:
+                    # %.9g gives back every float32 exactly
+                    f.write((word + " " + " ".join(f"{x:.9g}" for x in row) + "\n").encode())
+
+    return atomic_write(path, write)
+
+
+def load_vectors(path: PathLike, format: str = "auto", limit: int | None = None) -> WordVectors:
+    """Read word2vec text or binary or GloVe text vectors, the first `limit` words if given.
+
+    `format="auto"` reads a "count dim" first line as a word2vec header, and then
+    text if the next line splits into a word and dim numbers, else binary.
+    """
+    if format not in FORMATS:
+        raise AttnkitError(f"unknown vector format {format!r}; choose one of {', '.join(FORMATS)}.")
+    path = Path(path)
+    if not path.is_file():
+        raise AttnkitError(f"no vector file at {path}.")
+    if format == "auto":
+        format = _sniff(path)
+    if format == "word2vec-binary":
+        return _read_binary(path, limit)
+    return _read_text(path, header=format == "word2vec", limit=limit)
+
+
+def _sniff(path: Path) -> str:
+    with open(path, "rb") as f:
+        first = f.readline().split()
+        if not (len(first) == 2 and all(x.isdigit() for x in first)):
+            return "glove"
+        second = f.readline()
+    try:
+        fields = second.decode("utf-8").split()
+    except UnicodeDecodeError:
+        return "word2vec-binary"
+    return "word2vec" if len(fields) == int(first[1]) + 1 else "word2vec-binary"
+
+
+def _read_text(path: Path, header: bool, limit: int | None) -> WordVectors:
+    words: list[str] = []
+    numbers: list[str] = []
+    dim = None
+    for number, line in enumerate(read_lines(path), start=1):
+        if header and number == 1:
+            dim = int(line.split()[1])
+            continue
+        if limit is not None and len(words) >= limit:
+            break
+        if not line.strip():
+            continue
+        fields = line.rstrip().split(" ")
+        dim = dim or len(fields) - 1
+        if len(fields) < dim + 1:
+            raise AttnkitError(
+                f"{path}, line {number}: a word and {dim} numbers expected, {len(fields)} found."
+            )
+        # GloVe's larger files have words with spaces in them: the vector is the last dim fields
+        words.append(" ".join(fields[: len(fields) - dim]))
+        numbers.extend(fields[len(fields) - dim :])
+    if dim is None or not words:
+        raise AttnkitError(f"{path} holds no word vectors.")
+    try:
+        vectors = np.array(numbers, dtype=np.float32).reshape(len(words), dim)
+    except ValueError:
+        raise AttnkitError(f"{path} holds a value that is not a number.") from None
+    return WordVectors(words, torch.from_numpy(vectors))
+
+
+def _read_binary(path: Path, limit: int | None) -> WordVectors:
+    data = path.read_bytes()
+    end = data.index(b"\n")
+    count, dim = (int(x) for x in data[:end].split())
+    count = min(count, limit) if limit is not None else count
+    width = 4 * dim
+    words, rows, at = [], [], end + 1
+    for _ in range(count):
+        while data[at : at + 1] in (b"\n", b" "):  # the C tool's newline after each vector
+            at += 1
+        space = data.find(b" ", at)
+        if space < 0 or space + 1 + width > len(data):
+            raise AttnkitError(f"{path} ends after {len(words)} of its {count} vectors.")
+        words.append(data[at:space].decode("utf-8", errors="replace"))
+        rows.append(data[space + 1 : space + 1 + width])
+        at = space + 1 + width
+    vectors = np.frombuffer(b"".join(rows), dtype="<f4").reshape(len(words), dim)
+    return WordVectors(words, torch.from_numpy(vectors.astype(np.float32)))
