@@ -10,12 +10,13 @@ from safetensors.torch import load_file
 
 from attnkit.cli import main
 from attnkit.data import CORPORA, cmudict
+from attnkit.data.sources import corpus_text
 from attnkit.errors import AttnkitError
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.tokenizer import Tokenizer
-from attnkit.train import Trainer, decoding_metrics, tasks
+from attnkit.train import Trainer, decoding_metrics
 from attnkit.train.checkpoint import load_trainer_state
 from attnkit.train.decoding_metrics import error_rate_metric
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
@@ -426,7 +427,7 @@ def test_cmudict_trains_on_every_pronunciation_and_validates_each_word_once(
     tmp_path, decoded, monkeypatch
 ):
     config = g2p_config(tmp_path)
-    sides = tasks._text(config, "train", ("graphemes", "phonemes"))
+    sides = corpus_text(config.data, "train", ("graphemes", "phonemes"))
     assert list(zip(*sides, strict=True)) == cmudict.pairs("train")
     # The task on the first 3,000 pairs of each split, which keeps the test fast.
     corpus = CORPORA["cmudict"]

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from attnkit.checks import check, choice, finite_fields, non_negative, positive
 from attnkit.embeddings import sgns
 from attnkit.embeddings.vectors import WordVectors
 from attnkit.errors import AttnkitError
@@ -48,7 +49,8 @@ ARCHITECTURES = ("skip-gram", "cbow")
 
 @dataclass(frozen=True)
 class Word2VecConfig:
-    """The hyper-parameters, named and defaulted as gensim names them (`sg` is `architecture`)."""
+    """The hyper-parameters, named and defaulted as gensim's (`sg` is `architecture`); the
+    [word2vec] section of a run config."""
 
     architecture: str = "skip-gram"
     dim: int = 100
@@ -60,24 +62,18 @@ class Word2VecConfig:
     epochs: int = 5
     alpha: float = 0.025
     min_alpha: float = 1e-4
-    seed: int = 1
 
     def __post_init__(self) -> None:
-        if self.architecture not in ARCHITECTURES:
-            raise AttnkitError(
-                f"unknown word2vec architecture {self.architecture!r}; choose skip-gram or cbow."
-            )
-        for name in ("dim", "window", "negative", "min_count", "epochs"):
-            if getattr(self, name) < 1:
-                raise AttnkitError(
-                    f"word2vec.{name} must be at least 1, not {getattr(self, name)}."
-                )
-        if not 0 <= self.min_alpha <= self.alpha:
-            raise AttnkitError(
-                f"word2vec needs 0 <= min_alpha <= alpha, not {self.min_alpha} and {self.alpha}."
-            )
-        if self.sample < 0:
-            raise AttnkitError(f"word2vec.sample must be 0 (off) or more, not {self.sample}.")
+        finite_fields(self, "word2vec")
+        choice("word2vec.architecture", self.architecture, ARCHITECTURES)
+        for name in ("dim", "window", "negative", "min_count", "epochs", "alpha"):
+            positive(f"word2vec.{name}", getattr(self, name))
+        non_negative("word2vec.sample", self.sample)
+        non_negative("word2vec.min_alpha", self.min_alpha)
+        check(
+            self.min_alpha <= self.alpha,
+            f"word2vec.min_alpha {self.min_alpha} must not exceed word2vec.alpha {self.alpha}",
+        )
 
 
 def count_words(sentences: Iterable[Sequence[str]], min_count: int) -> tuple[list[str], Tensor]:
@@ -162,9 +158,11 @@ class Corpus:
 class Word2Vec:
     """Input and output vectors, and the skip-gram or CBOW negative-sampling SGD that moves them."""
 
-    def __init__(self, words: list[str], counts: Tensor, config: Word2VecConfig) -> None:
-        self.words, self.counts, self.config = words, counts, config
-        generator = torch.Generator().manual_seed(config.seed)
+    def __init__(
+        self, words: list[str], counts: Tensor, config: Word2VecConfig, seed: int = 1
+    ) -> None:
+        self.words, self.counts, self.config, self.seed = words, counts, config, seed
+        generator = torch.Generator().manual_seed(seed)
         vocab, dim = len(words), config.dim
         # gensim's start: inputs uniform in [-1/d, 1/d), outputs zero
         inputs = (torch.rand(vocab, dim, generator=generator) * 2 - 1) / dim
@@ -237,7 +235,7 @@ class Word2Vec:
                     epoch,
                     part,
                     alphas,
-                    config.seed * 1_000_003 + len(bounds) * epoch + chunk,
+                    self.seed * 1_000_003 + len(bounds) * epoch + chunk,
                     done,
                     total,
                 )

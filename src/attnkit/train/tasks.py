@@ -37,14 +37,12 @@ from attnkit.data import (
     ParallelDataset,
     SentenceDataset,
     TokenBudgetSampler,
-    corpus_files,
-    corpus_pairs,
-    read_aligned,
     read_lines,
 )
 from attnkit.data.batch import Batch
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
+from attnkit.data.sources import corpus_text, text_files
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
@@ -180,54 +178,6 @@ def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
 # -- text ---------------------------------------------------------------------------------------
 
 
-def _text(config: RunConfig, split: str, langs: Sequence[str]) -> list[list[str]]:
-    """The lines of one split, one list per language (lowercased if asked); a corpus held in
-    memory (cmudict) gives one pair per accepted target of a source."""
-    d = config.data
-    known = CORPORA.get(d.corpus)
-    if known is not None and known.pairs is not None:
-        known.check(split, langs)
-        pairs = corpus_pairs(d.corpus, split)
-        sides = [[pair[known.langs.index(lang)] for pair in pairs] for lang in langs]
-        return [[line.lower() for line in side] for side in sides] if d.lowercase else sides
-    if d.corpus in CORPORA:
-        paths = corpus_files(
-            d.corpus, split, langs=langs, data_dir=d.data_dir, data_dir_option="data.data_dir"
-        )
-    else:
-        folder = Path(d.corpus)
-        paths = []
-        for lang in langs:
-            candidates = (folder / f"{split}.{lang}", folder / f"{split}.{lang}.gz")
-            path = next((p for p in candidates if p.is_file()), None)
-            if path is None:
-                raise AttnkitError(
-                    f"data.corpus {d.corpus!r} is neither a known corpus ({', '.join(CORPORA)}) "
-                    f"nor a folder holding {split}.{lang}; check data.corpus and data.*_split"
-                )
-            paths.append(path)
-    if len(paths) == 2:
-        pairs = list(read_aligned(*paths))
-        sides = [[s for s, _ in pairs], [t for _, t in pairs]]
-    else:
-        sides = [list(read_lines(paths[0]))]
-    return [[line.lower() for line in side] for side in sides] if d.lowercase else sides
-
-
-def _text_file(config: RunConfig) -> list[Path]:
-    """The files of a monolingual corpus: a known one, or a file given as data.corpus."""
-    d = config.data
-    if d.corpus in CORPORA and not CORPORA[d.corpus].langs:
-        return corpus_files(d.corpus, "train", data_dir=d.data_dir, data_dir_option="data.data_dir")
-    path = Path(d.corpus)
-    if not path.is_file():
-        raise AttnkitError(
-            f"data.corpus {d.corpus!r} is neither a known monolingual corpus nor a text file; "
-            "give a path to your text or use tinyshakespeare"
-        )
-    return [path]
-
-
 def _tokenizer(
     config: RunConfig, texts: Iterable[str] = (), files: Sequence[Path] = ()
 ) -> Tokenizer:
@@ -305,8 +255,8 @@ def _loaders(
 def _translation(config: RunConfig) -> TaskSetup:
     d = config.data
     langs = (d.src_lang, d.tgt_lang)
-    src, tgt = _text(config, d.train_split, langs)
-    val_src, val_tgt = _text(config, d.valid_split, langs)
+    src, tgt = corpus_text(config.data, d.train_split, langs)
+    val_src, val_tgt = corpus_text(config.data, d.valid_split, langs)
     tokenizer = _tokenizer(config, [*src, *tgt])
     model = _model(config, tokenizer)
     max_len = min(d.max_len, model.config.max_len)
@@ -330,7 +280,7 @@ def _translation(config: RunConfig) -> TaskSetup:
 
 def _language_model(config: RunConfig) -> TaskSetup:
     d = config.data
-    files = _text_file(config)
+    files = text_files(config.data)
     tokenizer = _tokenizer(config, files=files)
     model = _model(config, tokenizer)
     train, val = (
@@ -350,10 +300,10 @@ def _language_model(config: RunConfig) -> TaskSetup:
 def _masked_lm(config: RunConfig) -> TaskSetup:
     d = config.data
     if d.corpus in CORPORA and CORPORA[d.corpus].langs:
-        lines = _text(config, d.train_split, [d.src_lang])[0]
-        val_lines = _text(config, d.valid_split, [d.src_lang])[0]
+        lines = corpus_text(config.data, d.train_split, [d.src_lang])[0]
+        val_lines = corpus_text(config.data, d.valid_split, [d.src_lang])[0]
     else:
-        text = [line for f in _text_file(config) for line in read_lines(f)]
+        text = [line for f in text_files(config.data) for line in read_lines(f)]
         cut = int(len(text) * (1 - d.valid_fraction))
         lines, val_lines = text[:cut], text[cut:]
     tokenizer = _tokenizer(config, lines)
