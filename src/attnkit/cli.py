@@ -36,6 +36,8 @@ class _Progress:
         self.tokens, self.last = 0.0, time.perf_counter()
 
     def __call__(self, info: dict) -> None:
+        if info.get("total", self.bar.total) != self.bar.total:  # known once the data is read
+            self.bar.total = info["total"]
         if self.bar.n == 0 and info["step"] > 1:
             self.bar.update(info["step"] - 1)  # a resumed run starts part-way
         self.bar.update(1)

@@ -76,6 +76,7 @@ class RunFolder:
         self.trainer_state = self.root / "trainer_state.pt"
         self.metrics = self.root / "metrics.jsonl"
         self.curves = self.root / "curves.png"
+        self.vectors = self.root / "vectors.bin"  # a word2vec run's, in word2vec's binary format
         self.checkpoints = self.root / "checkpoints"
         self.best_weights = self.checkpoints / "best" / WEIGHTS_FILE
         self.lock = self.root / "train.lock"
@@ -85,7 +86,7 @@ class RunFolder:
         """The files attnkit writes at the folder's top (beside `checkpoints/` and the lock)."""
         return (
             *(self.config, self.weights, self.tokenizer, self.fingerprint, self.run_config),
-            *(self.trainer_state, self.metrics, self.curves),
+            *(self.trainer_state, self.metrics, self.curves, self.vectors),
         )
 
     def owns(self, entry: Path) -> bool:

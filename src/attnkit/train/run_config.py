@@ -6,6 +6,7 @@
     [scheduled_sampling]  mixing the decoder's own predictions into its inputs
     [sequence_loss]       training on a sentence reward (BLEU, chrF): self-critical, minimum risk
     [guided_attention]    a loss keeping cross-attention near the diagonal (monotonic tasks)
+    [word2vec]            skip-gram or CBOW word vectors (`data.task = "word2vec"`)
 
 Every key has a default and a check. Values from the file and from
 `--set section.key=value` overrides go through the same type check, and an
@@ -39,6 +40,7 @@ from attnkit.checks import (
     within,
 )
 from attnkit.config import ModelConfig
+from attnkit.embeddings.word2vec import Word2VecConfig
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
 from attnkit.nn.lora import ATTENTION_PROJECTIONS
@@ -49,7 +51,7 @@ from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
 
-TASKS = ("translation", "language-model", "masked-lm", "reverse")
+TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec")
 SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
 DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
@@ -102,7 +104,8 @@ class DataSection:
     """What to learn from and how to batch it.
 
     task: `translation` (encoder-decoder), `language-model` (decoder),
-        `masked-lm` (encoder) or `reverse` (the built-in digit-reversal demo).
+        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo) or
+        `word2vec` (word vectors, no Transformer).
     corpus: a known corpus (`multi30k`, `tinyshakespeare`) or a path to text; no default,
         so that no run learns from a corpus its config does not name.
     max_tokens: the token budget of one batch for sentence tasks.
@@ -287,6 +290,7 @@ SECTIONS: dict[str, type] = {
     "scheduled_sampling": ScheduledSamplingSection,
     "sequence_loss": SequenceLossSection,
     "guided_attention": GuidedAttentionSection,
+    "word2vec": Word2VecConfig,
 }
 # The sections of plain options; [model] is a preset plus `ModelConfig` fields.
 OPTION_SECTIONS = tuple(name for name in SECTIONS if name != "model")
@@ -302,6 +306,7 @@ class RunConfig:
     scheduled_sampling: ScheduledSamplingSection = field(default_factory=ScheduledSamplingSection)
     sequence_loss: SequenceLossSection = field(default_factory=SequenceLossSection)
     guided_attention: GuidedAttentionSection = field(default_factory=GuidedAttentionSection)
+    word2vec: Word2VecConfig = field(default_factory=Word2VecConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The resolved config, every key explicit, as `from_dict` reads it back."""

@@ -88,6 +88,12 @@ def train(
 
     `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
     """
+    if config.data.task == "word2vec":
+        from attnkit.train import word2vec_task
+
+        return word2vec_task.train(
+            config, resume=resume, callbacks=callbacks, resume_command=resume_command
+        )
     validate(config)  # first, so a bad train.out_dir gets its own sentence, not the lock's
     if dist.from_env().is_main:
         lock.check_free(RunFolder(config.train.out_dir))  # not after a tokenizer is trained
@@ -129,6 +135,10 @@ def _record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) ->
 def build_task(config: RunConfig) -> TaskSetup:
     """The model, data and metrics that `config.data.task` names, once `config` is valid."""
     validate(config)
+    if config.data.task == "word2vec":
+        raise AttnkitError(
+            "data.task 'word2vec' trains word vectors, not a Transformer; run it with attnkit train"
+        )
     return _build(config)
 
 

@@ -50,6 +50,9 @@ def validate(config: RunConfig) -> None:
             f"data.task {task!r} learns from text, but data.corpus is not set; set it to a "
             f"known corpus ({', '.join(CORPORA)}) or to the path of your text",
         )
+    if task == "word2vec":  # no Transformer, no validation: its [word2vec] section is all
+        check_out_dir(config.train.out_dir)
+        return
     metrics = METRICS_OF_TASK[task]
     corpus = CORPORA.get(config.data.corpus)
     if task == "translation" and corpus is not None and corpus.scores == "error-rates":

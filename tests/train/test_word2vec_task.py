@@ -1,0 +1,118 @@
+"""The word2vec task of attnkit train: a run folder with vectors and scores, a stop and a resume
+that end where an unbroken run ends, and the text it reads."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from gensim.models import KeyedVectors
+
+from attnkit.embeddings.vectors import load_vectors
+from attnkit.errors import AttnkitError
+from attnkit.run import RunFolder
+from attnkit.train import word2vec_task
+from attnkit.train.run_config import RunConfig
+from attnkit.train.tasks import train
+
+# words of WordSim-353 and SimLex-999 pairs among them, so that both score
+WORDS = [
+    "the",
+    "tiger",
+    "cat",
+    "sat",
+    "on",
+    "old",
+    "new",
+    "money",
+    "cash",
+    "while",
+    "a",
+    "smart",
+    "intelligent",
+    "dog",
+    "ran",
+]
+
+
+def _config(tmp_path: Path, corpus: str, out: str = "run", **word2vec: object) -> RunConfig:
+    return RunConfig.from_dict(
+        {
+            "data": {"task": "word2vec", "corpus": corpus, "lowercase": True},
+            "word2vec": {"dim": 8, "min_count": 1, "epochs": 2, **word2vec},
+            "train": {"out_dir": str(tmp_path / out), "threads": 1, "seed": 3},
+        }
+    )
+
+
+@pytest.fixture
+def text(tmp_path: Path) -> Path:
+    g = torch.Generator().manual_seed(0)
+    lines = [
+        " ".join(WORDS[i] for i in torch.randint(len(WORDS), (12,), generator=g))
+        for _ in range(9000)
+    ]
+    path = tmp_path / "text.txt"
+    path.write_text("The Cat, sat!\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_run_leaves_vectors_gensim_reads_metrics_and_scores(tmp_path: Path, text: Path) -> None:
+    seen: list[dict] = []
+    result = train(_config(tmp_path, str(text)), callbacks=[seen.append])
+    folder = RunFolder(tmp_path / "run")
+    assert result.stopped == "finished" and result.step == len(seen) == 4  # 2 epochs of 108k words
+    assert seen[-1]["total"] == 4 and seen[0]["epoch"] == 1 and seen[-1]["epoch"] == 2
+    vectors = load_vectors(folder.vectors)
+    assert sorted(vectors.words) == sorted(set(WORDS))
+    assert torch.equal(vectors.vectors, result.model.vectors.inputs)
+    theirs = KeyedVectors.load_word2vec_format(str(folder.vectors), binary=True)
+    assert theirs.index_to_key == vectors.words
+    records = folder.read_metrics()
+    assert [r["step"] for r in records if "train_loss" in r] == [1, 2, 3, 4]
+    assert records[-1]["wordsim353_coverage"] > 0 and "analogy" in records[-1]
+    assert folder.curves.is_file() and folder.run_config.is_file()
+
+
+def test_a_stopped_run_resumes_to_the_same_vectors(tmp_path: Path, text: Path) -> None:
+    whole = train(_config(tmp_path, str(text), out="whole")).model.vectors.inputs
+
+    def stop_after_the_first_step(info: dict) -> None:
+        if info["step"] == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: the step is finished and saved
+
+    config = _config(tmp_path, str(text), out="broken")
+    first = train(config, callbacks=[stop_after_the_first_step])
+    assert first.stopped == "interrupted" and first.step == 1
+    with pytest.raises(AttnkitError, match="already holds a run; pass --resume"):
+        train(config)
+    resumed = train(config, resume=True)
+    assert resumed.stopped == "finished" and resumed.step == 4
+    assert torch.equal(resumed.model.vectors.inputs, whole)
+
+
+def test_resuming_without_a_run_or_with_other_text_says_so(tmp_path: Path, text: Path) -> None:
+    config = _config(tmp_path, str(text))
+    with pytest.raises(AttnkitError, match="holds no word2vec run to resume"):
+        train(config, resume=True)
+    train(config)
+    text.write_text("other words entirely\n", encoding="utf-8")
+    with pytest.raises(AttnkitError, match=r"vocabulary of .* differs"):
+        train(config, resume=True)
+
+
+def test_words_and_the_text_of_each_corpus(tmp_path: Path) -> None:
+    assert word2vec_task.split_words("Don't stop, 2 cats! l’homme _x_") == [
+        "Don't", "stop", "2", "cats", "l’homme", "x",
+    ]  # fmt: skip
+    folder = tmp_path / "parallel"
+    folder.mkdir()
+    (folder / "train.de").write_text("Ein Hund.\n", encoding="utf-8")
+    (folder / "train.en").write_text("A dog.\n", encoding="utf-8")
+    data = _config(tmp_path, str(folder)).data
+    assert word2vec_task.sentences(data) == [["ein", "hund"], ["a", "dog"]]
+    with pytest.raises(AttnkitError, match="word2vec learns from running text"):
+        word2vec_task.sentences(_config(tmp_path, "cmudict").data)
