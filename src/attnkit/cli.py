@@ -21,6 +21,7 @@ from attnkit.cli_decoding import (
     generation_config,
     load_run_of,
 )
+from attnkit.cli_embed import add_embed_parser
 from attnkit.errors import AttnkitError
 
 log = logging.getLogger("attnkit")
@@ -314,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=int, default=256, help="language-model context per block")
     p.add_argument("--output", help="also write the translations here")
     p.set_defaults(func=cmd_eval)
+
+    add_embed_parser(sub)
 
     hf_folder = "a Hugging Face folder (config.json, model.safetensors): gpt2, bert or marian"
     for name, func, folders in (

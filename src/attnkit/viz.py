@@ -1,7 +1,11 @@
-"""Pictures: attention heat maps and training curves.
+"""Pictures: attention heat maps, training curves, word vectors and positional encodings.
 
 An attention map shows, for each query token (row), how its attention
 weights softmax(QK^T / sqrt(d_k)) spread over the key tokens (columns).
+Word vectors are drawn projected on their first two principal components;
+the sinusoidal encoding PE(p, 2i) = sin(p w_i), PE(p, 2i + 1) = cos(p w_i),
+w_i = 10000^(-2i/d), as a heat map, as curves, and through the dot product
+PE(p) . PE(p + k) = sum_i cos(k w_i), which depends on the offset k alone.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ import matplotlib.pyplot as plt
 import torch
 from torch import Tensor
 
+from attnkit.embeddings.vectors import WordVectors
+from attnkit.errors import AttnkitError
 from attnkit.models import EncoderDecoder
+from attnkit.nn.positional import sinusoidal_table
 
 
 def plot_attention(
@@ -128,6 +135,58 @@ def plot_curves(records: Sequence[dict[str, float]], path: str | Path) -> Path:
             twin.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
             lines += twin.get_lines()
         ax.legend(lines, [line.get_label() for line in lines], fontsize=8)
+    return _save(fig, path)
+
+
+def plot_word_vectors(vectors: WordVectors, words: Sequence[str], path: str | Path) -> Path:
+    """The chosen words' vectors projected on their first two principal components, labelled."""
+    if len(words) < 3:
+        raise AttnkitError("a picture of word vectors needs at least three words.")
+    points = torch.stack([vectors[w] for w in words]).double()
+    points = points - points.mean(0)
+    _, s, v = torch.linalg.svd(points, full_matrices=False)
+    xy = (points @ v[:2].T).numpy()
+    share = (s[:2] ** 2 / (s**2).sum()).tolist()
+    fig, ax = plt.subplots(figsize=(7, 6))
+    ax.scatter(xy[:, 0], xy[:, 1], s=14)
+    for (x, y), word in zip(xy.tolist(), words, strict=True):
+        ax.annotate(word, (x, y), xytext=(3, 3), textcoords="offset points", fontsize=9)
+    ax.set_xlabel(f"principal component 1 ({100 * share[0]:.0f}% of the variance)")
+    ax.set_ylabel(f"principal component 2 ({100 * share[1]:.0f}%)")
+    ax.set_title(f"{len(words)} word vectors of dimension {vectors.dim}", fontsize=10)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_positional_encoding(path: str | Path, d_model: int = 128, length: int = 100) -> Path:
+    """The sinusoidal encoding as a heat map (positions x dimensions), five dimensions as
+    curves over the positions, and PE(p) . PE(p + k) against k from three positions p."""
+    if d_model < 8 or d_model % 2 or length < 8:
+        raise AttnkitError("the picture needs an even d_model and a length, both 8 or more.")
+    table = sinusoidal_table(length, d_model).double()
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    image = axes[0].imshow(
+        table.T.numpy(), aspect="auto", cmap="RdBu", vmin=-1, vmax=1, origin="lower"
+    )
+    axes[0].set(xlabel="position p", ylabel="dimension", title="PE(p, dimension)")
+    fig.colorbar(image, ax=axes[0], fraction=0.04)
+    for dim in (0, 1, 8, d_model // 4, d_model // 2):
+        axes[1].plot(table[:, dim].numpy(), label=f"dim {dim} ({'sin' if dim % 2 == 0 else 'cos'})")
+    axes[1].set(xlabel="position p", title="a wavelength per dimension pair")
+    axes[1].legend(fontsize=8)
+    offsets = torch.arange(length // 2)
+    for start in (0, length // 4, length // 2 - 1):
+        dots = table[start + offsets] @ table[start]
+        axes[2].plot(
+            offsets.numpy(),
+            dots.numpy(),
+            label=f"from p = {start}",
+            linestyle="-" if start else "--",
+        )
+    axes[2].set(xlabel="offset k", title="PE(p) . PE(p + k): the same for every p")
+    axes[2].legend(fontsize=8)
+    for ax in axes[1:]:
+        ax.grid(alpha=0.3)
     return _save(fig, path)
 
 

@@ -1,0 +1,126 @@
+"""`attnkit embed`: word vectors from the command line.
+
+VECTORS is a word2vec run folder (its vectors.bin) or a vector file in the
+word2vec text or binary format or GloVe's text format (told apart by itself).
+
+    attnkit embed nearest VECTORS WORD [-k 10]
+    attnkit embed similarity VECTORS WORD WORD
+    attnkit embed analogy VECTORS A B C        A is to B as C is to ?  (B - A + C)
+    attnkit embed eval VECTORS                 WordSim-353, SimLex-999, Google analogies
+    attnkit embed export VECTORS OUT [--binary]
+    attnkit embed plot VECTORS PNG WORD...     the words on their first two principal components
+    attnkit embed positions PNG                the sinusoidal positional encoding, three ways
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_embed_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("embed", help="query, score, export and draw word vectors")
+    commands = p.add_subparsers(dest="embed_command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, func, words: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+        q = commands.add_parser(name, help=help)
+        q.add_argument("vectors", help="a word2vec run folder or a vector file")
+        for word in words:
+            q.add_argument(word)
+        q.add_argument("--format", default="auto", help="word2vec, word2vec-binary or glove")
+        q.add_argument("--limit", type=int, help="read only the first N words")
+        q.set_defaults(func=func)
+        return q
+
+    q = command("nearest", "the words closest to a word", cmd_nearest, ("word",))
+    q.add_argument("-k", type=int, default=10, help="how many (default 10)")
+    command("similarity", "the cosine of two words", cmd_similarity, ("word", "other"))
+    q = command("analogy", "A is to B as C is to ? (3CosAdd)", cmd_analogy, ("a", "b", "c"))
+    q.add_argument("-k", type=int, default=5, help="how many answers (default 5)")
+    q = command("eval", "Spearman on WordSim-353 and SimLex-999, analogy accuracy", cmd_eval)
+    q.add_argument("--restrict", type=int, default=300_000, help="search the first N words")
+    q = command("export", "write the vectors in word2vec's text or binary format", cmd_export)
+    q.add_argument("out", help="the file to write")
+    q.add_argument("--binary", action="store_true", help="the binary format (default: text)")
+    q = command("plot", "draw words on their first two principal components", cmd_plot)
+    q.add_argument("png", help="the picture to write")
+    q.add_argument("words", nargs="+", help="three words or more")
+
+    q = commands.add_parser("positions", help="draw the sinusoidal positional encoding")
+    q.add_argument("png", help="the picture to write")
+    q.add_argument("--d-model", type=int, default=128)
+    q.add_argument("--length", type=int, default=100, help="positions drawn")
+    q.set_defaults(func=cmd_positions)
+
+
+def _load(args: argparse.Namespace):
+    from attnkit.embeddings.vectors import load_vectors
+    from attnkit.run import RunFolder
+
+    path = Path(args.vectors)
+    if path.is_dir():
+        path = RunFolder(path).vectors
+    return load_vectors(path, format=args.format, limit=args.limit)
+
+
+def _print_scored(rows: list[tuple[str, float]]) -> None:
+    for word, score in rows:
+        print(f"{score:.4f}  {word}")
+
+
+def cmd_nearest(args: argparse.Namespace) -> int:
+    _print_scored(_load(args).nearest(args.word, k=args.k))
+    return 0
+
+
+def cmd_similarity(args: argparse.Namespace) -> int:
+    print(f"{_load(args).similarity(args.word, args.other):.4f}")
+    return 0
+
+
+def cmd_analogy(args: argparse.Namespace) -> int:
+    _print_scored(_load(args).analogy(args.a, args.b, args.c, k=args.k))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from attnkit.embeddings import evaluation
+
+    vectors = _load(args)
+    print(f"{len(vectors)} words of dimension {vectors.dim}")
+    for name, title in (("wordsim353", "WordSim-353"), ("simlex999", "SimLex-999")):
+        score = evaluation.word_similarity(vectors, evaluation.benchmark_file(name), args.restrict)
+        print(
+            f"{title:<12} Spearman {score.spearman:.3f}  ({score.pairs} of {score.total} pairs, "
+            f"{100 * score.coverage:.0f}%)"
+        )
+    score = evaluation.analogies(vectors, evaluation.benchmark_file("analogies"), args.restrict)
+    parts = [score.part(semantic=True), score.part(semantic=False)]
+    share = f"{score.correct} of {score.asked} asked; {score.total} questions, "
+    print(f"{'analogies':<12} accuracy {score.accuracy:.1%}  ({share}{score.coverage:.0%} asked)")
+    for (correct, asked), kind in zip(parts, ("semantic", "syntactic"), strict=True):
+        print(f"  {kind:<10} {100 * correct / max(asked, 1):.1f}%  ({correct} of {asked})")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from attnkit.embeddings.vectors import save_vectors
+
+    vectors = _load(args)
+    out = save_vectors(vectors, args.out, binary=args.binary)
+    print(f"wrote {len(vectors)} vectors of dimension {vectors.dim} to {out}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from attnkit.viz import plot_word_vectors
+
+    print(f"wrote {plot_word_vectors(_load(args), args.words, args.png)}")
+    return 0
+
+
+def cmd_positions(args: argparse.Namespace) -> int:
+    from attnkit.viz import plot_positional_encoding
+
+    print(f"wrote {plot_positional_encoding(args.png, args.d_model, args.length)}")
+    return 0
