@@ -3,6 +3,7 @@ that end where an unbroken run ends, and the text it reads."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from pathlib import Path
@@ -13,10 +14,11 @@ from gensim.models import KeyedVectors
 
 from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
+from attnkit.nn.embedding import TokenEmbedding
 from attnkit.run import RunFolder
 from attnkit.train import word2vec_task
 from attnkit.train.run_config import RunConfig
-from attnkit.train.tasks import train
+from attnkit.train.tasks import build_task, train
 
 # words of WordSim-353 and SimLex-999 pairs among them, so that both score
 WORDS = [
@@ -116,3 +118,36 @@ def test_words_and_the_text_of_each_corpus(tmp_path: Path) -> None:
     assert word2vec_task.sentences(data) == [["ein", "hund"], ["a", "dog"]]
     with pytest.raises(AttnkitError, match="word2vec learns from running text"):
         word2vec_task.sentences(_config(tmp_path, "cmudict").data)
+
+
+def test_a_translation_model_starts_from_a_word2vec_runs_vectors(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "parallel"
+    folder.mkdir()
+    for split in ("train", "val"):
+        (folder / f"{split}.de").write_text("ein hund läuft\nzwei katzen\n" * 50, encoding="utf-8")
+        (folder / f"{split}.en").write_text("a dog runs\ntwo cats\n" * 50, encoding="utf-8")
+    vectors = train(_config(tmp_path, str(folder), out="w2v")).model.word_vectors()
+    config = RunConfig.from_dict(
+        {
+            "model": {"d_model": 8, "n_heads": 2, "d_ff": 16, "n_encoder_layers": 1,
+                      "n_decoder_layers": 1, "tie_embeddings": "all"},
+            "data": {"task": "translation", "corpus": str(folder), "tokenizer": "word",
+                     "vocab_size": 40, "lowercase": True},
+            "train": {"out_dir": str(tmp_path / "mt"), "init_embeddings": str(tmp_path / "w2v")},
+        }
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO):
+        setup = build_task(config)
+    assert "init_embeddings: 10 of 10 tokens found" in caplog.text  # every word of the text
+    (table,) = {m.weight for m in setup.model.modules() if isinstance(m, TokenEmbedding)}  # tied
+    row = table[setup.tokenizer.token_to_id("hund")]
+    assert torch.nn.functional.cosine_similarity(row, vectors["hund"], dim=0) > 0.9999
+
+    bad = RunConfig.from_dict({**config.to_dict(), "train": {"init_embeddings": "nowhere"}})
+    with pytest.raises(AttnkitError, match="'nowhere' is neither a vector file nor"):
+        build_task(bad)
+    both = {"init_embeddings": str(tmp_path / "w2v"), "init_from": str(tmp_path / "w2v")}
+    with pytest.raises(AttnkitError, match="unset one of them"):
+        build_task(RunConfig.from_dict({**config.to_dict(), "train": both}))

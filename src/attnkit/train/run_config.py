@@ -166,10 +166,14 @@ class TrainSection:
         (`train/host_memory.py`; it applies to the whole process).
     init_from: a run folder whose model (config and weights) and tokenizer
         start this run, to fine-tune it; the [model] section is then not used.
+    init_embeddings: word vectors (a word2vec run folder, or a word2vec or GloVe
+        file) that start the token embeddings of a new model, for the tokens
+        that stand for a word they have (`attnkit.embeddings.pretrained`).
     """
 
     out_dir: str = "runs/run"
     init_from: str = ""
+    init_embeddings: str = ""
     seed: int = 0
     steps: int = 1000
     max_minutes: float = 0.0

@@ -43,6 +43,8 @@ from attnkit.data.batch import Batch
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.data.sources import corpus_text, text_files
+from attnkit.embeddings.pretrained import init_embeddings
+from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
@@ -219,7 +221,17 @@ def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> Transfor
     model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
     model_config = with_decoding_ids(model_config, tokenizer)
     torch.manual_seed(config.train.seed)
-    return build_model(model_config)
+    model = build_model(model_config)
+    if config.train.init_embeddings:
+        vectors = load_vectors(_vector_file(config.train.init_embeddings))
+        coverage = init_embeddings(model, tokenizer, vectors)
+        log.info("train.init_embeddings: %s", coverage.describe())
+    return model
+
+
+def _vector_file(path: str) -> Path:
+    """A vector file, or the vectors.bin of a word2vec run folder."""
+    return RunFolder(path).vectors if Path(path).is_dir() else Path(path)
 
 
 # -- batches ------------------------------------------------------------------------------------

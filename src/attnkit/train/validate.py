@@ -62,6 +62,19 @@ def validate(config: RunConfig) -> None:
         f"eval.metric {config.eval.metric!r} is not computed for data.task {task!r}; "
         f"choose one of {', '.join(metrics)}",
     )
+    check(
+        not (config.train.init_embeddings and config.train.init_from),
+        "train.init_embeddings starts a new model's embeddings, but train.init_from's model "
+        "is trained already; unset one of them",
+    )
+    vectors = Path(config.train.init_embeddings)
+    check(
+        not config.train.init_embeddings
+        or vectors.is_file()
+        or RunFolder(vectors).vectors.is_file(),
+        f"train.init_embeddings {str(vectors)!r} is neither a vector file nor a word2vec run "
+        "folder holding vectors.bin",
+    )
     _check_beyond_teacher_forcing(config)
     _check_guided_attention(config)
     _check_model(config)
