@@ -56,6 +56,9 @@ BENCHMARKS = {
     "parity": Benchmark(
         "bench.interop_parity", "largest difference of imported HF models from transformers"
     ),
+    "word2vec": Benchmark(
+        "bench.bench_word2vec", "word2vec skip-gram and CBOW against gensim: words/s and quality"
+    ),
     "exposure": Benchmark(
         "bench.bench_exposure",
         "steps with scheduled sampling, self-critical and minimum risk vs teacher forcing",

@@ -26,6 +26,11 @@ FLAGS = (*kernels.BASE_FLAGS, *(kernels.AVX2_FLAGS if kernels.avx2_cpu() else ()
 _P, _I64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
 
+def build() -> None:
+    """Build (or find) the C loop now, not at the first update."""
+    _library()
+
+
 @functools.cache
 def _library() -> ctypes.CDLL:
     library = kernels.load(SOURCE, FLAGS, "word2vec cannot train")
