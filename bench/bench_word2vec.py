@@ -3,8 +3,9 @@
     python -m bench word2vec --threads 2 --reps 3
     python -m bench word2vec --corpus my_text.txt --epochs 5
 
-The same text (by default the English side of Multi30k's training split and
-Tiny Shakespeare, 550k words; `--corpus` adds a text file), made into words the
+The same text (by default the English side of Multi30k's training split, Tiny
+Shakespeare and the 206 Wikipedia articles of the dump sample in gensim's test
+data, 1.0M words; `--corpus` adds a text file), made into words the
 same way (`attnkit.train.word2vec_task.split_words`, lower-cased), and the same
 hyper-parameters (dimension 100, window 5, 5 negatives, sample 1e-3, min_count 5,
 5 epochs, alpha 0.025 to 1e-4) go to attnkit's word2vec and to gensim's, which
@@ -40,6 +41,18 @@ def default_text(data_dir: Path) -> list[str]:
     with gzip.open(data_dir / "multi30k" / "train.en.gz", "rt", encoding="utf-8") as f:
         lines = f.read().splitlines()
     return lines + list(read_lines(data_dir / "tinyshakespeare" / "input.txt"))
+
+
+def wikipedia_lines() -> list[str]:
+    """The text of the Wikipedia articles in gensim's test data, markup removed by gensim."""
+    import bz2
+
+    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
+    from gensim.test.utils import datapath
+
+    name = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+    with bz2.open(datapath(name)) as f:
+        return [line for _, text, _ in extract_pages(f) for line in filter_wiki(text).splitlines()]
 
 
 def scores(vectors: WordVectors) -> dict[str, float]:
@@ -117,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="also write OUT.json and OUT.md")
     args = parser.parse_args(argv)
-    lines = default_text(args.data_dir) + (list(read_lines(args.corpus)) if args.corpus else [])
+    lines = default_text(args.data_dir) + wikipedia_lines()
+    lines += list(read_lines(args.corpus)) if args.corpus else []
     sentences = [words for line in lines if (words := split_words(line.lower()))]
     total = sum(map(len, sentences))
     torch.set_num_threads(args.threads)
