@@ -20,6 +20,7 @@ def test_the_recipes_are_all_here():
         "multi30k_en_de",
         "tinyshakespeare_char",
         "cmudict_g2p",
+        "word2vec",
     }
 
 
@@ -38,11 +39,17 @@ def test_recipe_trains_and_evaluates(recipe: Path, data_dir: Path, tmp_path: Pat
     ]
     if config.data.task == "translation":
         overrides.append("data.max_tokens=600")  # small batches: a smoke test, not a run
+    if config.data.task == "word2vec":  # no steps to cap: one epoch of the real text
+        overrides.append("word2vec.epochs=1")
     if config.train.init_from:  # a fine-tuning recipe: a tiny run stands in for its base
         base = tiny_run(tmp_path / "base", "encoder-decoder")
         overrides.append(f"train.init_from={base}")
     assert main(["train", str(recipe), *(a for o in overrides for a in ("--set", o))]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    if config.data.task == "word2vec":
+        assert records[-1]["wordsim353_coverage"] > 0.2 and records[0]["epoch"] == 1
+        assert (tmp_path / "run" / "vectors.bin").is_file()
+        return
     assert records[-1]["step"] == 2
     assert config.eval.metric in records[-1]
     assert (tmp_path / "run" / "model.safetensors").is_file()
