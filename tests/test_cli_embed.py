@@ -73,3 +73,9 @@ def test_mistakes_are_one_sentence(
     assert "even d_model" in capsys.readouterr().err
     assert main(["embed", "eval", str(tmp_path / "missing.txt")]) == 2
     assert "no vector file" in capsys.readouterr().err
+
+
+def test_counts_must_be_positive(vectors: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["embed", "nearest", str(vectors), "king", "-k", "0"])
+    assert "a whole number of 1 or more is needed, not '0'" in capsys.readouterr().err

@@ -28,17 +28,17 @@ def add_embed_parser(sub: argparse._SubParsersAction) -> None:
         for word in words:
             q.add_argument(word)
         q.add_argument("--format", default="auto", help="word2vec, word2vec-binary or glove")
-        q.add_argument("--limit", type=int, help="read only the first N words")
+        q.add_argument("--limit", type=_positive, help="read only the first N words")
         q.set_defaults(func=func)
         return q
 
     q = command("nearest", "the words closest to a word", cmd_nearest, ("word",))
-    q.add_argument("-k", type=int, default=10, help="how many (default 10)")
+    q.add_argument("-k", type=_positive, default=10, help="how many (default 10)")
     command("similarity", "the cosine of two words", cmd_similarity, ("word", "other"))
     q = command("analogy", "A is to B as C is to ? (3CosAdd)", cmd_analogy, ("a", "b", "c"))
-    q.add_argument("-k", type=int, default=5, help="how many answers (default 5)")
+    q.add_argument("-k", type=_positive, default=5, help="how many answers (default 5)")
     q = command("eval", "Spearman on WordSim-353 and SimLex-999, analogy accuracy", cmd_eval)
-    q.add_argument("--restrict", type=int, default=300_000, help="search the first N words")
+    q.add_argument("--restrict", type=_positive, default=300_000, help="search the first N words")
     q = command("export", "write the vectors in word2vec's text or binary format", cmd_export)
     q.add_argument("out", help="the file to write")
     q.add_argument("--binary", action="store_true", help="the binary format (default: text)")
@@ -51,6 +51,12 @@ def add_embed_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--d-model", type=int, default=128)
     q.add_argument("--length", type=int, default=100, help="positions drawn")
     q.set_defaults(func=cmd_positions)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of 1 or more is needed, not {text!r}")
+    return int(text)
 
 
 def _load(args: argparse.Namespace):

@@ -42,7 +42,7 @@ def read_lines(path: PathLike, *, keepends: bool = False) -> Iterator[str]:
     because a newline is part of its token stream.
     """
     path = Path(path)
-    with _open_binary(path) as stream:
+    with open_binary(path) as stream:
         yield from decode_lines(stream, str(path), keepends=keepends)
 
 
@@ -130,7 +130,8 @@ def nearest_folder(path: PathLike) -> tuple[Path, bool]:
     return nearest, True
 
 
-def _open_binary(path: Path) -> IO[bytes]:
+def open_binary(path: Path) -> IO[bytes]:
+    """A file's bytes, ungzipped if its name ends in `.gz`."""
     if not path.is_file():
         raise AttnkitError(f"no text file at {path}; check the path")
     return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")

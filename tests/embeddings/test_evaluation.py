@@ -60,7 +60,7 @@ def test_analogies_equal_gensim_section_by_section(tmp_path: Path) -> None:
     ours.vectors[d] = ours.unit[b] - ours.unit[a] + ours.unit[c]
     theirs.vectors[d] = ours.vectors[d].numpy()
     theirs.fill_norms(force=True)
-    ours._unit = None
+    ours = WordVectors(ours.words, ours.vectors)  # a new object: its unit vectors are made anew
 
     score = analogies(ours, path)
     total, graded = theirs.evaluate_word_analogies(str(path))
@@ -91,3 +91,30 @@ def test_unknown_benchmarks_and_files_say_so(tmp_path: Path) -> None:
     (tmp_path / "q.txt").write_text("a b c d\n", encoding="utf-8")
     with pytest.raises(AttnkitError, match='after a ": section" line'):
         analogies(ours, tmp_path / "q.txt")
+
+
+def test_analogies_compare_spellings_as_gensim_does(tmp_path: Path) -> None:
+    # "Iraq" is the frequent spelling, "iraq" the one nearest to the answer; "GREECE", a
+    # spelling of a question's word, is nearer still and must be passed over
+    words = ["athens", "greece", "baghdad", "Iraq", "GREECE", "iraq", "cairo", "egypt"]
+    torch.manual_seed(0)
+    table = torch.randn(len(words), 6)
+    target = table[1] - table[0] + table[2]
+    table[4] = target * 1.0
+    table[5] = target + 0.01 * torch.randn(6)
+    path = tmp_path / "questions.txt"
+    path.write_text(": capital\nAthens Greece Baghdad Iraq\nAthens Greece Cairo Egypt\n")
+    ours = WordVectors(words, table)
+    theirs = KeyedVectors(vector_size=6)
+    theirs.add_vectors(words, table.numpy())
+    score = analogies(ours, path)
+    accuracy, graded = theirs.evaluate_word_analogies(str(path))
+    assert (score.correct, score.asked) == (len(graded[-1]["correct"]), 2)
+    assert score.correct >= 1 and score.accuracy == pytest.approx(accuracy)
+
+
+def test_a_score_that_is_not_a_number_is_named(tmp_path: Path) -> None:
+    (tmp_path / "pairs.txt").write_text("cat\tdog\thigh\n", encoding="utf-8")
+    ours, _ = _both(["cat", "dog"])
+    with pytest.raises(AttnkitError, match="line 1: the score 'high' is not a number"):
+        word_similarity(ours, tmp_path / "pairs.txt")

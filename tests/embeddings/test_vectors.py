@@ -3,6 +3,7 @@ brute force."""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import numpy as np
@@ -116,3 +117,37 @@ def test_bad_input_says_what_is_wrong(tmp_path: Path) -> None:
         load_vectors(tmp_path / "short.txt", format="fasttext")
     with pytest.raises(AttnkitError, match="one row per word"):
         WordVectors(["a", "b"], torch.zeros(3, 2))
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_gzipped_files_load_as_the_plain_ones(tmp_path: Path, binary: bool) -> None:
+    path = save_vectors(_vectors(), tmp_path / "v", binary=binary)
+    zipped = tmp_path / "v.gz"
+    zipped.write_bytes(gzip.compress(path.read_bytes()))
+    back = load_vectors(zipped)
+    assert back.words == WORDS and torch.equal(back.vectors, _vectors().vectors)
+
+
+def test_a_binary_file_of_dimension_one_is_not_taken_for_text(tmp_path: Path) -> None:
+    vectors = WordVectors(["a", "b"], torch.zeros(2, 1))
+    path = save_vectors(vectors, tmp_path / "v.bin", binary=True)
+    assert torch.equal(load_vectors(path).vectors, torch.zeros(2, 1))
+
+
+def test_broken_files_say_what_is_wrong(tmp_path: Path) -> None:
+    glove = tmp_path / "glove.txt"
+    glove.write_text("the 1 2 3\ncat 4 5 6\n", encoding="utf-8")
+    with pytest.raises(AttnkitError, match="does not begin with word2vec's header"):
+        load_vectors(glove, format="word2vec")
+    with pytest.raises(AttnkitError, match="does not begin with word2vec's header"):
+        load_vectors(glove, format="word2vec-binary")
+    (tmp_path / "nan.txt").write_text("the 1 x 3\n", encoding="utf-8")
+    with pytest.raises(AttnkitError, match="line 1: a value is not a number"):
+        load_vectors(tmp_path / "nan.txt")
+    path = save_vectors(_vectors(), tmp_path / "v.bin", binary=True)
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(path.read_bytes()[:-30])
+    with pytest.raises(AttnkitError, match="ends after 7 of its 8 vectors"):
+        load_vectors(cut)
+    with pytest.raises(AttnkitError, match="limit on the words read must be 1 or more"):
+        load_vectors(path, limit=0)

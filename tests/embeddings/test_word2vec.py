@@ -42,7 +42,7 @@ def test_the_alias_table_draws_the_noise_distribution_exactly() -> None:
     probs = noise_distribution(COUNTS)
     table = AliasTable(probs)
     assert table.probabilities().tolist() == pytest.approx(probs.tolist(), abs=1e-15)
-    draws = table.sample((200_000,), torch.Generator().manual_seed(0))
+    draws = sgns.draw(table.own, table.alias, 200_000, seed=0)  # the C loop's own sampler
     freq = torch.bincount(draws, minlength=5).double() / len(draws)
     assert freq.tolist() == pytest.approx(probs.tolist(), abs=4e-3)
 
@@ -178,3 +178,32 @@ def test_bad_settings_say_which() -> None:
         Word2VecConfig(window=0)
     with pytest.raises(AttnkitError, match=r"must not exceed word2vec\.alpha"):
         Word2VecConfig(alpha=0.01, min_alpha=0.1)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 7])
+def test_every_thread_count_makes_each_update_once(threads: int) -> None:
+    # window 1, no subsampling: skip-gram updates 2 (n - 1) times a sentence, CBOW n times
+    sentences = [[f"w{i % 7}" for i in range(n)] for n in (1, 2, 5, 9, 3, 30, 4, 2, 11)]
+    for architecture, expected in (("skip-gram", 2 * (67 - 9)), ("cbow", 67 - 1)):
+        config = Word2VecConfig(architecture=architecture, window=1, sample=0, min_count=1)
+        model = Word2Vec(*count_words(sentences, 1), config)
+        _, updates = model.train_pass(
+            model.encode(sentences), (0.025, 0.0), seed=0, threads=threads
+        )
+        assert updates == expected
+
+
+def test_the_c_loop_refuses_what_it_cannot_index() -> None:
+    vectors = _vectors()
+    with pytest.raises(AttnkitError, match="at least one input word"):
+        sgns.update(vectors, torch.tensor([], dtype=torch.long), 1, torch.tensor([2]), 0.1)
+    with pytest.raises(AttnkitError, match="target holds ids outside the 4 words"):
+        sgns.update(vectors, torch.tensor([0]), 4, torch.tensor([2]), 0.1)
+    model = Word2Vec(["a", "b"], torch.tensor([2.0, 1.0]), Word2VecConfig(min_count=1))
+    corpus = model.encode([["a", "b"]])
+    with pytest.raises(AttnkitError, match="1 thread or more"):
+        model.train_pass(corpus, (0.1, 0.1), seed=0, threads=0)
+    with pytest.raises(AttnkitError, match="sentence starts must rise"):
+        sgns.train(
+            model.vectors, corpus.ids, torch.tensor([0, 1]), model.sampling, (0.1, 0.1), 0, 1
+        )

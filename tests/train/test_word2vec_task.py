@@ -151,3 +151,25 @@ def test_a_translation_model_starts_from_a_word2vec_runs_vectors(
     both = {"init_embeddings": str(tmp_path / "w2v"), "init_from": str(tmp_path / "w2v")}
     with pytest.raises(AttnkitError, match="unset one of them"):
         build_task(RunConfig.from_dict({**config.to_dict(), "train": both}))
+
+
+def test_a_killed_run_resumes_from_its_last_save_and_records_each_step_once(
+    tmp_path: Path, text: Path
+) -> None:
+    config = _config(tmp_path, str(text))
+
+    def die_in_the_second_epoch(info: dict) -> None:
+        if info["step"] == 3:  # after epoch 1's save at step 2, before the next
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        train(config, callbacks=[die_in_the_second_epoch])
+    folder = RunFolder(tmp_path / "run")
+    assert [r["step"] for r in folder.read_metrics()] == [1, 2, 3]
+    assert train(config, resume=True).step == 4
+    steps = [r["step"] for r in folder.read_metrics() if "train_loss" in r]
+    assert steps == [1, 2, 3, 4]
+
+    other = _config(tmp_path, str(text), window=2)
+    with pytest.raises(AttnkitError, match="trained with other window; resume with the settings"):
+        train(other, resume=True)

@@ -103,9 +103,15 @@ def word_similarity(
             )
         total += 1
         a, b = lookup.get(fields[0].lower()), lookup.get(fields[1].lower())
+        try:
+            score = float(fields[2])
+        except ValueError:
+            raise AttnkitError(
+                f"{path}, line {number}: the score {fields[2]!r} is not a number."
+            ) from None
         if a is not None and b is not None:
             ours.append(float(vectors.unit[a] @ vectors.unit[b]))
-            theirs.append(float(fields[2]))
+            theirs.append(score)
     if len(ours) < 2:
         raise AttnkitError(f"the vectors know both words of fewer than two pairs of {path}.")
     x, y = torch.tensor(ours, dtype=torch.float64), torch.tensor(theirs, dtype=torch.float64)
@@ -113,7 +119,7 @@ def word_similarity(
 
 
 def analogies(
-    vectors: WordVectors, path: PathLike, restrict: int = 300_000, chunk: int = 1024
+    vectors: WordVectors, path: PathLike, restrict: int = 300_000, chunk: int = 128
 ) -> AnalogyScore:
     """Accuracy on a questions-words file (": section" lines, then "a b c d" a line)."""
     lookup = _lowercase_lookup(vectors, restrict)
@@ -138,24 +144,30 @@ def analogies(
     if total == 0:
         raise AttnkitError(f"{path} holds no analogy questions.")
     unit = vectors.unit[:restrict]
+    # each row stands for its word's most frequent spelling, which the questions' ids are
+    spelling = torch.tensor([lookup[w.lower()] for w in vectors.words[:restrict]], dtype=torch.long)
     scores = {
-        name: (_answer(unit, torch.tensor(q, dtype=torch.long).view(-1, 4), chunk), len(q))
+        name: (
+            _answer(unit, spelling, torch.tensor(q, dtype=torch.long).view(-1, 4), chunk),
+            len(q),
+        )
         for name, q in sections.items()
     }
     correct = sum(c for c, _ in scores.values())
     return AnalogyScore(correct, sum(n for _, n in scores.values()), total, scores)
 
 
-def _answer(unit: Tensor, questions: Tensor, chunk: int) -> int:
-    """How many questions have d as the nearest word to u_b - u_a + u_c, a, b, c left out."""
+def _answer(unit: Tensor, spelling: Tensor, questions: Tensor, chunk: int) -> int:
+    """How many questions have d as the word nearest to u_b - u_a + u_c, every spelling of
+    a, b and c left out and any spelling of d right (gensim's case-blind comparison)."""
     correct = 0
     for rows in questions.split(chunk):
         a, b, c, d = rows.unbind(1)
         query = unit[b] - unit[a] + unit[c]
         scores = (query / query.norm(dim=1, keepdim=True).clamp_min(1e-12)) @ unit.T
-        for given in (a, b, c):
-            scores.scatter_(1, given[:, None], -torch.inf)
-        correct += int((scores.argmax(1) == d).sum())
+        given = (spelling == a[:, None]) | (spelling == b[:, None]) | (spelling == c[:, None])
+        scores.masked_fill_(given, -torch.inf)
+        correct += int((spelling[scores.argmax(1)] == d).sum())
     return correct
 
 

@@ -35,7 +35,7 @@ class Coverage:
     examples: tuple[str, ...]
 
     def describe(self) -> str:
-        total = self.found + self.missing
+        total = max(self.found + self.missing, 1)
         shown = ", ".join(self.examples)
         return (
             f"{self.found} of {total} tokens found in the vectors ({self.found / total:.0%}), "

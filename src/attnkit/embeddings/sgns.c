@@ -56,6 +56,19 @@ static inline double log_sigmoid(double x) {
     return x >= 0 ? -log1p(exp(-x)) : x - log1p(exp(x));
 }
 
+/* A word drawn from the alias table: slot s holds s with probability own[s], else alias[s]. */
+static inline int64_t draw(const double *own, const int64_t *alias, int64_t n, uint64_t *state) {
+    int64_t slot = (int64_t)(next_random(state) % (uint64_t)n);
+    return uniform(state) < own[slot] ? slot : alias[slot];
+}
+
+/* `count` draws into out[], for tests of the very sampler the loop uses. */
+void sgns_draw(const double *own, const int64_t *alias, int64_t n, int64_t count, uint64_t seed,
+               int64_t *out) {
+    uint64_t state = seed;
+    for (int64_t i = 0; i < count; ++i) out[i] = draw(own, alias, n, &state);
+}
+
 /* The output side of one update: h predicts `target` against the negatives. Moves their
  * output vectors, adds h's step to step_h, and returns the loss before the update. */
 static double output_step(const float *h, float *out, int64_t d, int64_t target,
@@ -113,6 +126,10 @@ static double train_share(const corpus_t *c, int64_t first, int64_t last, float 
     int64_t *negatives = malloc((c->k + 1) * sizeof(int64_t));
     float *work = malloc(2 * c->d * sizeof(float));
     double loss = 0.0;
+    if (!kept || !context || !negatives || !work || words == 0) {
+        free(kept), free(context), free(negatives), free(work);
+        return words == 0 ? 0.0 : NAN; /* NaN: no memory, which sgns.py reports */
+    }
     int64_t done = 0;
     uint64_t state = seed;
     for (int64_t s = first; s < last; ++s) {
@@ -130,10 +147,7 @@ static double train_share(const corpus_t *c, int64_t first, int64_t last, float 
             if (m == 0) continue;
             int updates = c->cbow ? 1 : (int)m;
             for (int u = 0; u < updates; ++u) {
-                for (int j = 0; j < c->k; ++j) {
-                    int64_t slot = (int64_t)(next_random(&state) % (uint64_t)c->vocab);
-                    negatives[j] = uniform(&state) < c->own[slot] ? slot : c->alias[slot];
-                }
+                for (int j = 0; j < c->k; ++j) negatives[j] = draw(c->own, c->alias, c->vocab, &state);
                 loss += sgns_update(c->in, c->out, c->d, c->cbow ? context : context + u,
                                     c->cbow ? m : 1, kept[i], negatives, c->k, alpha, work);
             }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,8 @@ def _library() -> ctypes.CDLL:
     library.sgns_train.argtypes += [ctypes.c_int] * 3 + [_F32, _F32, ctypes.c_uint64]
     library.sgns_train.argtypes += [ctypes.c_int, _P]
     library.sgns_train.restype = ctypes.c_double
+    library.sgns_draw.argtypes = [_P, _P, _I64, _I64, ctypes.c_uint64, _P]
+    library.sgns_draw.restype = None
     return library
 
 
@@ -73,10 +76,22 @@ class Sampling:
     cbow: bool
 
 
+def _check(ids: Tensor, vocab: int, what: str) -> Tensor:
+    """Ids the C loop may index with: int64, contiguous, in [0, vocab)."""
+    ids = ids.to(torch.long).contiguous()
+    if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        raise AttnkitError(f"{what} holds ids outside the {vocab} words of the vectors.")
+    return ids
+
+
 def update(vectors: Vectors, inputs: Tensor, target: int, negatives: Tensor, alpha: float) -> float:
     """One update: the input vectors of `inputs` (their mean, for more than one) predict
     `target` against `negatives`; returns the loss before it."""
-    inputs, negatives = inputs.long().contiguous(), negatives.long().contiguous()
+    vocab = len(vectors.inputs)
+    if len(inputs) == 0:
+        raise AttnkitError("an update needs at least one input word.")
+    inputs, negatives = _check(inputs, vocab, "inputs"), _check(negatives, vocab, "negatives")
+    _check(torch.tensor([target]), vocab, "target")
     work = torch.empty(2 * vectors.inputs.shape[1])
     return _library().sgns_update(
         vectors.inputs.data_ptr(), vectors.outputs.data_ptr(), vectors.inputs.shape[1],
@@ -96,6 +111,11 @@ def train(
 ) -> tuple[float, int]:
     """One pass over the sentences `ids[starts[s]:starts[s + 1]]`, the rate going linearly
     from alphas[0] to alphas[1]; returns the summed loss and the number of updates."""
+    ids, starts = _check(ids, len(vectors.inputs), "the corpus"), starts.to(torch.long).contiguous()
+    if len(starts) == 0 or starts[0] != 0 or starts[-1] != len(ids) or (starts.diff() < 0).any():
+        raise AttnkitError("sentence starts must rise from 0 to the number of word ids.")
+    if threads < 1:
+        raise AttnkitError(f"word2vec needs 1 thread or more, not {threads}.")
     pairs = ctypes.c_int64(0)
     loss = _library().sgns_train(
         vectors.inputs.data_ptr(), vectors.outputs.data_ptr(), *vectors.inputs.shape,
@@ -104,4 +124,16 @@ def train(
         sampling.window, sampling.negative, int(sampling.cbow),
         alphas[0], alphas[1], seed % 2**64, threads, ctypes.byref(pairs),
     )  # fmt: skip
+    if math.isnan(loss):
+        raise AttnkitError("word2vec's C loop found no memory for its buffers.")
     return loss, pairs.value
+
+
+def draw(own: Tensor, alias: Tensor, count: int, seed: int) -> Tensor:
+    """`count` words drawn by the C loop's own sampler from an alias table."""
+    out = torch.empty(count, dtype=torch.long)
+    own, alias = own.double().contiguous(), alias.long().contiguous()
+    _library().sgns_draw(
+        own.data_ptr(), alias.data_ptr(), len(own), count, seed % 2**64, out.data_ptr()
+    )
+    return out

@@ -11,7 +11,7 @@ b=king, c=woman) is most_similar([b, c], [a]), the 3CosAdd of Mikolov et al.
 (2013) as gensim's `most_similar` computes it. `restrict` keeps the search to
 the first words, which files order by frequency.
 
-Files: the word2vec text format (a "count dim" header, then "word v1 .. vd" a
+Files (gzipped too): the word2vec text format (a "count dim" header, then "word v1 .. vd" a
 line), its binary format (the same header, then each word, a space and d
 little-endian float32, a newline after each as the C tool writes), and GloVe's
 text format (no header). `load_vectors` tells them apart by themselves.
@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import AttnkitError
-from attnkit.files import PathLike, atomic_write, read_lines
+from attnkit.files import PathLike, atomic_write, open_binary, read_lines
 
 FORMATS = ("auto", "word2vec", "word2vec-binary", "glove")
 
@@ -151,13 +151,16 @@ def save_vectors(vectors: WordVectors, path: PathLike, binary: bool = False) -> 
 
 
 def load_vectors(path: PathLike, format: str = "auto", limit: int | None = None) -> WordVectors:
-    """Read word2vec text or binary or GloVe text vectors, the first `limit` words if given.
+    """Read word2vec text or binary or GloVe text vectors (gzipped too, `.gz`), the first
+    `limit` words if given.
 
     `format="auto"` reads a "count dim" first line as a word2vec header, and then
-    text if the next line splits into a word and dim numbers, else binary.
+    text if the next line is a word and dim numbers, else binary.
     """
     if format not in FORMATS:
         raise AttnkitError(f"unknown vector format {format!r}; choose one of {', '.join(FORMATS)}.")
+    if limit is not None and limit < 1:
+        raise AttnkitError(f"a limit on the words read must be 1 or more, not {limit}.")
     path = Path(path)
     if not path.is_file():
         raise AttnkitError(f"no vector file at {path}.")
@@ -169,25 +172,37 @@ def load_vectors(path: PathLike, format: str = "auto", limit: int | None = None)
 
 
 def _sniff(path: Path) -> str:
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         first = f.readline().split()
         if not (len(first) == 2 and all(x.isdigit() for x in first)):
             return "glove"
         second = f.readline()
     try:
         fields = second.decode("utf-8").split()
-    except UnicodeDecodeError:
+        [float(x) for x in fields[1:]]
+    except (UnicodeDecodeError, ValueError):
         return "word2vec-binary"
     return "word2vec" if len(fields) == int(first[1]) + 1 else "word2vec-binary"
 
 
+def _header(line: bytes | str, path: Path) -> tuple[int, int]:
+    """The "count dim" first line of a word2vec file."""
+    fields = line.split()
+    if len(fields) != 2 or not all(x.isdigit() and int(x) > 0 for x in fields):
+        raise AttnkitError(
+            f'{path} does not begin with word2vec\'s header "count dim"; '
+            'for GloVe\'s format (no header) pass format="glove" (--format glove).'
+        )
+    return int(fields[0]), int(fields[1])
+
+
 def _read_text(path: Path, header: bool, limit: int | None) -> WordVectors:
     words: list[str] = []
-    numbers: list[str] = []
+    rows: list[np.ndarray] = []
     dim = None
     for number, line in enumerate(read_lines(path), start=1):
         if header and number == 1:
-            dim = int(line.split()[1])
+            dim = _header(line, path)[1]
             continue
         if limit is not None and len(words) >= limit:
             break
@@ -199,33 +214,37 @@ def _read_text(path: Path, header: bool, limit: int | None) -> WordVectors:
             raise AttnkitError(
                 f"{path}, line {number}: a word and {dim} numbers expected, {len(fields)} found."
             )
+        try:
+            rows.append(np.array(fields[len(fields) - dim :], dtype=np.float32))
+        except ValueError:
+            raise AttnkitError(f"{path}, line {number}: a value is not a number.") from None
         # GloVe's larger files have words with spaces in them: the vector is the last dim fields
         words.append(" ".join(fields[: len(fields) - dim]))
-        numbers.extend(fields[len(fields) - dim :])
     if dim is None or not words:
         raise AttnkitError(f"{path} holds no word vectors.")
-    try:
-        vectors = np.array(numbers, dtype=np.float32).reshape(len(words), dim)
-    except ValueError:
-        raise AttnkitError(f"{path} holds a value that is not a number.") from None
-    return WordVectors(words, torch.from_numpy(vectors))
+    return WordVectors(words, torch.from_numpy(np.stack(rows)))
 
 
 def _read_binary(path: Path, limit: int | None) -> WordVectors:
-    data = path.read_bytes()
-    end = data.index(b"\n")
-    count, dim = (int(x) for x in data[:end].split())
-    count = min(count, limit) if limit is not None else count
-    width = 4 * dim
-    words, rows, at = [], [], end + 1
-    for _ in range(count):
-        while data[at : at + 1] in (b"\n", b" "):  # the C tool's newline after each vector
-            at += 1
-        space = data.find(b" ", at)
-        if space < 0 or space + 1 + width > len(data):
-            raise AttnkitError(f"{path} ends after {len(words)} of its {count} vectors.")
-        words.append(data[at:space].decode("utf-8", errors="replace"))
-        rows.append(data[space + 1 : space + 1 + width])
-        at = space + 1 + width
-    vectors = np.frombuffer(b"".join(rows), dtype="<f4").reshape(len(words), dim)
-    return WordVectors(words, torch.from_numpy(vectors.astype(np.float32)))
+    """Each vector: the word's bytes, a space, dim little-endian float32, maybe a newline;
+    read a megabyte at a time, so a limit reads only what it needs."""
+    with open_binary(path) as f:
+        count, dim = _header(f.readline(), path)
+        count = min(count, limit) if limit is not None else count
+        width = 4 * dim
+        vectors = np.empty((count, dim), dtype=np.float32)
+        words: list[str] = []
+        buffer, at = b"", 0
+        for i in range(count):
+            while (space := buffer.find(b" ", at)) < 0 or len(buffer) < space + 1 + width:
+                more = f.read(1 << 20)
+                if not more:
+                    raise AttnkitError(f"{path} ends after {i} of its {count} vectors.")
+                buffer, at = buffer[at:] + more, 0
+            word = buffer[at:space].lstrip(b"\n")  # the C tool's newline after each vector
+            if not word:
+                raise AttnkitError(f"{path}: the word of vector {i + 1} is empty.")
+            words.append(word.decode("utf-8", errors="replace"))
+            vectors[i] = np.frombuffer(buffer, dtype="<f4", count=dim, offset=space + 1)
+            at = space + 1 + width
+    return WordVectors(words, torch.from_numpy(vectors))

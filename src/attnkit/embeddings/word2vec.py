@@ -105,8 +105,9 @@ class AliasTable:
     """Draws from a discrete distribution in O(1) a draw (Walker's alias method, Vose's build).
 
     Each of the n slots holds its own word with probability `own[i]` and else
-    `alias[i]`, so a draw is one uniform slot and one coin: exact, unlike the C
-    tool's table of 10^8 rounded entries, and faster than a binary search of the CDF.
+    `alias[i]`, so a draw (in `sgns.c`) is one uniform slot and one coin: exact,
+    unlike the C tool's table of 10^8 rounded entries, and faster than a binary
+    search of the CDF.
     """
 
     def __init__(self, probs: Tensor) -> None:
@@ -122,11 +123,6 @@ class AliasTable:
             (small if scaled[g] < 1.0 else large).append(g)
         self.own = torch.tensor(own, dtype=torch.float64)  # slots left over hold themselves wholly
         self.alias = torch.tensor(alias, dtype=torch.long)
-
-    def sample(self, shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
-        slot = torch.randint(len(self.own), shape, generator=generator)
-        coin = torch.rand(shape, generator=generator, dtype=torch.float64)
-        return torch.where(coin < self.own[slot], slot, self.alias[slot])
 
     def probabilities(self) -> Tensor:
         """The distribution the table draws from: each slot's 1/n split between its two words."""

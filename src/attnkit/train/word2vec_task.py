@@ -21,6 +21,7 @@ Spearman correlations and Google analogy accuracy in metrics.jsonl.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -142,7 +143,10 @@ def _save(folder: RunFolder, model: Word2Vec, step: int) -> None:
     state = {
         "task": "word2vec",
         "step": step,
+        "settings": dataclasses.asdict(model.config),
+        "seed": model.seed,
         "words": model.words,
+        "counts": model.counts,
         "inputs": model.vectors.inputs,
         "outputs": model.vectors.outputs,
     }
@@ -160,11 +164,24 @@ def _restore(folder: RunFolder, model: Word2Vec) -> int:
         raise AttnkitError(
             f"{folder.root} holds a Transformer's run, not word2vec's; choose another train.out_dir"
         )
-    if state["words"] != model.words:
+    settings = {**dataclasses.asdict(model.config), "seed": model.seed}
+    changed = [
+        k for k, v in settings.items() if {**state["settings"], "seed": state["seed"]}[k] != v
+    ]
+    if changed:
+        raise AttnkitError(
+            f"{folder.root} was trained with other {', '.join(changed)}; resume with the "
+            "settings the run started with, or start a new run"
+        )
+    if state["words"] != model.words or not torch.equal(state["counts"], model.counts):
         raise AttnkitError(
             f"the vocabulary of {folder.root} differs from the one this config's text gives; "
             "resume with the config and text the run started with"
         )
+    # steps recorded after the last save are trained again: their records go
+    folder.write_metrics(
+        r for r in folder.read_metrics() if r["step"] <= state["step"] and "train_loss" in r
+    )
     model.vectors.inputs.copy_(state["inputs"])
     model.vectors.outputs.copy_(state["outputs"])
     log.info("resuming word2vec at step %d", state["step"])
