@@ -121,3 +121,8 @@ def lookup(what: str, name: str, table: Mapping[str, T]) -> T:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def with_article(noun: str) -> str:
+    """The noun with its indefinite article: "a decoder", "an encoder-decoder"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"

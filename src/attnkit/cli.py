@@ -22,6 +22,7 @@ from attnkit.cli_decoding import (
     load_run_of,
 )
 from attnkit.cli_embed import add_embed_parser
+from attnkit.cli_serve import add_serve_parser
 from attnkit.errors import AttnkitError
 
 log = logging.getLogger("attnkit")
@@ -317,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval)
 
     add_embed_parser(sub)
+    add_serve_parser(sub)
 
     hf_folder = "a Hugging Face folder (config.json, model.safetensors): gpt2, bert or marian"
     for name, func, folders in (

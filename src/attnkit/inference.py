@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -206,14 +207,29 @@ def _pieces(
     eos: int | None,
 ) -> Iterator[str]:
     """The new text of `complete`, yielded as it grows."""
-    new: list[int] = []
-    shown = ""
-    for step in stream(model, prompt_ids, None, config):
-        token = int(step[0])
-        if eos is not None and token == eos:
-            break
-        new.append(token)
-        text = tokenizer.decode(new)
-        if text.startswith(shown) and len(text) > len(shown) and not text.endswith("\ufffd"):
-            yield text[len(shown) :]
-            shown = text
+    steps = (int(step[0]) for step in stream(model, prompt_ids, None, config))
+    yield from TextPieces(tokenizer, set() if eos is None else {eos}).feed(steps)
+
+
+@dataclass
+class TextPieces:
+    """Token ids made text as they come: `feed` yields each piece the text grows by, until an
+    end token; `ids` holds the ids read (the end token not among them), `stopped` whether an
+    end token came. A byte-level token that ends inside a character waits for the rest."""
+
+    tokenizer: Tokenizer
+    eos: set[int]
+    ids: list[int] = field(default_factory=list)
+    stopped: bool = False
+
+    def feed(self, tokens: Iterable[int]) -> Iterator[str]:
+        shown = self.tokenizer.decode(self.ids)
+        for token in tokens:
+            if token in self.eos:
+                self.stopped = True
+                return
+            self.ids.append(token)
+            text = self.tokenizer.decode(self.ids)
+            if text.startswith(shown) and len(text) > len(shown) and not text.endswith("\ufffd"):
+                yield text[len(shown) :]
+                shown = text

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnkit.checks import check
+from attnkit.checks import check, with_article
 from attnkit.config import ModelConfig
 from attnkit.data import CORPORA
 from attnkit.data.reverse import BOS, EOS, VOCAB
@@ -148,7 +148,8 @@ def _check_model(config: RunConfig) -> None:
     shape = SHAPE_OF_TASK[task]
     check(
         model.shape == shape,
-        f"data.task {task!r} trains {_a(shape)} model, but {where} {_a(model.shape)} one; {fix}",
+        f"data.task {task!r} trains {with_article(shape)} model, but {where} "
+        f"{with_article(model.shape)} one; {fix}",
     )
     guided = config.guided_attention
     if guided.on:
@@ -194,8 +195,3 @@ def check_out_dir(out_dir: str | Path) -> None:
         f"train.out_dir {str(out_dir)!r} cannot be written, because {str(nearest)!r} is "
         "not writable; choose a train.out_dir in a folder you can write to",
     )
-
-
-def _a(shape: str) -> str:
-    """A model shape with its article: "a decoder", "an encoder"."""
-    return f"{'an' if shape.startswith('e') else 'a'} {shape}"

@@ -1,0 +1,72 @@
+"""`attnkit serve RUN [RUN ...]`: the runs behind an HTTP API (attnkit.serve), until Ctrl-C.
+
+Each run is served under its folder's name (`runs/multi30k_de_en` as
+`multi30k_de_en`); it needs the `serve` extra: `pip install -e ".[serve]"`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    from attnkit.serve.settings import ServeSettings
+
+    d = ServeSettings()
+    p = sub.add_parser("serve", help="serve runs over HTTP: OpenAI-style completions, translate")
+    p.add_argument("runs", nargs="+", help="run folders (attnkit's, or imported from HF)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
+                   help="how long a request waits for others to share its decode")  # fmt: skip
+    p.add_argument("--max-batch", type=int, default=d.max_batch)
+    p.add_argument("--max-input-tokens", type=int, default=d.max_input_tokens)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
+    p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds a request may take")
+    p.add_argument("--api-key", help="require Authorization: Bearer KEY on /v1 requests")
+    p.set_defaults(func=cmd_serve)
+
+
+def served_runs(paths: list[str]) -> list:
+    """The runs, loaded, each under its folder's name (the same name twice is refused)."""
+    from attnkit.errors import AttnkitError
+    from attnkit.run import load_run
+    from attnkit.serve.work import Served
+
+    names = [Path(p).resolve().name for p in paths]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise AttnkitError(f"two runs are named {twice[0]!r}; serve folders of different names.")
+    served = []
+    for name, path in zip(names, paths, strict=True):
+        run = load_run(path)
+        served.append(Served(name, run.model, run.tokenizer))
+    return served
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+    except ModuleNotFoundError:
+        from attnkit.errors import AttnkitError
+
+        raise AttnkitError('attnkit serve needs its extra: pip install "attnkit[serve]"') from None
+    import torch
+
+    from attnkit.serve.app import create_app
+    from attnkit.serve.settings import ServeSettings
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = ServeSettings(
+        batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
+        max_input_tokens=args.max_input_tokens, max_new_tokens=args.max_new_tokens,
+        max_concurrent=args.max_concurrent, timeout_s=args.timeout, api_key=args.api_key,
+    )  # fmt: skip
+    app = create_app(served_runs(args.runs), settings)
+    print(f"serving {', '.join(args.runs)} on http://{args.host}:{args.port} (Ctrl-C stops)")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0

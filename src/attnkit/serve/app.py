@@ -1,0 +1,347 @@
+"""The HTTP routes of `attnkit serve`, their request shapes, limits and errors.
+
+Requests and responses follow OpenAI's API where it has the endpoint
+(`/v1/models`, `/v1/completions`, `/v1/embeddings`), so its clients work
+unchanged; `/v1/translate` is attnkit's, with the command line's option names.
+Every error is JSON in OpenAI's shape, `{"error": {"message", "type", "code"}}`,
+with its status: 400 a request the server cannot do (a wrong model, an input
+too long), 401 a missing or wrong API key, 404 an unknown model, 422 a field of
+the wrong type, 429 too many requests in flight, 504 a result that took longer
+than `timeout_s`; never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from attnkit.checks import with_article
+from attnkit.errors import AttnkitError
+from attnkit.serve import work
+from attnkit.serve.batching import Batcher
+from attnkit.serve.metrics import Metrics
+from attnkit.serve.settings import ServeSettings
+from attnkit.serve.work import Decoding, Output, Served
+
+
+class ServeError(Exception):
+    """A request refused with `status` and one sentence."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+UNAUTHORIZED = ServeError(
+    401, "a valid API key is needed: Authorization: Bearer <key>.", "authentication_error"
+)
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # OpenAI's clients send fields attnkit has no use for
+
+    model: str
+
+
+class CompletionRequest(_Request):
+    prompt: str | list[str]
+    max_tokens: int = Field(16, ge=1)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    n: int = Field(1, ge=1)
+    stream: bool = False
+    seed: int | None = None
+
+
+class EmbeddingRequest(_Request):
+    input: str | list[str]
+
+
+class TranslationRequest(_Request):
+    texts: list[str]
+    beam: int = Field(1, ge=1)
+    length_penalty: float = 1.0
+    sample: bool = False
+    temperature: float = Field(1.0, gt=0)
+    top_k: int = Field(0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    n_best: int = Field(1, ge=1)
+    max_new_tokens: int = Field(128, ge=1)
+    seed: int | None = None
+
+
+def create_app(served: Sequence[Served], settings: ServeSettings | None = None) -> FastAPI:
+    """The server of `served` models, by name, with `settings`' limits."""
+    settings = settings or ServeSettings()
+    models = {s.name: s for s in served}
+    metrics = Metrics()
+    # a batch key: (work function, model, decoding options, tag); the function does the batch
+    batcher = Batcher(
+        lambda key, items: key[0](key[1], key[2], items), settings.batch_wait_ms, settings.max_batch
+    )
+    app = FastAPI(title="attnkit", docs_url=None, redoc_url=None)
+    app.state.batcher, app.state.metrics, app.state.in_flight = batcher, metrics, 0
+
+    @app.middleware("http")
+    async def limits(request: Request, call_next: Callable) -> Any:
+        started = time.perf_counter()
+        key = settings.api_key
+        auth = request.headers.get("authorization")
+        if request.url.path.startswith("/v1/") and key is not None and auth != f"Bearer {key}":
+            return _error(UNAUTHORIZED)
+        if app.state.in_flight >= settings.max_concurrent:
+            metrics.count(request.url.path, 429, 0.0)
+            n = settings.max_concurrent
+            message = f"the server has {n} requests in flight; try again shortly."
+            return _error(ServeError(429, message, "rate_limit_error"))
+        app.state.in_flight += 1
+        try:
+            response = await call_next(request)
+        finally:
+            app.state.in_flight -= 1
+        metrics.count(request.url.path, response.status_code, time.perf_counter() - started)
+        return response
+
+    @app.exception_handler(ServeError)
+    async def refused(request: Request, error: ServeError) -> JSONResponse:
+        return _error(error)
+
+    @app.exception_handler(AttnkitError)
+    async def bad_input(request: Request, error: AttnkitError) -> JSONResponse:
+        return _error(ServeError(400, str(error)))
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0]
+        where = ".".join(str(x) for x in first["loc"] if x != "body")
+        if first["type"] == "json_invalid":
+            return _error(ServeError(400, "the request body is not valid JSON."))
+        return _error(ServeError(422, f"{where or 'the body'}: {first['msg']}."))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "models": list(models)}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def prometheus() -> str:
+        return metrics.text(batcher, app.state.in_flight)
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        created = int(time.time())
+        data = [
+            {
+                "id": n,
+                "object": "model",
+                "created": created,
+                "owned_by": "attnkit",
+                "shape": s.shape,
+            }
+            for n, s in models.items()
+        ]
+        return {"object": "list", "data": data}
+
+    def model_of(name: str, shape: str, endpoint: str) -> Served:
+        if name not in models:
+            raise ServeError(
+                404, f"no model {name!r}; this server has {', '.join(models)}.", "not_found_error"
+            )
+        if models[name].shape != shape:
+            raise ServeError(
+                400,
+                f"{endpoint} needs {with_article(shape)} model, but {name!r} is "
+                f"{with_article(models[name].shape)} one.",
+            )
+        return models[name]
+
+    def texts_of(value: str | list[str], field: str) -> list[str]:
+        texts = [value] if isinstance(value, str) else value
+        if not texts or len(texts) > settings.max_texts:
+            raise ServeError(
+                400, f"{field} must hold 1 to {settings.max_texts} texts, not {len(texts)}."
+            )
+        return texts
+
+    def encoded(served: Served, texts: list[str], field: str, **options: bool) -> list[list[int]]:
+        limit = min(settings.max_input_tokens, served.model.config.max_len - 1)
+        ids = [served.tokenizer.encode(t, **options) for t in texts]
+        for i, row in enumerate(ids):
+            if len(row) > limit:
+                raise ServeError(400, f"{field} {i} has {len(row)} tokens; the limit is {limit}.")
+        return ids
+
+    def new_tokens(asked: int) -> int:
+        if asked > settings.max_new_tokens:
+            raise ServeError(
+                400, f"at most {settings.max_new_tokens} new tokens may be asked for, not {asked}."
+            )
+        return asked
+
+    async def run(key: tuple, items: list[Any]) -> list[Any]:
+        try:
+            return await asyncio.wait_for(
+                asyncio.gather(*(batcher.submit(key, item) for item in items)), settings.timeout_s
+            )
+        except asyncio.TimeoutError:
+            raise ServeError(
+                504, f"the result took longer than {settings.timeout_s:g} s.", "timeout"
+            ) from None
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest) -> Any:
+        served = model_of(body.model, "decoder", "/v1/completions")
+        prompts = texts_of(body.prompt, "prompt")
+        ids = [row or [served.tokenizer.bos_id] for row in encoded(served, prompts, "prompt")]
+        decoding = Decoding(
+            max_new_tokens=new_tokens(body.max_tokens), do_sample=body.temperature > 0,
+            temperature=body.temperature or 1.0, top_p=body.top_p, n=body.n, seed=body.seed,
+        )  # fmt: skip
+        head = {
+            "id": f"cmpl-{uuid.uuid4().hex[:24]}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.model,
+        }
+        if body.stream:
+            if len(prompts) != 1 or body.n != 1:
+                raise ServeError(400, "a streamed completion takes one prompt and n = 1.")
+            return StreamingResponse(
+                _events(batcher, served, decoding, ids[0], head, metrics),
+                media_type="text/event-stream",
+            )
+        key = (work.complete, served, decoding, _alone(body.seed))
+        outputs: list[Output] = await run(key, ids)
+        choices = [
+            {"text": text, "index": i * body.n + j, "logprobs": None, "finish_reason": finish}
+            for i, out in enumerate(outputs)
+            for j, (text, finish) in enumerate(zip(out.texts, out.finish, strict=True))
+        ]
+        metrics.tokens(
+            sum(o.prompt_tokens for o in outputs), sum(o.completion_tokens for o in outputs)
+        )
+        return {**head, "choices": choices, "usage": _usage(outputs)}
+
+    @app.post("/v1/embeddings")
+    async def embeddings(body: EmbeddingRequest) -> Any:
+        served = model_of(body.model, "encoder", "/v1/embeddings")
+        ids = encoded(served, texts_of(body.input, "input"), "input")
+        vectors = await run((work.embed, served, None, None), ids)
+        tokens = sum(len(row) for row in ids)
+        metrics.tokens(tokens, 0)
+        data = [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)]
+        return {
+            "object": "list",
+            "data": data,
+            "model": body.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    @app.post("/v1/translate")
+    async def translations(body: TranslationRequest) -> Any:
+        served = model_of(body.model, "encoder-decoder", "/v1/translate")
+        texts = texts_of(body.texts, "texts")
+        encoded(served, texts, "text", add_eos=True)
+        if body.n_best > body.beam and not body.sample:
+            raise ServeError(
+                400, f"n_best {body.n_best} needs a beam at least as wide, not beam {body.beam}."
+            )
+        decoding = Decoding(
+            max_new_tokens=new_tokens(body.max_new_tokens), do_sample=body.sample,
+            temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, num_beams=body.beam,
+            length_penalty=body.length_penalty, n=body.n_best, seed=body.seed,
+        )  # fmt: skip
+        key = (work.translate, served, decoding, _alone(body.seed))
+        outputs: list[Output] = await run(key, texts)
+        metrics.tokens(
+            sum(o.prompt_tokens for o in outputs), sum(o.completion_tokens for o in outputs)
+        )
+        items = [
+            {"text": o.texts[0], "n_best": o.texts, "finish_reason": o.finish[0]} for o in outputs
+        ]
+        return {
+            "object": "translation",
+            "model": body.model,
+            "translations": items,
+            "usage": _usage(outputs),
+        }
+
+    app.router.on_shutdown.append(batcher.close)
+    return app
+
+
+def _alone(seed: int | None) -> str | None:
+    """A request with a seed decodes alone: its seed must not draw for others."""
+    return None if seed is None else uuid.uuid4().hex
+
+
+async def _events(
+    batcher: Batcher,
+    served: Served,
+    decoding: Decoding,
+    prompt: list[int],
+    head: dict,
+    metrics: Metrics,
+) -> AsyncIterator[str]:
+    """Server-sent events: a chunk a piece of text, the last with its finish reason, then [DONE]."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+
+    def produce() -> None:
+        try:
+            for piece in work.stream_completion(served, decoding, prompt):
+                loop.call_soon_threadsafe(queue.put_nowait, piece)
+        except Exception as error:  # handed to the response, which says it in an event
+            loop.call_soon_threadsafe(queue.put_nowait, error)
+
+    loop.run_in_executor(batcher.stream_executor, produce)
+    while True:
+        piece = await queue.get()
+        if isinstance(piece, Exception):
+            yield _event({"error": {"message": str(piece), "type": "server_error", "code": None}})
+            break
+        if isinstance(piece, Output):
+            metrics.tokens(piece.prompt_tokens, piece.completion_tokens)
+            yield _event(
+                {
+                    **head,
+                    "choices": [
+                        {"text": "", "index": 0, "logprobs": None, "finish_reason": piece.finish[0]}
+                    ],
+                }
+            )
+            break
+        yield _event(
+            {
+                **head,
+                "choices": [{"text": piece, "index": 0, "logprobs": None, "finish_reason": None}],
+            }
+        )
+    yield "data: [DONE]\n\n"
+
+
+def _event(data: dict) -> str:
+    return f"data: {json.dumps(data)}\n\n"
+
+
+def _usage(outputs: list[Output]) -> dict[str, int]:
+    prompt = sum(o.prompt_tokens for o in outputs)
+    completion = sum(o.completion_tokens for o in outputs)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _error(error: ServeError) -> JSONResponse:
+    body = {"error": {"message": error.message, "type": error.kind, "code": error.status}}
+    return JSONResponse(body, status_code=error.status)

@@ -1,0 +1,136 @@
+"""What a batch does with a model: continue prompts, translate sources, embed texts.
+
+Each function runs on the decoding thread with every request of one batch:
+the prompts (or sources) padded together and decoded by one `generate` call
+with the batch's options, each output cut at its end-of-sequence token. A
+continuation ends for a `stop` (the model's end token) or its `length`
+(`max_tokens` spent), as OpenAI names the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from attnkit.data.batch import pad
+from attnkit.generation import GenerationConfig, generate, stream
+from attnkit.inference import TextPieces
+from attnkit.inference import translate as translate_texts
+from attnkit.models import TransformerModel
+from attnkit.pooling import sentence_embeddings
+from attnkit.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, a part of batch keys
+class Served:
+    """A run folder being served under a name."""
+
+    name: str
+    model: TransformerModel
+    tokenizer: Tokenizer
+
+    @property
+    def shape(self) -> str:
+        return self.model.config.shape
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """A request's decoding options: requests with equal ones share a batch (a hashable key)."""
+
+    max_new_tokens: int = 16
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    n: int = 1  # outputs a request gets: samples, or the n best of the beam
+    seed: int | None = None
+
+    def config(self, tokenizer: Tokenizer) -> GenerationConfig:
+        eos = tokenizer.eos_id if tokenizer.has("eos") else None
+        return GenerationConfig(
+            max_new_tokens=self.max_new_tokens,
+            do_sample=self.do_sample,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            num_beams=self.num_beams,
+            length_penalty=self.length_penalty,
+            num_return_sequences=self.n,
+            seed=self.seed,
+            eos_token_id=() if eos is None else eos,
+            pad_token_id=tokenizer.pad_id,
+            decoder_start_token_id=tokenizer.bos_id if tokenizer.has("bos") else None,
+        )
+
+
+@dataclass(frozen=True)
+class Output:
+    """One request's outputs (n of them), how each ended, and the tokens it read and wrote."""
+
+    texts: list[str]
+    finish: list[str]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def complete(served: Served, decoding: Decoding, prompts: list[list[int]]) -> list[Output]:
+    """Continue each prompt (ids) with a decoder."""
+    ids, mask = pad(prompts, served.tokenizer.pad_id)
+    result = generate(served.model, ids, mask, decoding.config(served.tokenizer))
+    return _outputs(served, decoding, result.new_tokens(), [len(p) for p in prompts])
+
+
+def translate(served: Served, decoding: Decoding, sources: list[str]) -> list[Output]:
+    """Translate each source text with an encoder-decoder, as `attnkit translate` does."""
+    tokenizer, config = served.tokenizer, decoding.config(served.tokenizer)
+    lengths = [len(tokenizer.encode(s)) + 1 for s in sources]
+    if decoding.n == 1:
+        texts = translate_texts(served.model, tokenizer, sources, config, batch_size=len(sources))
+        words = [len(tokenizer.encode(t)) for t in texts]
+        return [
+            Output([t], ["stop" if w < decoding.max_new_tokens else "length"], n, w)
+            for t, w, n in zip(texts, words, lengths, strict=True)
+        ]
+    ids, mask = pad([tokenizer.encode(s, add_eos=True) for s in sources], tokenizer.pad_id)
+    result = generate(served.model, ids, mask, config)
+    return _outputs(served, decoding, result.new_tokens(), lengths)
+
+
+def embed(served: Served, decoding: None, texts: list[list[int]]) -> list[list[float]]:
+    """Unit-length mean-pooled sentence vectors of an encoder."""
+    ids, mask = pad(texts, served.tokenizer.pad_id)
+    return sentence_embeddings(served.model, ids, mask).tolist()
+
+
+def stream_completion(
+    served: Served, decoding: Decoding, prompt: list[int]
+) -> Iterator[str | Output]:
+    """The continuation of one prompt piece by piece as its text grows, then its `Output`."""
+    tokenizer, config = served.tokenizer, decoding.config(served.tokenizer)
+    eos = config.eos_token_id
+    pieces = TextPieces(tokenizer, set(eos) if isinstance(eos, tuple) else {eos})
+    steps = stream(served.model, torch.tensor([prompt]), None, config)
+    yield from pieces.feed(int(step[0]) for step in steps)
+    finish = "stop" if pieces.stopped else "length"
+    yield Output([tokenizer.decode(pieces.ids)], [finish], len(prompt), len(pieces.ids))
+
+
+def _outputs(
+    served: Served, decoding: Decoding, new: list[list[int]], prompt_lengths: list[int]
+) -> list[Output]:
+    n, limit = decoding.n, decoding.max_new_tokens
+    texts = served.tokenizer.decode_batch(new)
+    return [
+        Output(
+            texts[i * n : (i + 1) * n],
+            ["length" if len(t) >= limit else "stop" for t in new[i * n : (i + 1) * n]],
+            length,
+            sum(len(t) for t in new[i * n : (i + 1) * n]),
+        )
+        for i, length in enumerate(prompt_lengths)
+    ]

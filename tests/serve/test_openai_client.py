@@ -1,0 +1,53 @@
+"""A real client: OpenAI's own Python package against attnkit serve on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import openai
+import pytest
+import uvicorn
+
+from attnkit.cli_serve import served_runs
+from attnkit.serve.app import create_app
+from attnkit.serve.settings import ServeSettings
+from tests.helpers import tiny_run
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("runs")
+    runs = [str(tiny_run(tmp / "gpt", "decoder")), str(tiny_run(tmp / "bert", "encoder"))]
+    app = create_app(served_runs(runs), ServeSettings(api_key="k"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}/v1"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_openai_completes_streams_and_embeds(base_url: str) -> None:
+    client = openai.OpenAI(base_url=base_url, api_key="k")
+    assert [m.id for m in client.models.list().data] == ["gpt", "bert"]
+    done = client.completions.create(model="gpt", prompt="a dog", max_tokens=5, temperature=0)
+    assert done.choices[0].finish_reason in ("stop", "length") and done.usage.completion_tokens <= 5
+    pieces = client.completions.create(
+        model="gpt", prompt="a dog", max_tokens=5, temperature=0, stream=True
+    )
+    chunks = list(pieces)
+    assert "".join(c.choices[0].text for c in chunks) == done.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == done.choices[0].finish_reason
+    vectors = client.embeddings.create(model="bert", input=["a dog", "the cat"])
+    assert len(vectors.data) == 2 and len(vectors.data[0].embedding) == 16
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=base_url, api_key="wrong").models.list()
+    with pytest.raises(openai.NotFoundError, match="no model 'llama'"):
+        client.completions.create(model="llama", prompt="x", max_tokens=2)
