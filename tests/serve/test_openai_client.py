@@ -2,36 +2,24 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 
 import openai
 import pytest
-import uvicorn
 
 from attnkit.cli_serve import served_runs
 from attnkit.serve.app import create_app
 from attnkit.serve.settings import ServeSettings
 from tests.helpers import tiny_run
+from tests.serve.live import serving
 
 
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("runs")
     runs = [str(tiny_run(tmp / "gpt", "decoder")), str(tiny_run(tmp / "bert", "encoder"))]
-    app = create_app(served_runs(runs), ServeSettings(api_key="k"))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(create_app(served_runs(runs), ServeSettings(api_key="k"))) as address:
+        yield address + "/v1"
 
 
 def test_openai_completes_streams_and_embeds(base_url: str) -> None:

@@ -29,6 +29,7 @@ from attnkit.errors import AttnkitError
 from attnkit.serve import work
 from attnkit.serve.batching import Batcher
 from attnkit.serve.metrics import Metrics
+from attnkit.serve.page import add_page
 from attnkit.serve.settings import ServeSettings
 from attnkit.serve.work import Decoding, Output, Served
 
@@ -77,6 +78,11 @@ class TranslationRequest(_Request):
     n_best: int = Field(1, ge=1)
     max_new_tokens: int = Field(128, ge=1)
     seed: int | None = None
+    stream: bool = False
+
+
+class AttentionRequest(_Request):
+    text: str
 
 
 def create_app(served: Sequence[Served], settings: ServeSettings | None = None) -> FastAPI:
@@ -259,6 +265,17 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
             temperature=body.temperature, top_k=body.top_k, top_p=body.top_p, num_beams=body.beam,
             length_penalty=body.length_penalty, n=body.n_best, seed=body.seed,
         )  # fmt: skip
+        if body.stream:
+            if len(texts) != 1 or body.beam != 1 or body.n_best != 1:
+                raise ServeError(400, "a streamed translation takes one text, beam 1 and n_best 1.")
+            head = {
+                "id": f"tr-{uuid.uuid4().hex[:24]}",
+                "object": "translation.chunk",
+                "model": body.model,
+            }
+            source = served.tokenizer.encode(texts[0], add_eos=True)
+            events = _events(batcher, served, decoding, source, head, metrics)
+            return StreamingResponse(events, media_type="text/event-stream")
         key = (work.translate, served, decoding, _alone(body.seed))
         outputs: list[Output] = await run(key, texts)
         metrics.tokens(
@@ -274,6 +291,20 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
             "usage": _usage(outputs),
         }
 
+    @app.post("/v1/attention")
+    async def attention(body: AttentionRequest) -> Any:
+        if body.model not in models:
+            raise ServeError(
+                404,
+                f"no model {body.model!r}; this server has {', '.join(models)}.",
+                "not_found_error",
+            )
+        served = models[body.model]
+        encoded(served, [body.text], "text")
+        (view,) = await run((work.attention, served, None, uuid.uuid4().hex), [body.text])
+        return {"object": "attention", "model": body.model, **view}
+
+    add_page(app)
     app.router.on_shutdown.append(batcher.close)
     return app
 

@@ -110,7 +110,9 @@ def embed(served: Served, decoding: None, texts: list[list[int]]) -> list[list[f
 def stream_completion(
     served: Served, decoding: Decoding, prompt: list[int]
 ) -> Iterator[str | Output]:
-    """The continuation of one prompt piece by piece as its text grows, then its `Output`."""
+    """The continuation of one prompt (a decoder's) or the translation of one source (an
+    encoder-decoder's, its ids ending in </s>), piece by piece as its text grows, then its
+    `Output`."""
     tokenizer, config = served.tokenizer, decoding.config(served.tokenizer)
     eos = config.eos_token_id
     pieces = TextPieces(tokenizer, set(eos) if isinstance(eos, tuple) else {eos})
@@ -118,6 +120,51 @@ def stream_completion(
     yield from pieces.feed(int(step[0]) for step in steps)
     finish = "stop" if pieces.stopped else "length"
     yield Output([tokenizer.decode(pieces.ids)], [finish], len(prompt), len(pieces.ids))
+
+
+VIEW_TOKENS = 24  # the most tokens the attention viewer decodes after the text
+
+
+@torch.no_grad()
+def attention(served: Served, decoding: None, texts: list[str]) -> list[dict]:
+    """For the viewer: each text, the model's greedy output (up to VIEW_TOKENS), their tokens,
+    and every attention weight, as `{kind: [layer][head][query][key]}` (kinds: "encoder",
+    "decoder", "cross", as the model has them)."""
+    return [_attention(served, text) for text in texts]
+
+
+def _attention(served: Served, text: str) -> dict:
+    model, tokenizer = served.model, served.tokenizer
+    config = Decoding(max_new_tokens=VIEW_TOKENS).config(tokenizer)
+    limit = model.config.max_len - 1
+    if served.shape == "encoder-decoder":
+        src = tokenizer.encode(text, add_eos=True)[-limit:]
+        new = generate(model, torch.tensor([src]), config=config).new_tokens()[0]
+        tgt = [tokenizer.bos_id, *new][:limit]
+        out = model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
+        queries, keys, output = tgt, src, tokenizer.decode(new)
+    else:
+        ids = (tokenizer.encode(text) or [tokenizer.bos_id])[-limit:]
+        new = []
+        if served.shape == "decoder":
+            new = generate(model, torch.tensor([ids]), config=config).new_tokens()[0]
+        ids = (ids + new)[:limit]
+        out = model(torch.tensor([ids]), need_weights=True)
+        queries = keys = ids
+        output = tokenizer.decode(new)
+    name = tokenizer.id_to_token
+    weights = {
+        kind: [
+            [[[round(x, 4) for x in row] for row in head] for head in layer[0].tolist()]
+            for layer in layers
+        ]
+        for kind, layers in out.attentions.items()
+    }
+    return {
+        "text": output,
+        "tokens": {"queries": [name(i) for i in queries], "keys": [name(i) for i in keys]},
+        "attention": weights,
+    }
 
 
 def _outputs(
