@@ -205,3 +205,51 @@ def test_malformed_json_a_key_a_timeout_and_a_full_server(
         return sorted(r.status_code for r in responses)
 
     assert asyncio.run(two_at_once()) == [429, 504]
+
+
+def test_a_streamed_translation_is_the_greedy_one(served: list[Served]) -> None:
+    mt = served[2]
+    body = {"model": "mt", "texts": ["zwei kinder"], "max_new_tokens": 6, "stream": True}
+    with _client(served) as client:
+        with client.stream("POST", "/v1/translate", json=body) as response:
+            lines = [line for line in response.iter_lines() if line]
+        refused = client.post("/v1/translate", json={**body, "beam": 2})
+    events = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    text = "".join(e["choices"][0]["text"] for e in events)
+    assert (
+        text
+        == translate(mt.model, mt.tokenizer, ["zwei kinder"], GenerationConfig(max_new_tokens=6))[0]
+    )
+    assert refused.status_code == 400 and "one text, beam 1" in refused.json()["error"]["message"]
+
+
+SELF_AND_CROSS = {
+    "encoder": ("keys", "keys"), "decoder": ("queries", "queries"), "cross": ("queries", "keys"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "kinds"), [
+    ("mt", SELF_AND_CROSS),
+    ("gpt", {"decoder": ("queries", "queries")}),
+    ("bert", {"encoder": ("keys", "keys")}),
+])  # fmt: skip
+def test_the_attention_of_a_text_has_every_layer_head_and_token(
+    served: list[Served], model: str, kinds: dict
+) -> None:
+    chosen = next(s for s in served if s.name == model)
+    with _client(served) as client:
+        view = client.post("/v1/attention", json={"model": model, "text": "ein hund"}).json()
+    assert set(view["attention"]) == set(kinds)
+    layers = (
+        chosen.model.config.n_decoder_layers
+        if model != "bert"
+        else chosen.model.config.n_encoder_layers
+    )
+    for kind, (rows, cols) in kinds.items():
+        weights = torch.tensor(view["attention"][kind])
+        assert weights.shape == (layers, chosen.model.config.n_heads, len(view["tokens"][rows]),
+                                 len(view["tokens"][cols]))  # fmt: skip
+        # softmax rows sum to one, but for causal or padded rows there are no such
+        assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-3)
+    if model == "mt":  # the source as the encoder reads it, its end token included
+        assert view["tokens"]["keys"][-1] == "</s>"
