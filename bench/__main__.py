@@ -59,6 +59,10 @@ BENCHMARKS = {
     "word2vec": Benchmark(
         "bench.bench_word2vec", "word2vec skip-gram and CBOW against gensim: words/s and quality"
     ),
+    "serve": Benchmark(
+        "bench.bench_serve",
+        "attnkit serve under concurrent clients, batched across requests or not",
+    ),
     "exposure": Benchmark(
         "bench.bench_exposure",
         "steps with scheduled sampling, self-critical and minimum risk vs teacher forcing",
