@@ -253,3 +253,15 @@ def test_the_attention_of_a_text_has_every_layer_head_and_token(
         assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-3)
     if model == "mt":  # the source as the encoder reads it, its end token included
         assert view["tokens"]["keys"][-1] == "</s>"
+
+
+def test_a_translation_can_bring_its_attention(served: list[Served]) -> None:
+    body = {"model": "mt", "texts": ["ein hund", "zwei"], "max_new_tokens": 5, "attention": True}
+    with _client(served) as client:
+        out = client.post("/v1/translate", json=body).json()["translations"]
+    mt = served[2]
+    for item, text in zip(out, body["texts"], strict=True):
+        source = [mt.tokenizer.id_to_token(i) for i in mt.tokenizer.encode(text, add_eos=True)]
+        assert item["tokens"]["keys"] == source
+        cross = torch.tensor(item["attention"]["cross"])
+        assert cross.shape[-2:] == (len(item["tokens"]["queries"]), len(source))

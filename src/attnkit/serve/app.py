@@ -79,6 +79,7 @@ class TranslationRequest(_Request):
     max_new_tokens: int = Field(128, ge=1)
     seed: int | None = None
     stream: bool = False
+    attention: bool = False  # also the attention of each text and its (first) translation
 
 
 class AttentionRequest(_Request):
@@ -284,6 +285,11 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
         items = [
             {"text": o.texts[0], "n_best": o.texts, "finish_reason": o.finish[0]} for o in outputs
         ]
+        if body.attention:
+            pairs = [(t, o.texts[0]) for t, o in zip(texts, outputs, strict=True)]
+            views = await run((work.translation_attention, served, None, uuid.uuid4().hex), pairs)
+            for item, view in zip(items, views, strict=True):
+                item["tokens"], item["attention"] = view["tokens"], view["attention"]
         return {
             "object": "translation",
             "model": body.model,

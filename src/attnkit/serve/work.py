@@ -133,6 +133,21 @@ def attention(served: Served, decoding: None, texts: list[str]) -> list[dict]:
     return [_attention(served, text) for text in texts]
 
 
+@torch.no_grad()
+def translation_attention(
+    served: Served, decoding: None, pairs: list[tuple[str, str]]
+) -> list[dict]:
+    """The attention of each (source, translation) pair, the translation given as text."""
+    tokenizer, limit = served.tokenizer, served.model.config.max_len - 1
+    views = []
+    for source, translation in pairs:
+        src = tokenizer.encode(source, add_eos=True)[-limit:]
+        tgt = [tokenizer.bos_id, *tokenizer.encode(translation)][:limit]
+        out = served.model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
+        views.append(_view(served, out.attentions, tgt, src, translation))
+    return views
+
+
 def _attention(served: Served, text: str) -> dict:
     model, tokenizer = served.model, served.tokenizer
     config = Decoding(max_new_tokens=VIEW_TOKENS).config(tokenizer)
@@ -140,28 +155,27 @@ def _attention(served: Served, text: str) -> dict:
     if served.shape == "encoder-decoder":
         src = tokenizer.encode(text, add_eos=True)[-limit:]
         new = generate(model, torch.tensor([src]), config=config).new_tokens()[0]
-        tgt = [tokenizer.bos_id, *new][:limit]
-        out = model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
-        queries, keys, output = tgt, src, tokenizer.decode(new)
-    else:
-        ids = (tokenizer.encode(text) or [tokenizer.bos_id])[-limit:]
-        new = []
-        if served.shape == "decoder":
-            new = generate(model, torch.tensor([ids]), config=config).new_tokens()[0]
-        ids = (ids + new)[:limit]
-        out = model(torch.tensor([ids]), need_weights=True)
-        queries = keys = ids
-        output = tokenizer.decode(new)
-    name = tokenizer.id_to_token
+        return translation_attention(served, None, [(text, tokenizer.decode(new))])[0]
+    ids = (tokenizer.encode(text) or [tokenizer.bos_id])[-limit:]
+    new = []
+    if served.shape == "decoder":
+        new = generate(model, torch.tensor([ids]), config=config).new_tokens()[0]
+    ids = (ids + new)[:limit]
+    out = model(torch.tensor([ids]), need_weights=True)
+    return _view(served, out.attentions, ids, ids, tokenizer.decode(new))
+
+
+def _view(served: Served, attentions: dict, queries: list[int], keys: list[int], text: str) -> dict:
+    name = served.tokenizer.id_to_token
     weights = {
         kind: [
             [[[round(x, 4) for x in row] for row in head] for head in layer[0].tolist()]
             for layer in layers
         ]
-        for kind, layers in out.attentions.items()
+        for kind, layers in attentions.items()
     }
     return {
-        "text": output,
+        "text": text,
         "tokens": {"queries": [name(i) for i in queries], "keys": [name(i) for i in keys]},
         "attention": weights,
     }
