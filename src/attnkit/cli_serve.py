@@ -7,7 +7,11 @@ Each run is served under its folder's name (`runs/multi30k_de_en` as
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +30,12 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
     p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds a request may take")
-    p.add_argument("--api-key", help="require Authorization: Bearer KEY on /v1 requests")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("ATTNKIT_API_KEY"),
+        help="require Authorization: Bearer KEY on /v1 requests (default: $ATTNKIT_API_KEY)",
+    )
+    p.add_argument("--max-texts", type=int, default=d.max_texts, help="texts in one request")
     p.set_defaults(func=cmd_serve)
 
 
@@ -65,7 +74,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
         max_input_tokens=args.max_input_tokens, max_new_tokens=args.max_new_tokens,
         max_concurrent=args.max_concurrent, timeout_s=args.timeout, api_key=args.api_key,
+        max_texts=args.max_texts,
     )  # fmt: skip
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
+        log.warning("listening on %s with no API key: anyone who reaches it may use it", args.host)
     app = create_app(served_runs(args.runs), settings)
     print(f"serving {', '.join(args.runs)} on http://{args.host}:{args.port} (Ctrl-C stops)")
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

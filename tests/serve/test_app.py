@@ -22,6 +22,7 @@ from attnkit.serve.app import create_app
 from attnkit.serve.settings import ServeSettings
 from attnkit.serve.work import Served
 from tests.helpers import tiny_run
+from tests.serve.live import serving
 
 PROMPTS = ["a dog", "the cat sleeps", "zwei", "a", "ein hund läuft im park"]
 
@@ -185,9 +186,9 @@ def test_malformed_json_a_key_a_timeout_and_a_full_server(
         )
         assert client.get("/health").status_code == 200  # health needs no key
 
-    def slow(*args: object) -> list:
+    def slow(served: Served, decoding: object, items: list) -> list:
         time.sleep(1.0)
-        return []
+        return [None] * len(items)
 
     monkeypatch.setattr(work, "complete", slow)
     app = create_app(served, ServeSettings(timeout_s=0.2, max_concurrent=1))
@@ -265,3 +266,78 @@ def test_a_translation_can_bring_its_attention(served: list[Served]) -> None:
         assert item["tokens"]["keys"] == source
         cross = torch.tensor(item["attention"]["cross"])
         assert cross.shape[-2:] == (len(item["tokens"]["queries"]), len(source))
+
+
+def test_every_error_is_json_in_openais_shape(served: list[Served]) -> None:
+    with _client(served, api_key="k") as client:
+        key = {"Authorization": "Bearer k"}
+
+        def post(path: str, body: dict) -> httpx.Response:
+            return client.post(path, headers=key, json=body)
+
+        gpt = {"model": "gpt", "prompt": "a"}
+        for response, status in (
+            (client.get("/nowhere"), 404),
+            (client.get("/v1/completions", headers=key), 405),
+            (client.post("/v1/completions", json=gpt), 401),
+            (client.post("/v1/completions", headers={"Authorization": "Bearer no"}, json={}), 401),
+            (post("/v1/embeddings", {"model": "bert", "input": ["a", ""]}), 400),
+            (post("/v1/completions", {**gpt, "seed": 2**70}), 422),
+            (post("/v1/completions", {**gpt, "n": 99}), 422),
+        ):
+            assert response.status_code == status
+            assert set(response.json()["error"]) == {"message", "type", "code"}
+        metrics = client.get("/metrics").text
+    assert 'path="other",status="404"' in metrics and 'status="401"} 2' in metrics
+
+
+def test_concurrent_embeddings_are_each_as_alone(served: list[Served]) -> None:
+    app = create_app(served, ServeSettings(batch_wait_ms=200))
+    texts = ["a dog", "the cat sleeps in the park", "zwei"]
+    with TestClient(app) as client:
+        alone = [
+            client.post("/v1/embeddings", json={"model": "bert", "input": t}).json() for t in texts
+        ]
+
+    async def together() -> list[dict]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            bodies = [{"model": "bert", "input": t} for t in texts]
+            return [
+                r.json()
+                for r in await asyncio.gather(
+                    *(client.post("/v1/embeddings", json=b) for b in bodies)
+                )
+            ]
+
+    for a, b in zip(alone, asyncio.run(together()), strict=True):
+        assert torch.allclose(
+            torch.tensor(a["data"][0]["embedding"]),
+            torch.tensor(b["data"][0]["embedding"]),
+            atol=1e-5,
+        )
+
+
+def test_a_stream_holds_its_place_and_stops_when_its_client_goes(
+    served: list[Served], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = []
+
+    def slow_stream(served: Served, decoding: object, prompt: list[int]):
+        for i in range(20):
+            time.sleep(0.1)
+            made.append(i)
+            yield "x"
+        yield work.Output(["x" * 20], ["length"], len(prompt), 20)
+
+    monkeypatch.setattr(work, "stream_completion", slow_stream)
+    body = {"model": "gpt", "prompt": "a", "max_tokens": 20, "stream": True}
+    app = create_app(served, ServeSettings(max_concurrent=1))
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        with client.stream("POST", "/v1/completions", json=body) as response:
+            lines = response.iter_lines()  # kept: a dropped iterator closes the connection
+            next(lines)
+            assert httpx.get(f"{url}/v1/models").status_code == 429  # the stream holds the place
+        time.sleep(1.0)
+        assert len(made) < 20  # the decode stopped when the client left
+        assert httpx.get(f"{url}/v1/models").status_code == 200

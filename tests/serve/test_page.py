@@ -58,10 +58,10 @@ def test_the_page_translates_and_shows_attention(page_url: str) -> None:
         page.select_option("#layer", "0")
         page.select_option("#head", "1")
         assert page.locator("#lines line").count() > 0
-        first = page.locator("#lines text").first
-        first.hover()
+        page.locator("#lines text").first.hover()  # the first query token: only its lines stay
         visible = page.locator("#lines line:visible")
-        assert 0 < visible.count() <= page.locator("#lines line").count()
+        assert 0 < visible.count() < page.locator("#lines line").count()
+        assert set(visible.evaluate_all("lines => lines.map(l => l.dataset.q)")) == {"0"}
         assert page.evaluate("document.getElementById('heat').width") > 100
         assert page.evaluate("document.getElementById('pe').naturalWidth") > 0
         ARTIFACTS.mkdir(parents=True, exist_ok=True)

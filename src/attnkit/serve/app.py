@@ -3,48 +3,33 @@
 Requests and responses follow OpenAI's API where it has the endpoint
 (`/v1/models`, `/v1/completions`, `/v1/embeddings`), so its clients work
 unchanged; `/v1/translate` is attnkit's, with the command line's option names.
-Every error is JSON in OpenAI's shape, `{"error": {"message", "type", "code"}}`,
-with its status: 400 a request the server cannot do (a wrong model, an input
-too long), 401 a missing or wrong API key, 404 an unknown model, 422 a field of
-the wrong type, 429 too many requests in flight, 504 a result that took longer
-than `timeout_s`; never a traceback.
+Errors and limits are `guard.py`'s; what a request may ask is bounded here
+(`MAX_OUTPUTS` outputs or beams, `VIEW_TOKENS` tokens a side for attention).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnkit.checks import with_article
-from attnkit.errors import AttnkitError
 from attnkit.serve import work
 from attnkit.serve.batching import Batcher
+from attnkit.serve.events import events
+from attnkit.serve.guard import ServeError, add_guard
 from attnkit.serve.metrics import Metrics
 from attnkit.serve.page import add_page
 from attnkit.serve.settings import ServeSettings
 from attnkit.serve.work import Decoding, Output, Served
 
-
-class ServeError(Exception):
-    """A request refused with `status` and one sentence."""
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
-
-
-UNAUTHORIZED = ServeError(
-    401, "a valid API key is needed: Authorization: Bearer <key>.", "authentication_error"
-)
+MAX_OUTPUTS = 16  # samples (n), beams or n-best a request may ask for
 
 
 class _Request(BaseModel):
@@ -58,9 +43,9 @@ class CompletionRequest(_Request):
     max_tokens: int = Field(16, ge=1)
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    n: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, le=MAX_OUTPUTS)
     stream: bool = False
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, lt=2**63)
 
 
 class EmbeddingRequest(_Request):
@@ -69,21 +54,22 @@ class EmbeddingRequest(_Request):
 
 class TranslationRequest(_Request):
     texts: list[str]
-    beam: int = Field(1, ge=1)
+    beam: int = Field(1, ge=1, le=MAX_OUTPUTS)
     length_penalty: float = 1.0
     sample: bool = False
     temperature: float = Field(1.0, gt=0)
     top_k: int = Field(0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    n_best: int = Field(1, ge=1)
+    n_best: int = Field(1, ge=1, le=MAX_OUTPUTS)
     max_new_tokens: int = Field(128, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, lt=2**63)
     stream: bool = False
     attention: bool = False  # also the attention of each text and its (first) translation
 
 
 class AttentionRequest(_Request):
     text: str
+    output: str | None = None  # the output to look at (the page's); None: greedy, VIEW_TOKENS
 
 
 def create_app(served: Sequence[Served], settings: ServeSettings | None = None) -> FastAPI:
@@ -91,48 +77,14 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
     settings = settings or ServeSettings()
     models = {s.name: s for s in served}
     metrics = Metrics()
-    # a batch key: (work function, model, decoding options, tag); the function does the batch
+    # a batch key: (work function, model, decoding options); the function does the batch
     batcher = Batcher(
         lambda key, items: key[0](key[1], key[2], items), settings.batch_wait_ms, settings.max_batch
     )
     app = FastAPI(title="attnkit", docs_url=None, redoc_url=None)
-    app.state.batcher, app.state.metrics, app.state.in_flight = batcher, metrics, 0
+    app.state.batcher, app.state.metrics = batcher, metrics
 
-    @app.middleware("http")
-    async def limits(request: Request, call_next: Callable) -> Any:
-        started = time.perf_counter()
-        key = settings.api_key
-        auth = request.headers.get("authorization")
-        if request.url.path.startswith("/v1/") and key is not None and auth != f"Bearer {key}":
-            return _error(UNAUTHORIZED)
-        if app.state.in_flight >= settings.max_concurrent:
-            metrics.count(request.url.path, 429, 0.0)
-            n = settings.max_concurrent
-            message = f"the server has {n} requests in flight; try again shortly."
-            return _error(ServeError(429, message, "rate_limit_error"))
-        app.state.in_flight += 1
-        try:
-            response = await call_next(request)
-        finally:
-            app.state.in_flight -= 1
-        metrics.count(request.url.path, response.status_code, time.perf_counter() - started)
-        return response
-
-    @app.exception_handler(ServeError)
-    async def refused(request: Request, error: ServeError) -> JSONResponse:
-        return _error(error)
-
-    @app.exception_handler(AttnkitError)
-    async def bad_input(request: Request, error: AttnkitError) -> JSONResponse:
-        return _error(ServeError(400, str(error)))
-
-    @app.exception_handler(RequestValidationError)
-    async def malformed(request: Request, error: RequestValidationError) -> JSONResponse:
-        first = error.errors()[0]
-        where = ".".join(str(x) for x in first["loc"] if x != "body")
-        if first["type"] == "json_invalid":
-            return _error(ServeError(400, "the request body is not valid JSON."))
-        return _error(ServeError(422, f"{where or 'the body'}: {first['msg']}."))
+    add_guard(app, settings, metrics)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -157,12 +109,12 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
         ]
         return {"object": "list", "data": data}
 
-    def model_of(name: str, shape: str, endpoint: str) -> Served:
+    def model_of(name: str, shape: str | None, endpoint: str) -> Served:
         if name not in models:
             raise ServeError(
                 404, f"no model {name!r}; this server has {', '.join(models)}.", "not_found_error"
             )
-        if models[name].shape != shape:
+        if shape is not None and models[name].shape != shape:
             raise ServeError(
                 400,
                 f"{endpoint} needs {with_article(shape)} model, but {name!r} is "
@@ -170,12 +122,15 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
             )
         return models[name]
 
-    def texts_of(value: str | list[str], field: str) -> list[str]:
+    def texts_of(value: str | list[str], field: str, empty: bool = True) -> list[str]:
         texts = [value] if isinstance(value, str) else value
         if not texts or len(texts) > settings.max_texts:
             raise ServeError(
                 400, f"{field} must hold 1 to {settings.max_texts} texts, not {len(texts)}."
             )
+        blank = next((i for i, t in enumerate(texts) if not t.strip()), None)
+        if not empty and blank is not None:
+            raise ServeError(400, f"{field} {blank} is empty.")
         return texts
 
     def encoded(served: Served, texts: list[str], field: str, **options: bool) -> list[list[int]]:
@@ -193,11 +148,14 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
             )
         return asked
 
-    async def run(key: tuple, items: list[Any]) -> list[Any]:
+    async def run(key: tuple, items: list[Any], alone: bool = False) -> list[Any]:
+        """The results of `items`, batched with other requests' unless `alone`."""
+        if alone:
+            waiting = batcher.run_alone(key, items)
+        else:
+            waiting = asyncio.gather(*(batcher.submit(key, item) for item in items))
         try:
-            return await asyncio.wait_for(
-                asyncio.gather(*(batcher.submit(key, item) for item in items)), settings.timeout_s
-            )
+            return await asyncio.wait_for(waiting, settings.timeout_s)
         except asyncio.TimeoutError:
             raise ServeError(
                 504, f"the result took longer than {settings.timeout_s:g} s.", "timeout"
@@ -222,11 +180,11 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
             if len(prompts) != 1 or body.n != 1:
                 raise ServeError(400, "a streamed completion takes one prompt and n = 1.")
             return StreamingResponse(
-                _events(batcher, served, decoding, ids[0], head, metrics),
+                events(batcher, served, decoding, ids[0], head, metrics, settings.timeout_s),
                 media_type="text/event-stream",
             )
-        key = (work.complete, served, decoding, _alone(body.seed))
-        outputs: list[Output] = await run(key, ids)
+        key = (work.complete, served, decoding)
+        outputs: list[Output] = await run(key, ids, alone=body.seed is not None)
         choices = [
             {"text": text, "index": i * body.n + j, "logprobs": None, "finish_reason": finish}
             for i, out in enumerate(outputs)
@@ -240,8 +198,8 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
     @app.post("/v1/embeddings")
     async def embeddings(body: EmbeddingRequest) -> Any:
         served = model_of(body.model, "encoder", "/v1/embeddings")
-        ids = encoded(served, texts_of(body.input, "input"), "input")
-        vectors = await run((work.embed, served, None, None), ids)
+        ids = encoded(served, texts_of(body.input, "input", empty=False), "input")
+        vectors = await run((work.embed, served, None), ids)
         tokens = sum(len(row) for row in ids)
         metrics.tokens(tokens, 0)
         data = [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)]
@@ -275,10 +233,10 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
                 "model": body.model,
             }
             source = served.tokenizer.encode(texts[0], add_eos=True)
-            events = _events(batcher, served, decoding, source, head, metrics)
-            return StreamingResponse(events, media_type="text/event-stream")
-        key = (work.translate, served, decoding, _alone(body.seed))
-        outputs: list[Output] = await run(key, texts)
+            stream = events(batcher, served, decoding, source, head, metrics, settings.timeout_s)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        key = (work.translate, served, decoding)
+        outputs: list[Output] = await run(key, texts, alone=body.seed is not None)
         metrics.tokens(
             sum(o.prompt_tokens for o in outputs), sum(o.completion_tokens for o in outputs)
         )
@@ -287,7 +245,7 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
         ]
         if body.attention:
             pairs = [(t, o.texts[0]) for t, o in zip(texts, outputs, strict=True)]
-            views = await run((work.translation_attention, served, None, uuid.uuid4().hex), pairs)
+            views = await run((work.translation_attention, served, None), pairs, alone=True)
             for item, view in zip(items, views, strict=True):
                 item["tokens"], item["attention"] = view["tokens"], view["attention"]
         return {
@@ -299,74 +257,16 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
 
     @app.post("/v1/attention")
     async def attention(body: AttentionRequest) -> Any:
-        if body.model not in models:
-            raise ServeError(
-                404,
-                f"no model {body.model!r}; this server has {', '.join(models)}.",
-                "not_found_error",
-            )
-        served = models[body.model]
+        served = model_of(body.model, None, "/v1/attention")
+        texts_of(body.text, "text", empty=False)
         encoded(served, [body.text], "text")
-        (view,) = await run((work.attention, served, None, uuid.uuid4().hex), [body.text])
+        key = (work.attention, served, None)
+        (view,) = await run(key, [(body.text, body.output)], alone=True)
         return {"object": "attention", "model": body.model, **view}
 
     add_page(app)
     app.router.on_shutdown.append(batcher.close)
     return app
-
-
-def _alone(seed: int | None) -> str | None:
-    """A request with a seed decodes alone: its seed must not draw for others."""
-    return None if seed is None else uuid.uuid4().hex
-
-
-async def _events(
-    batcher: Batcher,
-    served: Served,
-    decoding: Decoding,
-    prompt: list[int],
-    head: dict,
-    metrics: Metrics,
-) -> AsyncIterator[str]:
-    """Server-sent events: a chunk a piece of text, the last with its finish reason, then [DONE]."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
-
-    def produce() -> None:
-        try:
-            for piece in work.stream_completion(served, decoding, prompt):
-                loop.call_soon_threadsafe(queue.put_nowait, piece)
-        except Exception as error:  # handed to the response, which says it in an event
-            loop.call_soon_threadsafe(queue.put_nowait, error)
-
-    loop.run_in_executor(batcher.stream_executor, produce)
-    while True:
-        piece = await queue.get()
-        if isinstance(piece, Exception):
-            yield _event({"error": {"message": str(piece), "type": "server_error", "code": None}})
-            break
-        if isinstance(piece, Output):
-            metrics.tokens(piece.prompt_tokens, piece.completion_tokens)
-            yield _event(
-                {
-                    **head,
-                    "choices": [
-                        {"text": "", "index": 0, "logprobs": None, "finish_reason": piece.finish[0]}
-                    ],
-                }
-            )
-            break
-        yield _event(
-            {
-                **head,
-                "choices": [{"text": piece, "index": 0, "logprobs": None, "finish_reason": None}],
-            }
-        )
-    yield "data: [DONE]\n\n"
-
-
-def _event(data: dict) -> str:
-    return f"data: {json.dumps(data)}\n\n"
 
 
 def _usage(outputs: list[Output]) -> dict[str, int]:
@@ -377,8 +277,3 @@ def _usage(outputs: list[Output]) -> dict[str, int]:
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
-
-
-def _error(error: ServeError) -> JSONResponse:
-    body = {"error": {"message": error.message, "type": error.kind, "code": error.status}}
-    return JSONResponse(body, status_code=error.status)

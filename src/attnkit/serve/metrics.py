@@ -14,6 +14,8 @@ from typing import Any
 
 
 class Metrics:
+    """Counters of requests (by route and status), their seconds, tokens read and written."""
+
     def __init__(self) -> None:
         self.requests: Counter[tuple[str, int]] = Counter()
         self.seconds: Counter[str] = Counter()

@@ -11,7 +11,9 @@ only its lines) and as a heat map; and the sinusoidal positional encoding
 
 from __future__ import annotations
 
+import functools
 import tempfile
+import threading
 from pathlib import Path
 
 from fastapi import FastAPI, Query
@@ -22,6 +24,8 @@ FILES = {"app.js": "text/javascript", "style.css": "text/css"}
 
 
 def add_page(app: FastAPI) -> None:
+    """The page's routes: `/`, its two static files, and the positional encoding's picture."""
+
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(PAGE / "index.html", media_type="text/html")
@@ -36,8 +40,16 @@ def add_page(app: FastAPI) -> None:
     def positional(
         d_model: int = Query(128, ge=8, le=1024), length: int = Query(100, ge=8, le=2000)
     ) -> Response:
-        from attnkit.viz import plot_positional_encoding
+        return Response(_positional_png(d_model - d_model % 2, length), media_type="image/png")
 
-        with tempfile.TemporaryDirectory() as tmp:
-            path = plot_positional_encoding(Path(tmp) / "pe.png", d_model - d_model % 2, length)
-            return Response(path.read_bytes(), media_type="image/png")
+
+_DRAWING = threading.Lock()  # pyplot's state is global: one picture at a time
+
+
+@functools.lru_cache(maxsize=8)
+def _positional_png(d_model: int, length: int) -> bytes:
+    """The picture of the positional encoding, drawn once for each size asked."""
+    from attnkit.viz import plot_positional_encoding
+
+    with _DRAWING, tempfile.TemporaryDirectory() as tmp:
+        return plot_positional_encoding(Path(tmp) / "pe.png", d_model, length).read_bytes()

@@ -86,19 +86,27 @@ def complete(served: Served, decoding: Decoding, prompts: list[list[int]]) -> li
 
 
 def translate(served: Served, decoding: Decoding, sources: list[str]) -> list[Output]:
-    """Translate each source text with an encoder-decoder, as `attnkit translate` does."""
+    """Translate each source text with an encoder-decoder; an empty text gives an empty one.
+
+    A pointer-generator translates through `attnkit.inference.translate`, which
+    writes its copied words back; its token counts are those of its output re-read.
+    """
     tokenizer, config = served.tokenizer, decoding.config(served.tokenizer)
-    lengths = [len(tokenizer.encode(s)) + 1 for s in sources]
-    if decoding.n == 1:
-        texts = translate_texts(served.model, tokenizer, sources, config, batch_size=len(sources))
-        words = [len(tokenizer.encode(t)) for t in texts]
-        return [
-            Output([t], ["stop" if w < decoding.max_new_tokens else "length"], n, w)
-            for t, w, n in zip(texts, words, lengths, strict=True)
-        ]
-    ids, mask = pad([tokenizer.encode(s, add_eos=True) for s in sources], tokenizer.pad_id)
-    result = generate(served.model, ids, mask, config)
-    return _outputs(served, decoding, result.new_tokens(), lengths)
+    todo = [i for i, s in enumerate(sources) if s.strip()]
+    outputs = [Output([""] * decoding.n, ["stop"] * decoding.n, 0, 0) for _ in sources]
+    if not todo:
+        return outputs
+    texts = [sources[i] for i in todo]
+    if served.model.config.copy_attention != "none" and decoding.n == 1:
+        done = translate_texts(served.model, tokenizer, texts, config, batch_size=len(texts))
+        new = [tokenizer.encode(t) for t in done]
+    else:
+        ids, mask = pad([tokenizer.encode(t, add_eos=True) for t in texts], tokenizer.pad_id)
+        new = generate(served.model, ids, mask, config).new_tokens()
+    lengths = [len(tokenizer.encode(t)) + 1 for t in texts]
+    for i, out in zip(todo, _outputs(served, decoding, new, lengths), strict=True):
+        outputs[i] = out
+    return outputs
 
 
 def embed(served: Served, decoding: None, texts: list[list[int]]) -> list[list[float]]:
@@ -123,14 +131,15 @@ def stream_completion(
 
 
 VIEW_TOKENS = 24  # the most tokens the attention viewer decodes after the text
+VIEW_LIMIT = 64  # the most tokens a side of an attention view shows: weights grow as its square
 
 
 @torch.no_grad()
-def attention(served: Served, decoding: None, texts: list[str]) -> list[dict]:
-    """For the viewer: each text, the model's greedy output (up to VIEW_TOKENS), their tokens,
-    and every attention weight, as `{kind: [layer][head][query][key]}` (kinds: "encoder",
-    "decoder", "cross", as the model has them)."""
-    return [_attention(served, text) for text in texts]
+def attention(served: Served, decoding: None, items: list[tuple[str, str | None]]) -> list[dict]:
+    """For the viewer: for each (text, output) the output (given, or the model's greedy one of
+    up to VIEW_TOKENS), their tokens (up to VIEW_LIMIT a side) and every attention weight, as
+    `{kind: [layer][head][query][key]}` (kinds "encoder", "decoder", "cross", as the model has)."""
+    return [_attention(served, text, output) for text, output in items]
 
 
 @torch.no_grad()
@@ -141,24 +150,29 @@ def translation_attention(
     tokenizer, limit = served.tokenizer, served.model.config.max_len - 1
     views = []
     for source, translation in pairs:
-        src = tokenizer.encode(source, add_eos=True)[-limit:]
-        tgt = [tokenizer.bos_id, *tokenizer.encode(translation)][:limit]
+        src = tokenizer.encode(source, add_eos=True)[-min(limit, VIEW_LIMIT) :]
+        tgt = [tokenizer.bos_id, *tokenizer.encode(translation)][: min(limit, VIEW_LIMIT)]
         out = served.model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
         views.append(_view(served, out.attentions, tgt, src, translation))
     return views
 
 
-def _attention(served: Served, text: str) -> dict:
+def _attention(served: Served, text: str, output: str | None) -> dict:
     model, tokenizer = served.model, served.tokenizer
     config = Decoding(max_new_tokens=VIEW_TOKENS).config(tokenizer)
-    limit = model.config.max_len - 1
+    limit = min(model.config.max_len - 1, VIEW_LIMIT)
     if served.shape == "encoder-decoder":
-        src = tokenizer.encode(text, add_eos=True)[-limit:]
-        new = generate(model, torch.tensor([src]), config=config).new_tokens()[0]
-        return translation_attention(served, None, [(text, tokenizer.decode(new))])[0]
+        if output is None:
+            src = tokenizer.encode(text, add_eos=True)[-limit:]
+            new = generate(model, torch.tensor([src]), config=config).new_tokens()[0]
+            output = tokenizer.decode(new)
+        return translation_attention(served, None, [(text, output)])[0]
     ids = (tokenizer.encode(text) or [tokenizer.bos_id])[-limit:]
-    new = []
-    if served.shape == "decoder":
+    if served.shape == "encoder":
+        new = []
+    elif output is not None:
+        new = tokenizer.encode(output)
+    else:
         new = generate(model, torch.tensor([ids]), config=config).new_tokens()[0]
     ids = (ids + new)[:limit]
     out = model(torch.tensor([ids]), need_weights=True)

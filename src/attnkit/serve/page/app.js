@@ -10,12 +10,13 @@ function status(text, error = false) {
   $("status").className = error ? "error" : "";
 }
 
+function headers(json) {
+  const key = $("key").value;
+  return Object.assign(json ? { "Content-Type": "application/json" } : {}, key ? { Authorization: `Bearer ${key}` } : {});
+}
+
 async function post(path, body) {
-  const response = await fetch(path, {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify(body),
-  });
+  const response = await fetch(path, { method: "POST", headers: headers(true), body: JSON.stringify(body) });
   if (!response.ok) {
     const problem = await response.json().catch(() => ({}));
     throw new Error(problem.error ? problem.error.message : `${path}: HTTP ${response.status}`);
@@ -45,13 +46,13 @@ async function streamed(path, body, onText) {
 }
 
 function options() {
-  const how = $("decoding").value;
+  const number = (id, fallback) => Number($(id).value) || fallback;  // an empty box: the default
   return {
-    how,
-    beam: Number($("beam").value),
-    temperature: Number($("temperature").value),
-    top_p: Number($("top_p").value),
-    max_tokens: Number($("max_tokens").value),
+    how: $("decoding").value,
+    beam: number("beam", 4),
+    temperature: number("temperature", 1),
+    top_p: number("top_p", 1),
+    max_tokens: number("max_tokens", 64),
   };
 }
 
@@ -63,6 +64,8 @@ async function run() {
   const out = $("result");
   out.textContent = "";
   out.className = "";
+  delete out.dataset.done;
+  $("go").disabled = true;
   status("running…");
   try {
     if (shape === "encoder") {
@@ -82,18 +85,21 @@ async function run() {
         out.textContent += piece;
       });
     }
+    // the attention of what is shown: the output, as it came (an encoder has none)
+    await lookInside(model, text, shape === "encoder" ? null : out.textContent);
     out.dataset.done = "yes";
     status("done");
-    await lookInside(model, text);
   } catch (error) {
     out.textContent = error.message;
     out.className = "error";
     status("failed", true);
+  } finally {
+    $("go").disabled = false;
   }
 }
 
-async function lookInside(model, text) {
-  state.view = await (await post("/v1/attention", { model, text })).json();
+async function lookInside(model, text, output) {
+  state.view = await (await post("/v1/attention", { model, text, output })).json();
   const kinds = Object.keys(state.view.attention);
   fill($("kind"), kinds.map((k) => [k, { encoder: "encoder self-attention", decoder: "decoder self-attention", cross: "cross-attention" }[k]]));
   kindChanged();
@@ -178,7 +184,7 @@ function drawHeat(queries, keys, weights) {
   const g = canvas.getContext("2d");
   g.font = "12px system-ui, sans-serif";
   g.clearRect(0, 0, canvas.width, canvas.height);
-  const top = Math.max(...weights.flat(), 1e-9);
+  const top = weights.reduce((m, row) => row.reduce((a, w) => Math.max(a, w), m), 1e-9);
   weights.forEach((row, q) => row.forEach((w, k) => {
     const v = w / top;  // white to dark blue
     g.fillStyle = `rgb(${Math.round(255 - 226 * v)}, ${Math.round(255 - 202 * v)}, ${Math.round(255 - 168 * v)})`;
@@ -197,18 +203,28 @@ function drawHeat(queries, keys, weights) {
   });
 }
 
-async function start() {
-  const reply = await (await fetch("/v1/models")).json();
+async function loadModels() {
+  const response = await fetch("/v1/models", { headers: headers(false) });
+  if (response.status === 401) {
+    status("this server needs its API key: type it in the key box", true);
+    return;
+  }
+  const reply = await response.json();
+  state.models = {};
   reply.data.forEach((m) => { state.models[m.id] = m.shape; });
   fill($("model"), reply.data.map((m) => [m.id, m.id]));
-  const shapeShown = () => { $("shape").textContent = state.models[$("model").value] || ""; };
-  $("model").addEventListener("change", shapeShown);
   shapeShown();
-  $("go").addEventListener("click", run);
-  $("kind").addEventListener("change", kindChanged);
-  $("layer").addEventListener("change", draw);
-  $("head").addEventListener("change", draw);
   status(`${reply.data.length} model(s)`);
 }
 
-start().catch((error) => status(error.message, true));
+function shapeShown() {
+  $("shape").textContent = state.models[$("model").value] || "";
+}
+
+$("model").addEventListener("change", shapeShown);
+$("key").addEventListener("change", () => loadModels().catch((e) => status(e.message, true)));
+$("go").addEventListener("click", run);
+$("kind").addEventListener("change", kindChanged);
+$("layer").addEventListener("change", draw);
+$("head").addEventListener("change", draw);
+loadModels().catch((error) => status(error.message, true));
