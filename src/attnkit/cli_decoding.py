@@ -19,7 +19,28 @@ def load_run_of(args: argparse.Namespace):
     non_negative_int("--threads", args.threads, zero="the default")
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load_run(args.run_dir, args.device, check_tokenizer=not args.ignore_tokenizer_mismatch)
+    check_tokenizer = not args.ignore_tokenizer_mismatch
+    overrides = model_overrides(args.set or [])
+    return load_run(args.run_dir, args.device, check_tokenizer=check_tokenizer, overrides=overrides)
+
+
+def model_overrides(items: list[str]) -> dict:
+    """`--set model.KEY=VALUE` options as ModelConfig fields of the right types."""
+    import typing
+
+    from attnkit.config import ModelConfig
+    from attnkit.errors import AttnkitError
+    from attnkit.train.toml_values import apply_overrides, coerce
+
+    sections = apply_overrides({}, items)
+    if set(sections) - {"model"}:
+        raise AttnkitError(f"--set on a trained model takes model.KEY=VALUE, not {items[0]!r}")
+    hints = typing.get_type_hints(ModelConfig)
+    values = sections.get("model", {})
+    unknown = sorted(set(values) - set(hints))
+    if unknown:
+        raise AttnkitError(f"model.{unknown[0]} is not a model setting")
+    return {k: coerce(f"model.{k}", v, hints[k]) for k, v in values.items()}
 
 
 def generation_config(args: argparse.Namespace, model):
@@ -61,6 +82,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, help="most new tokens (default: max_len - 1)")
     p.add_argument("--no-repeat-ngram-size", type=int, default=0, help="forbid repeated n-grams")
     p.add_argument("--repetition-penalty", type=float, default=1.0, help="1 is off")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="model.KEY=VALUE",
+        help="change a setting the weights do not fix, e.g. --set model.max_len=512 "
+        "--set model.rope_scaling=4 (train short, test long)",
+    )
     p.add_argument(
         "--ignore-tokenizer-mismatch",
         action="store_true",

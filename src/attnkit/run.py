@@ -194,17 +194,22 @@ class Run:
 
 
 def load_run(
-    run_dir: str | Path, device: str | torch.device = "cpu", *, check_tokenizer: bool = True
+    run_dir: str | Path,
+    device: str | torch.device = "cpu",
+    *,
+    check_tokenizer: bool = True,
+    overrides: dict[str, Any] | None = None,
 ) -> Run:
     """The model and tokenizer of a run folder, refusing a folder without either.
 
     check_tokenizer: refuse a tokenizer.json whose vocabulary is not the one the
         run recorded (`RunFolder.load_tokenizer`); False takes it as it is.
+    overrides: model settings to change as it loads (`load_pretrained`).
     """
     folder = RunFolder(run_dir)
     # Read once, and handed to `load_pretrained`, which may need its decoding ids.
     tokenizer = folder.load_tokenizer(check=check_tokenizer) if folder.tokenizer.is_file() else None
-    model = load_pretrained(folder.root, device, tokenizer=tokenizer)
+    model = load_pretrained(folder.root, device, tokenizer=tokenizer, overrides=overrides)
     return Run(folder, model, tokenizer or folder.load_tokenizer(check=check_tokenizer))
 
 
@@ -219,13 +224,20 @@ def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
 
 
 def load_pretrained(
-    run_dir: str | Path, device: str | torch.device = "cpu", *, tokenizer: Tokenizer | None = None
+    run_dir: str | Path,
+    device: str | torch.device = "cpu",
+    *,
+    tokenizer: Tokenizer | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> TransformerModel:
     """Rebuild the model of a run folder from its config and weights, in eval mode.
 
     A config without the decoding ids (saved before models recorded them) takes
     them from the folder's tokenizer, when it has one (`with_decoding_ids`):
     `tokenizer` when the caller has read it already, else the folder's file.
+    `overrides` change what the weights do not fix (`LOADING_OVERRIDES`: the
+    length, RoPE's scaling, the attention window), to evaluate a model trained
+    short on longer text.
     """
     device = check_device(device)
     folder = RunFolder(run_dir)
@@ -235,7 +247,7 @@ def load_pretrained(
                 f"{folder.root} is not an attnkit run folder: {path.name} is missing "
                 "(train a model with `attnkit train` or import one with `attnkit import hf`)"
             )
-    config = ModelConfig.from_json(folder.config)
+    config = _overridden(ModelConfig.from_json(folder.config), overrides or {}, folder.root)
     if _unset_decoding_ids(config) and (tokenizer is not None or folder.tokenizer.is_file()):
         # Runs saved before models recorded their decoding ids have them only in the tokenizer.
         filled = with_decoding_ids(config, tokenizer or Tokenizer.load(folder.tokenizer))
@@ -247,6 +259,39 @@ def load_pretrained(
     model = build_model(config)
     load_weights(model, folder.weights, device)
     return model.to(device).eval()
+
+
+# What a loaded model may change without other weights: its length and how positions reach it.
+LOADING_OVERRIDES = (
+    "max_len", "rope_theta", "rope_scaling", "rope_scaling_type", "rope_original_max_len",
+    "attention_window",
+)  # fmt: skip
+
+
+def _overridden(config: ModelConfig, overrides: dict[str, Any], root: Path) -> ModelConfig:
+    """The config with `overrides`, refusing a change the weights cannot follow."""
+    if not overrides:
+        return config
+    wrong = sorted(set(overrides) - set(LOADING_OVERRIDES))
+    if wrong:
+        raise AttnkitError(
+            f"model.{wrong[0]} cannot change once a model is trained; a loaded model may change "
+            f"{', '.join('model.' + k for k in LOADING_OVERRIDES)}"
+        )
+    if (
+        overrides.get("max_len", config.max_len) != config.max_len
+        and config.positional == "learned"
+    ):
+        raise AttnkitError(
+            f"{root} learned a position table of {config.max_len} rows, which fixes its max_len; "
+            "another length needs sinusoidal, RoPE or ALiBi positions"
+        )
+    changed = dataclasses.replace(config, **overrides)
+    log.info(
+        "%s: %s", root,
+        ", ".join(f"model.{k} {getattr(config, k)!r} -> {v!r}" for k, v in overrides.items()),
+    )  # fmt: skip
+    return changed
 
 
 def with_decoding_ids(config: ModelConfig, tokenizer: Tokenizer) -> ModelConfig:
