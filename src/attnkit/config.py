@@ -56,6 +56,8 @@ class ModelConfig:
     dropout: on each sub-layer's output before the residual sum (P_drop).
     attention_dropout: on the attention weights.
     embedding_dropout: on the sum of embeddings and positional encodings.
+    activation_dropout: on the feed-forward's hidden activations, before W_2 (fairseq's and
+        Marian's `activation_dropout`).
     norm_position: `post` is the paper's LayerNorm(x + Sublayer(x)); `pre` is
         x + Sublayer(LayerNorm(x)), which trains deep stacks without warmup;
         `deepnorm` is LayerNorm(alpha x + Sublayer(x)) with down-scaled initial
@@ -121,6 +123,7 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     embedding_dropout: float = 0.1
+    activation_dropout: float = 0.0
     activation: str = "relu"
     norm: str = "layernorm"
     norm_position: str = "post"
@@ -180,7 +183,7 @@ class ModelConfig:
             f"n_kv_heads {self.n_kv_heads} must divide n_heads {self.n_heads} "
             "(equal is multi-head, fewer is grouped-query, 1 is multi-query attention)",
         )
-        for name in ("dropout", "attention_dropout", "embedding_dropout"):
+        for name in ("dropout", "attention_dropout", "embedding_dropout", "activation_dropout"):
             within(name, getattr(self, name), "[0, 1)")
         choice("activation", self.activation, ACTIVATIONS)
         choice("norm", self.norm, NORMS)

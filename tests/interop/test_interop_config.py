@@ -96,3 +96,15 @@ def test_mean_pool_ignores_padding():
     assert torch.equal(mean_pool(hidden, mask), torch.tensor([[2.0, 3.0]]))
     with pytest.raises(AttnkitError, match="one mask value per token"):
         mean_pool(hidden, mask[:, :2])
+
+
+def test_marians_activation_dropout_goes_both_ways():
+    from attnkit.interop import marian
+
+    config = ModelConfig.from_dict(
+        {"shape": "encoder-decoder", "vocab_size": 40, "d_model": 16, "n_heads": 2, "d_ff": 32,
+         "positional": "sinusoidal", "sinusoidal_layout": "split", "activation_dropout": 0.2}
+    )  # fmt: skip
+    hf = marian.config_to_hf(config)
+    assert hf["activation_dropout"] == 0.2
+    assert marian.config_from_hf(hf).activation_dropout == 0.2

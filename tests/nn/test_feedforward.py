@@ -35,3 +35,26 @@ def test_swiglu_equals_llamas_mlp() -> None:
         ours.w_2.weight.copy_(theirs.down_proj.weight)
     x = torch.randn(2, 5, 8)
     torch.testing.assert_close(ours(x), theirs(x))
+
+
+@pytest.mark.parametrize("activation", ["relu", "swiglu"])
+def test_activation_dropout_acts_on_the_hidden_units_in_training_only(activation: str) -> None:
+    torch.manual_seed(0)
+    ff = FeedForward(8, 16, activation, dropout=0.5)
+    plain = FeedForward(8, 16, activation)
+    plain.load_state_dict(ff.state_dict())
+    x = torch.randn(3, 8)
+    ff.eval()
+    assert torch.equal(ff(x), plain(x))  # no dropout at inference
+    ff.train()
+    torch.manual_seed(1)
+    got = ff(x)
+    h = ff.w_1(x)
+    if activation == "swiglu":
+        gate, up = h.chunk(2, dim=-1)
+        hidden = torch.nn.functional.silu(gate) * up
+    else:
+        hidden = torch.relu(h)
+    torch.manual_seed(1)
+    expected = ff.w_2(torch.nn.functional.dropout(hidden, 0.5, training=True))
+    assert torch.allclose(got, expected) and not torch.allclose(got, plain(x))

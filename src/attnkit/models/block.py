@@ -66,10 +66,16 @@ class Block(nn.Module):
         self.cross_attn_residual = residual() if cross else None
         self.ff = (
             MixtureOfExperts(
-                c.d_model, c.d_ff, c.n_experts, c.n_experts_per_token, c.activation, c.bias
+                c.d_model,
+                c.d_ff,
+                c.n_experts,
+                c.n_experts_per_token,
+                c.activation,
+                c.bias,
+                c.activation_dropout,
             )
             if c.n_experts
-            else FeedForward(c.d_model, c.d_ff, c.activation, c.bias)
+            else FeedForward(c.d_model, c.d_ff, c.activation, c.bias, c.activation_dropout)
         )
         self.ff_residual = residual()
 

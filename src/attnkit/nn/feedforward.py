@@ -12,7 +12,8 @@ the activation by a second, linear projection of the same input:
     FFN_SwiGLU(x) = (Swish(x W) * x V) W_2        FFN_GeGLU(x) = (GELU(x W) * x V) W_2
 
 W and V are stored as one (2 d_ff, d_model) matrix, gate rows first, so both
-come from one product. LLaMA and Mistral use SwiGLU.
+come from one product. LLaMA and Mistral use SwiGLU. `dropout` acts on the
+hidden d_ff activations before W_2 (fairseq's and Marian's activation dropout).
 """
 
 from __future__ import annotations
@@ -36,10 +37,16 @@ class FeedForward(nn.Module):
     """FFN(x) = act(x W_1) W_2, or with a gated `activation` (act(x W) * x V) W_2."""
 
     def __init__(
-        self, d_model: int, d_ff: int, activation: str = "relu", bias: bool = True
+        self,
+        d_model: int,
+        d_ff: int,
+        activation: str = "relu",
+        bias: bool = True,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.gated = activation in GATED
+        self.dropout = nn.Dropout(dropout) if dropout else nn.Identity()
         self.w_1 = Linear(d_model, 2 * d_ff if self.gated else d_ff, bias=bias)
         self.w_2 = Linear(d_ff, d_model, bias=bias)
         self.activation = GATED[activation] if self.gated else ACTIVATIONS[activation]
@@ -48,5 +55,5 @@ class FeedForward(nn.Module):
         h = self.w_1(x)
         if self.gated:
             gate, up = h.chunk(2, dim=-1)
-            return self.w_2(self.activation(gate) * up)
-        return self.w_2(self.activation(h))
+            return self.w_2(self.dropout(self.activation(gate) * up))
+        return self.w_2(self.dropout(self.activation(h)))

@@ -50,6 +50,7 @@ class MixtureOfExperts(nn.Module):
         top_k: int,
         activation: str = "relu",
         bias: bool = True,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         if not 1 <= top_k <= n_experts:
@@ -60,7 +61,7 @@ class MixtureOfExperts(nn.Module):
         self.n_experts, self.top_k = n_experts, top_k
         self.router = Linear(d_model, n_experts, bias=False)
         self.experts = nn.ModuleList(
-            FeedForward(d_model, d_ff, activation, bias) for _ in range(n_experts)
+            FeedForward(d_model, d_ff, activation, bias, dropout) for _ in range(n_experts)
         )
         self.aux_loss: Tensor | None = None
 
