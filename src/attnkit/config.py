@@ -33,6 +33,7 @@ from attnkit.presets import PRESETS
 SHAPES = ("encoder-decoder", "decoder", "encoder")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
+INITS = ("xavier", "gpt2")
 NORM_POSITIONS = ("post", "pre", "deepnorm")
 POSITIONALS = ("sinusoidal", "learned", "rope", "alibi", "none")
 ROPE_SCALINGS = ("ntk", "linear", "llama3")
@@ -65,6 +66,8 @@ class ModelConfig:
     final_norm: a norm after the last block of each stack; defaults to on for
         pre-LN (whose residual stream is otherwise never normalised).
     scale_embeddings: multiply token embeddings by sqrt(d_model) (section 3.4).
+    init: `xavier` (Glorot-uniform linear weights, as torch.nn.Transformer) or `gpt2`
+        (every weight N(0, 0.02), the residual projections N(0, 0.02 / sqrt(2 layers))).
     tie_embeddings: `decoder` shares the target embedding with the output
         projection; `all` also shares it with the source embedding (one
         vocabulary for both sides, as in the paper).
@@ -141,6 +144,7 @@ class ModelConfig:
     router_aux_loss_coef: float = 0.01
     max_len: int = 1024
     scale_embeddings: bool = True
+    init: str = "xavier"
     tie_embeddings: str = "all"
     bias: bool = True
     pad_id: int = 0
@@ -187,6 +191,7 @@ class ModelConfig:
             within(name, getattr(self, name), "[0, 1)")
         choice("activation", self.activation, ACTIVATIONS)
         choice("norm", self.norm, NORMS)
+        choice("init", self.init, INITS)
         choice("norm_position", self.norm_position, NORM_POSITIONS)
         choice("positional", self.positional, POSITIONALS)
         choice("rope_scaling_type", self.rope_scaling_type, ROPE_SCALINGS)

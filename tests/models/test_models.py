@@ -1,5 +1,6 @@
 """The three model shapes: parity with torch.nn.Transformer, invariances, gradients, counts."""
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -8,6 +9,7 @@ from torch import nn
 
 from attnkit import DecoderOnly, EncoderDecoder, EncoderOnly, ModelConfig, build_model
 from attnkit.data.batch import pad
+from attnkit.models.block import Block
 from attnkit.nn import attention, causal_mask, window
 from tests.helpers import VARIANTS, WIDE, copy_from_torch, tiny_config
 
@@ -274,3 +276,21 @@ def test_each_shape_compiles_to_one_graph(shape: str) -> None:
     compiled = torch.compile(model, backend="eager", fullgraph=True)
     with torch.no_grad():
         torch.testing.assert_close(compiled(*args).logits, model(*args).logits)
+
+
+@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
+def test_gpt2s_initialisation(shape: str) -> None:
+    torch.manual_seed(0)
+    model = build_model(tiny_config(shape, 3, d_model=128, d_ff=512, n_heads=4, init="gpt2"))
+    blocks = [m for m in model.modules() if isinstance(m, Block)]
+    residual = {id(w) for b in blocks for w in b.residual_projections()}
+    assert len(residual) == 2 * len(blocks) + (
+        len(blocks) // 2 if shape == "encoder-decoder" else 0
+    )
+    for name, p in model.named_parameters():
+        if p.dim() < 2 or "norm" in name or "positions" in name:
+            continue
+        std = 0.02 / math.sqrt(2 * len(blocks)) if id(p) in residual else 0.02
+        assert float(p.detach().std()) == pytest.approx(std, rel=0.08), name
+    biases = [p for n, p in model.named_parameters() if n.endswith("bias") and "norm" not in n]
+    assert all(torch.equal(b, torch.zeros_like(b)) for b in biases)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -10,6 +11,7 @@ from torch import Tensor, nn
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models.block import Block, Weights
+from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.kv_cache import KVCache
 
 
@@ -37,18 +39,32 @@ class TransformerModel(nn.Module):
     config: ModelConfig
 
     def _init_weights(self) -> None:
-        """Glorot-uniform linear weights and zero biases, as torch.nn.Transformer.
+        """Glorot-uniform linear weights and zero biases, as torch.nn.Transformer; or, with
+        `init = "gpt2"`, GPT-2's: every linear and embedding weight N(0, 0.02), and the
+        projections that write into the residual stream (attention's output, the FFN's W_2)
+        N(0, 0.02 / sqrt(2 L)) for L blocks, so the stream's variance does not grow with depth.
 
         DeepNorm then scales some of them down by its beta (`Block.scale_initial_weights`).
 
         Runs before weight tying, so a tied output projection keeps the
         embedding's initialisation.
         """
+        gpt2 = self.config.init == "gpt2"
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
+                if gpt2:
+                    nn.init.normal_(module.weight, std=0.02)
+                else:
+                    nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+            elif gpt2 and isinstance(module, TokenEmbedding):
+                nn.init.normal_(module.weight, std=0.02)
+        if gpt2:
+            blocks = [m for m in self.modules() if isinstance(m, Block)]
+            for block in blocks:
+                for weight in block.residual_projections():
+                    nn.init.normal_(weight, std=0.02 / math.sqrt(2 * len(blocks)))
         if self.config.norm_position == "deepnorm":
             for module in self.modules():
                 if isinstance(module, Block):
