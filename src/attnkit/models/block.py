@@ -79,7 +79,6 @@ class Block(nn.Module):
         )
         self.ff_residual = residual()
 
-    @torch.no_grad()
     def residual_projections(self) -> list[nn.Parameter]:
         """The weights whose products are added to the residual stream: each attention's
         output projection and each feed-forward's W_2."""
@@ -87,6 +86,7 @@ class Block(nn.Module):
         ffns = [f for f in self.ff.modules() if isinstance(f, FeedForward)]
         return [a.out_proj.weight for a in attentions] + [f.w_2.weight for f in ffns]
 
+    @torch.no_grad()
     def scale_initial_weights(self) -> None:
         """DeepNet's initialisation: value, output and feed-forward weights times beta.
 
