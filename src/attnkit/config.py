@@ -34,6 +34,7 @@ SHAPES = ("encoder-decoder", "decoder", "encoder")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 INITS = ("xavier", "gpt2")
+ROUTERS = ("topk", "switch")
 NORM_POSITIONS = ("post", "pre", "deepnorm")
 POSITIONALS = ("sinusoidal", "learned", "rope", "alibi", "none")
 ROPE_SCALINGS = ("ntk", "linear", "llama3")
@@ -93,6 +94,10 @@ class ModelConfig:
         them and mixes their outputs by its renormalised softmax weights.
     router_aux_loss_coef: weight of the load-balancing loss (Switch
         Transformer) added to the training loss of a mixture of experts.
+    router: `topk` (Mixtral: the k weights renormalised) or `switch` (the Switch
+        Transformer: one expert, weighted by its raw probability, at most
+        `capacity_factor` x tokens / n_experts tokens an expert in training,
+        the others dropped to the residual; 0 is no limit).
     sinusoidal_layout: `interleaved` is the paper's sin/cos alternation over
         the dimensions; `split` puts every sin first and every cos second, as
         Marian does. The frequencies are the same.
@@ -142,6 +147,8 @@ class ModelConfig:
     n_experts: int = 0
     n_experts_per_token: int = 2
     router_aux_loss_coef: float = 0.01
+    router: str = "topk"
+    capacity_factor: float = 1.25
     max_len: int = 1024
     scale_embeddings: bool = True
     init: str = "xavier"
@@ -242,6 +249,15 @@ class ModelConfig:
             not self.n_experts or 1 <= self.n_experts_per_token <= self.n_experts,
             f"n_experts_per_token must be between 1 and n_experts {self.n_experts}, "
             f"got {self.n_experts_per_token!r}",
+        )
+        choice("router", self.router, ROUTERS)
+        check(
+            self.router != "switch" or self.n_experts_per_token == 1,
+            "the switch router sends each token to one expert; set n_experts_per_token = 1",
+        )
+        check(
+            self.capacity_factor >= 0,
+            f"capacity_factor must be 0 (no limit) or more, got {self.capacity_factor!r}",
         )
         check(
             self.router_aux_loss_coef >= 0,

@@ -10,10 +10,11 @@ from transformers.models.mixtral.modeling_mixtral import (
     load_balancing_loss_func,
 )
 
+from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
 from attnkit.nn import FeedForward, LoRALinear, MixtureOfExperts, apply_lora, merge_lora
-from attnkit.nn.moe import router_aux_loss
+from attnkit.nn.moe import load_balancing_loss, router_aux_loss, take_dropped_tokens
 from attnkit.train import Trainer
 from attnkit.train.objectives import TranslationObjective
 from attnkit.train.run_config import TrainSection
@@ -196,3 +197,73 @@ def test_padding_stays_out_of_a_models_balancing_loss():
     torch.testing.assert_close(router_aux_loss(model), alone)
     model(padded)  # the same tokens counted as real change the loss
     assert not torch.allclose(router_aux_loss(model), alone)
+
+
+def _switch(capacity_factor: float = 1.25) -> MixtureOfExperts:
+    torch.manual_seed(0)
+    return MixtureOfExperts(
+        8, 16, n_experts=4, top_k=1, router="switch", capacity_factor=capacity_factor
+    )
+
+
+def test_the_switch_router_weights_its_one_expert_by_the_raw_probability() -> None:
+    moe = _switch().eval()
+    x = torch.randn(10, 8)
+    probs = moe.router(x).softmax(-1)
+    p, chosen = probs.max(-1)
+    expected = torch.stack([p[t] * moe.experts[int(chosen[t])](x[t : t + 1])[0] for t in range(10)])
+    assert torch.allclose(moe(x), expected, atol=1e-6)
+    assert moe.dropped == 0
+
+
+def test_the_switch_router_drops_what_passes_capacity_in_training_only() -> None:
+    moe = _switch(capacity_factor=0.5).train()
+    x = torch.randn(24, 8)
+    chosen = moe.router(x).argmax(-1)
+    capacity = int(0.5 * 24 / 4)  # 3 tokens an expert
+    seen = torch.zeros(4, dtype=torch.long)
+    kept = []
+    for e in chosen.tolist():  # first come, first served
+        seen[e] += 1
+        kept.append(bool(seen[e] <= capacity))
+    kept = torch.tensor(kept)
+    out = moe(x)
+    assert moe.dropped == int((~kept).sum()) > 0
+    assert torch.equal(out[~kept], torch.zeros_like(out[~kept]))  # the residual carries them
+    moe.eval()
+    assert torch.allclose(moe(x)[kept], out[kept], atol=1e-6)
+    assert (moe(x)[~kept].abs().sum(-1) > 0).all()  # at inference nothing is dropped
+    probs = moe.router(x).softmax(-1)
+    loss = load_balancing_loss(probs, chosen[:, None])
+    f = torch.bincount(chosen, minlength=4).float() / 24
+    assert torch.allclose(loss, 4 * (f * probs.mean(0)).sum())  # N sum_i f_i P_i, k = 1
+
+
+def test_padding_takes_no_capacity_and_the_dropped_count_is_read_once() -> None:
+    moe = _switch(capacity_factor=1.0).train()
+    x = torch.randn(2, 8, 8)
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[1, 4:] = False  # 12 real tokens: 3 an expert
+    chosen = moe.router(x.reshape(16, 8)).argmax(-1)[mask.flatten()]
+    expected = int((torch.bincount(chosen, minlength=4) - 3).clamp(min=0).sum())
+    moe(x, mask)
+    model = torch.nn.Sequential(moe)
+    assert take_dropped_tokens(model) == expected
+    assert take_dropped_tokens(model) == 0  # read, then reset
+    assert take_dropped_tokens(torch.nn.Sequential(torch.nn.Linear(2, 2))) is None
+
+
+def test_the_switch_router_needs_one_expert_a_token() -> None:
+    with pytest.raises(AttnkitError, match="switch router sends each token to one expert"):
+        ModelConfig(n_experts=4, n_experts_per_token=2, router="switch")
+
+
+def test_a_switch_model_trains_and_logs_its_dropped_tokens(tmp_path):
+    model = tiny_model(n_experts=4, n_experts_per_token=1, router="switch", capacity_factor=0.5)
+    settings = TrainSection(
+        out_dir=str(tmp_path), steps=2, warmup=1, threads=1, log_every=1, device="cpu",
+        reuse_freed_memory=False,
+    )  # fmt: skip
+    result = Trainer(model, translation_batches(2), train=settings).fit()
+    records = [r for r in result.history if "train_loss" in r]
+    assert all(r["dropped_tokens"] > 0 for r in records)  # half the room: some must drop

@@ -73,6 +73,8 @@ class Block(nn.Module):
                 c.activation,
                 c.bias,
                 c.activation_dropout,
+                c.router,
+                c.capacity_factor,
             )
             if c.n_experts
             else FeedForward(c.d_model, c.d_ff, c.activation, c.bias, c.activation_dropout)

@@ -11,6 +11,13 @@ The k weights are renormalised to sum to 1, as Mixtral does. With k = 1 this
 makes the weight exactly 1, so the router then learns from the load-balancing
 loss alone (the Switch Transformer scales by the raw p_i instead).
 
+The Switch router (`router="switch"`, k = 1) keeps the raw weight p_i, so the
+router learns from the task as well, and in training gives each expert room for
+C = capacity_factor x T / N tokens of the batch: the tokens past an expert's C,
+in order, are dropped (the layer outputs 0 for them, and the residual carries
+them on), and counted in `dropped`. At inference no token is dropped, so a
+token's output never depends on the rest of its batch.
+
 Left alone, a router tends to send most tokens to a few experts. The
 load-balancing loss (Switch Transformer, eq. 4) pushes it towards an even load:
 
@@ -51,8 +58,12 @@ class MixtureOfExperts(nn.Module):
         activation: str = "relu",
         bias: bool = True,
         dropout: float = 0.0,
+        router: str = "topk",
+        capacity_factor: float = 1.25,
     ) -> None:
         super().__init__()
+        self.switch, self.capacity_factor = router == "switch", capacity_factor
+        self.dropped = 0  # tokens the switch router dropped in training, since last read
         if not 1 <= top_k <= n_experts:
             raise AttnkitError(
                 f"a mixture of experts routes each token to between 1 and n_experts "
@@ -76,15 +87,37 @@ class MixtureOfExperts(nn.Module):
         # sensitive to small differences between close scores.
         probs = self.router(tokens).float().softmax(dim=-1)  # (T, N)
         weights, chosen = probs.topk(self.top_k, dim=-1)  # (T, k)
-        weights = weights / weights.sum(dim=-1, keepdim=True)
+        keep = None
+        if not self.switch:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        elif self.training and self.capacity_factor:
+            keep = self._within_capacity(chosen[:, 0], token_mask)
         self.aux_loss = load_balancing_loss(probs, chosen, token_mask) if self.training else None
-        return self._mix(tokens, weights, chosen).view(x.shape)
+        return self._mix(tokens, weights, chosen, keep).view(x.shape)
 
-    def _mix(self, tokens: Tensor, weights: Tensor, chosen: Tensor) -> Tensor:
-        """sum_k w_k E_k(x) for every token: each expert runs once, on the tokens sent to it."""
-        slots = chosen.flatten()  # the expert of each (token, slot) pair
+    def _within_capacity(self, chosen: Tensor, token_mask: Tensor | None) -> Tensor:
+        """Which tokens fit their expert's C slots, first come first served; padding takes none."""
+        real = torch.ones_like(chosen, dtype=torch.bool)
+        if token_mask is not None:
+            real = token_mask.reshape(-1).bool()
+        capacity = max(1, int(self.capacity_factor * int(real.sum()) / self.n_experts))
+        queued = torch.nn.functional.one_hot(chosen, self.n_experts) * real[:, None]
+        place = (queued.cumsum(0) * queued).sum(-1)  # 1-based place in its expert's queue
+        keep = real & (place <= capacity)
+        self.dropped += int((real & ~keep).sum())
+        return keep
+
+    def _mix(
+        self, tokens: Tensor, weights: Tensor, chosen: Tensor, keep: Tensor | None = None
+    ) -> Tensor:
+        """sum_k w_k E_k(x) for every token: each expert runs once, on the tokens sent to it
+        (with `keep`, (T,) for k = 1, only on those kept; the others get 0)."""
+        pairs = torch.arange(chosen.numel(), device=chosen.device)
+        if keep is not None:
+            pairs = pairs[keep]
+        slots = chosen.flatten()[pairs]  # the expert of each (token, slot) pair
         order = slots.argsort(stable=True)  # the pairs grouped by expert
-        source = order // self.top_k  # the token of each grouped pair
+        source = pairs[order] // self.top_k  # the token of each grouped pair
         counts = torch.bincount(slots, minlength=self.n_experts).tolist()
         groups = tokens[source].split(counts)
         # An expert with no tokens still runs while gradients are on, so each parameter has a
@@ -94,7 +127,7 @@ class MixtureOfExperts(nn.Module):
             for expert, group in zip(self.experts, groups, strict=True)
             if len(group) or torch.is_grad_enabled()
         ]
-        mixed = torch.cat(outputs) * weights.flatten()[order, None]
+        mixed = torch.cat(outputs) * weights.flatten()[pairs][order, None]
         return torch.zeros_like(tokens).index_add_(0, source, mixed.to(tokens.dtype))
 
     def __getstate__(self) -> dict:
@@ -120,6 +153,18 @@ def load_balancing_loss(probs: Tensor, chosen: Tensor, token_mask: Tensor | None
     )
     mean_prob = (probs * real[:, None]).sum(dim=0)
     return n_experts * (routed / n_tokens * mean_prob / n_tokens).sum()
+
+
+def take_dropped_tokens(model: nn.Module) -> int | None:
+    """The tokens the model's switch routers dropped since the last call (then reset), or
+    None if it has no switch router."""
+    switches = [m for m in model.modules() if isinstance(m, MixtureOfExperts) and m.switch]
+    if not switches:
+        return None
+    dropped = sum(m.dropped for m in switches)
+    for m in switches:
+        m.dropped = 0
+    return dropped
 
 
 def router_aux_loss(model: nn.Module) -> Tensor | None:

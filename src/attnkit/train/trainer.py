@@ -37,6 +37,8 @@ from torch.nn.parallel import DistributedDataParallel
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
+from attnkit.models.base import unwrap
+from attnkit.nn.moe import take_dropped_tokens
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
@@ -332,9 +334,11 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
 
     def _log(self, interval: Interval) -> None:
-        self._record(
-            interval.close(self.step, self.train_cfg.steps, self.scheduler.get_last_lr()[0])
-        )
+        record = interval.close(self.step, self.train_cfg.steps, self.scheduler.get_last_lr()[0])
+        dropped = take_dropped_tokens(unwrap(self.model))
+        if dropped is not None:  # tokens a switch router had no room for, since the last record
+            record["dropped_tokens"] = dropped
+        self._record(record)
 
     def _maybe_evaluate(self) -> str | None:
         """Evaluate when due and track the best metric; 'early-stopped' when patience runs out."""
