@@ -158,3 +158,22 @@ def test_translate_draws_the_cross_attention_of_the_first_input(mt_run, tmp_path
     assert main([*args, "--attention-plot", str(picture)]) == 0
     assert picture.stat().st_size > 0
     assert str(picture) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_translate_draws_either_self_attention(mt_run, tmp_path, capsys, kind):
+    source = tmp_path / "in.txt"
+    source.write_text(RUN_LINES[0] + "\n")
+    picture = tmp_path / f"{kind}.png"
+    args = ["translate", str(mt_run), "--input", str(source), "--max-new-tokens", "4"]
+    assert main([*args, "--attention-plot", str(picture), "--attention-kind", kind]) == 0
+    assert picture.stat().st_size > 0
+    assert f"{kind} attention of the first input" in capsys.readouterr().err
+
+
+def test_generate_draws_the_self_attention_of_its_text(tmp_path, capsys):
+    run = tiny_run(tmp_path / "lm", "decoder")
+    picture = tmp_path / "self.png"
+    args = ["generate", str(run), "--prompt", "a dog", "--greedy", "--max-new-tokens", "5"]
+    assert main([*args, "--attention-plot", str(picture)]) == 0
+    assert picture.stat().st_size > 0 and "self-attention" in capsys.readouterr().err

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from attnkit import viz
+from attnkit.errors import AttnkitError
 from tests.helpers import tiny_model
 
 RECORDS = [
@@ -65,3 +66,28 @@ def test_cross_attention_shows_each_decoder_layer_then_the_last_layer_s_heads(
     assert [t.get_text() for t in first.get_xticklabels()] == ["5", "6", "7"]
     assert [t.get_text() for t in first.get_yticklabels()] == ["1", "8", "9", "10"]
     assert first.get_images()[0].get_array().shape == (len(tgt), len(src))
+
+
+@pytest.mark.parametrize(("shape", "kind"), [
+    ("encoder-decoder", "encoder"), ("encoder-decoder", "decoder"), ("decoder", "decoder"),
+    ("encoder", "encoder"),
+])  # fmt: skip
+def test_self_attention_is_drawn_on_its_own_tokens(kept, tmp_path, shape, kind):
+    model = tiny_model(shape, layers=1)
+    src, tgt = [5, 6, 7], [1, 8, 9, 10]
+    viz.plot_model_attention(
+        model, src, tmp_path / "self.png", kind=kind, token=str,
+        tgt=tgt if shape == "encoder-decoder" else None,
+    )  # fmt: skip
+    first = next(ax for ax in kept[0].axes if ax.get_title())
+    own = tgt if kind == "decoder" and shape == "encoder-decoder" else src
+    assert first.get_title() == f"{kind} layer 1, mean of heads"
+    assert [t.get_text() for t in first.get_xticklabels()] == [str(i) for i in own]
+    assert first.get_images()[0].get_array().shape == (len(own), len(own))
+
+
+def test_an_attention_the_model_lacks_is_named(tmp_path):
+    with pytest.raises(AttnkitError, match="has no cross attention; it has decoder"):
+        viz.plot_model_attention(
+            tiny_model("decoder"), [5, 6], tmp_path / "x.png", kind="cross", token=str
+        )

@@ -179,30 +179,46 @@ def cmd_translate(args: argparse.Namespace) -> int:
         )
     write_lines(outputs, args.output)
     if args.attention_plot and lines:
-        from attnkit.viz import plot_cross_attention
+        from attnkit.viz import plot_model_attention
 
         src = tokenizer.encode(lines[0], add_eos=True)[: model.config.max_len]
         tgt = tokenizer.encode(outputs[0], add_bos=True)[: model.config.max_len]
-        picture = plot_cross_attention(
-            model, src, tgt, args.attention_plot, token=lambda i: tokenizer.id_to_token(i) or "?"
-        )
-        print(f"cross-attention of the first input: {picture}", file=sys.stderr)
+        picture = plot_model_attention(
+            model, src, args.attention_plot, kind=args.attention_kind, tgt=tgt,
+            token=lambda i: tokenizer.id_to_token(i) or "?",
+        )  # fmt: skip
+        print(f"{args.attention_kind} attention of the first input: {picture}", file=sys.stderr)
     return 0
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Continue --prompt with a language model, streaming the text as it is produced."""
+    from attnkit.files import check_writable
     from attnkit.inference import complete
 
+    if args.attention_plot:
+        check_writable(args.attention_plot, "--attention-plot")  # before any work
     run = load_run_of(args)
     config = generation_config(args, run.model)
     pieces = complete(run.model, run.tokenizer, args.prompt, config)  # checked before output
     sys.stdout.write(args.prompt)
     sys.stdout.flush()
+    text = args.prompt
     for piece in pieces:
         sys.stdout.write(piece)
         sys.stdout.flush()
+        text += piece
     sys.stdout.write("\n")
+    if args.attention_plot:
+        from attnkit.viz import plot_model_attention
+
+        tokenizer = run.tokenizer
+        ids = tokenizer.encode(text)[-run.model.config.max_len :]
+        picture = plot_model_attention(
+            run.model, ids, args.attention_plot, kind="decoder",
+            token=lambda i: tokenizer.id_to_token(i) or "?",
+        )  # fmt: skip
+        print(f"self-attention of the prompt and its continuation: {picture}", file=sys.stderr)
     return 0
 
 
@@ -286,7 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--refuse-long", action="store_true", help="stop on inputs over max_len, not cut them"
     )
-    p.add_argument("--attention-plot", metavar="PNG", help="draw the first input's cross-attention")
+    p.add_argument("--attention-plot", metavar="PNG", help="draw the first input's attention")
+    p.add_argument(
+        "--attention-kind",
+        choices=("cross", "encoder", "decoder"),
+        default="cross",
+        help="which attention --attention-plot draws (default cross)",
+    )
     p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("generate", help="continue a prompt with a language-model run, streaming")
@@ -297,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest (0: all)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
     p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    p.add_argument("--attention-plot", metavar="PNG", help="draw the self-attention of the text")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser(

@@ -88,20 +88,58 @@ def plot_cross_attention(
     names an id on the axes. With `last_layer_heads` a second row shows each
     head of the last layer on its own.
     """
-    src_ids, tgt_ids = (torch.tensor([ids], device=model.device) for ids in (src, tgt))
-    cross = model(src_ids, tgt_ids, need_weights=True).attentions["cross"]
-    rows = [[w[0].mean(0) for w in cross]]
-    titles = [f"decoder layer {i + 1}, mean of heads" for i in range(len(cross))]
+    return plot_model_attention(
+        model, src, path, kind="cross", tgt=tgt, token=token,
+        last_layer_heads=last_layer_heads, suptitle=suptitle,
+    )  # fmt: skip
+
+
+@torch.no_grad()
+def plot_model_attention(
+    model: torch.nn.Module,
+    ids: Sequence[int],
+    path: str | Path,
+    *,
+    kind: str,
+    token: Callable[[int], str],
+    tgt: Sequence[int] | None = None,
+    last_layer_heads: bool = True,
+    suptitle: str | None = None,
+) -> Path:
+    """One attention of a model on one text, each layer as the mean of its heads (and the last
+    layer's heads on their own): `kind` is "cross", "encoder" or "decoder" (an
+    encoder-decoder reads `ids` as the source and `tgt` as the decoder's input), the
+    self-attention of a decoder ("decoder") or of an encoder ("encoder") reads `ids`."""
+    device = next(model.parameters()).device
+    src_ids = torch.tensor([list(ids)], device=device)
+    if isinstance(model, EncoderDecoder):
+        if tgt is None:
+            raise AttnkitError("an encoder-decoder's attention needs the target's ids (tgt).")
+        out = model(src_ids, torch.tensor([list(tgt)], device=device), need_weights=True)
+    else:
+        out = model(src_ids, need_weights=True)
+    if kind not in out.attentions:
+        raise AttnkitError(
+            f"this model has no {kind} attention; it has {', '.join(out.attentions)}."
+        )
+    layers = out.attentions[kind]
+    queries = ids if kind == "encoder" or tgt is None else tgt
+    keys = tgt if kind == "decoder" and tgt is not None else ids
+    name = {"cross": "cross-attention", "encoder": "encoder self-attention",
+            "decoder": "decoder self-attention"}[kind]  # fmt: skip
+    stack = "encoder" if kind == "encoder" else "decoder"
+    rows = [[w[0].mean(0) for w in layers]]
+    titles = [f"{stack} layer {i + 1}, mean of heads" for i in range(len(layers))]
     if last_layer_heads:
-        rows.append(list(cross[-1][0]))
-        titles += [f"decoder layer {len(cross)}, head {h + 1}" for h in range(len(rows[1]))]
+        rows.append(list(layers[-1][0]))
+        titles += [f"{stack} layer {len(layers)}, head {h + 1}" for h in range(len(rows[1]))]
     return plot_attention(
         rows,
         path,
-        queries=[token(i) for i in tgt],
-        keys=[token(i) for i in src],
+        queries=[token(i) for i in queries],
+        keys=[token(i) for i in keys],
         titles=titles,
-        suptitle=suptitle,
+        suptitle=suptitle or name,
     )
 
 
