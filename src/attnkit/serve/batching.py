@@ -1,22 +1,23 @@
 """Batching across requests: concurrent requests with the same decoding options, one decode.
 
-A request's work item waits up to `wait_ms` for others under the same key (the
-model and every decoding option, so a batch decodes alike); the first of a key
-starts the clock, and `max_batch` items flush at once. The batch runs on the
-one decoding thread (torch uses its own threads inside it), and each request
-gets back its own result, or the batch's error. Items whose request has gone
-(timed out, disconnected) before their batch starts are dropped; a batch that
-has started runs to its end. Decoding is padding-invariant, so a request's
-output does not depend on its companions. A request that must decode alone
-(a seed, which must draw for it only) runs all its items as one batch of its
-own (`run_alone`). Streamed requests do not join batches: each streams from its
-own decode on `stream_executor`, as its tokens must leave as they come.
+One loop runs the batches, one at a time, on the decoding thread (torch uses
+its own threads inside it). When work comes it waits `wait_ms` for more, then
+takes the requests of the key (the model and every decoding option, so a batch
+decodes alike) whose first item has waited longest, up to `max_batch`, and
+decodes them; what arrives meanwhile waits for the next batch. So batches grow
+with the load: alone, a request waits `wait_ms`; under load, as many as came
+during the last decode go together. Items whose request has gone (timed out,
+disconnected) before their batch starts are dropped; a batch that has started
+runs to its end. Decoding is padding-invariant, so a request's output does not
+depend on its companions. A request that must decode alone (a seed, which must
+draw for it only) runs all its items as one batch of its own (`run_alone`).
+Streamed requests do not join batches: each streams from its own decode on
+`stream_executor`, as its tokens must leave as they come.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,23 +30,18 @@ class Batcher:
         self, work: Callable[[Hashable, list[Any]], list[Any]], wait_ms: float, max_batch: int
     ) -> None:
         self.work, self.wait, self.max_batch = work, wait_ms / 1000, max_batch
-        # key -> (the queue's generation, its items and their futures)
-        self.pending: dict[Hashable, tuple[int, list[tuple[Any, asyncio.Future]]]] = {}
-        self.generations = itertools.count()
+        self.pending: dict[Hashable, list[tuple[Any, asyncio.Future]]] = {}  # oldest key first
+        self.loop_task: asyncio.Task | None = None
         self._executors()
         self.batches = 0  # decodes run, for the metrics
         self.items = 0  # work items they held
 
     async def submit(self, key: Hashable, item: Any) -> Any:
         """The result of `item`, once its batch has run."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        generation, queue = self.pending.setdefault(key, (next(self.generations), []))
-        queue.append((item, future))
-        if len(queue) >= self.max_batch or self.wait == 0:
-            self._flush(key, generation)
-        elif len(queue) == 1:
-            loop.call_later(self.wait, self._flush, key, generation)
+        future = asyncio.get_running_loop().create_future()
+        self.pending.setdefault(key, []).append((item, future))
+        if self.loop_task is None or self.loop_task.done():
+            self.loop_task = asyncio.create_task(self._run_batches())
         return await future
 
     async def run_alone(self, key: Hashable, items: list[Any]) -> list[Any]:
@@ -55,32 +51,36 @@ class Batcher:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, self.work, key, items)
 
-    def _flush(self, key: Hashable, generation: int) -> None:
-        if self.pending.get(key, (None,))[0] != generation:  # flushed already, when it filled
-            return
-        _, queue = self.pending.pop(key)
-        queue = [(item, future) for item, future in queue if not future.done()]
-        if not queue:  # every request of it went away
-            return
+    async def _run_batches(self) -> None:
+        """Batches, one after another, until no work is left."""
+        while self.pending:
+            if self.wait:
+                await asyncio.sleep(self.wait)
+            key = next(iter(self.pending))
+            queue = self.pending.pop(key)
+            if len(queue) > self.max_batch:  # the rest go first next time
+                self.pending = {key: queue[self.max_batch :], **self.pending}
+                queue = queue[: self.max_batch]
+            queue = [(item, future) for item, future in queue if not future.done()]
+            if queue:
+                await self._run(key, queue)
+
+    async def _run(self, key: Hashable, queue: list[tuple[Any, asyncio.Future]]) -> None:
         self.batches += 1
         self.items += len(queue)
         items = [item for item, _ in queue]
-        done = asyncio.get_running_loop().run_in_executor(self.executor, self.work, key, items)
-
-        def hand_out(task: asyncio.Future) -> None:
-            error = None if task.cancelled() else task.exception()
-            results = [error] * len(queue) if error or task.cancelled() else task.result()
-            for (_, future), result in zip(queue, results, strict=True):
-                if future.done():  # its request timed out or went away
-                    continue
-                if error is not None:
-                    future.set_exception(result)
-                elif task.cancelled():
-                    future.cancel()
-                else:
-                    future.set_result(result)
-
-        done.add_done_callback(hand_out)
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(self.executor, self.work, key, items)
+        except Exception as error:  # every request of the batch hears it
+            results = [error] * len(queue)
+        for (_, future), result in zip(queue, results, strict=True):
+            if future.done():  # its request timed out or went away
+                continue
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
 
     def _executors(self) -> None:
         # threads start only when work comes, so fresh executors cost nothing until used
@@ -91,6 +91,8 @@ class Batcher:
 
     def close(self) -> None:
         """Drop the work not started (at the server's shutdown); a later request starts anew."""
+        if self.loop_task is not None:
+            self.loop_task.cancel()
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.stream_executor.shutdown(wait=False, cancel_futures=True)
         self._executors()
