@@ -64,5 +64,5 @@ def test_the_command_line_sets_them(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main([*args, "--set", "model.n_heads=4"]) == 2
     assert "model.n_heads cannot change" in capsys.readouterr().err
     assert main([*args, "--set", "train.lr=1"]) == 2
-    assert "takes model.KEY=VALUE" in capsys.readouterr().err
+    assert "sets model settings (as model.max_len=512)" in capsys.readouterr().err
     assert main([*args, "--set", "model.max_len=many"]) == 2

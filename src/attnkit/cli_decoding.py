@@ -34,7 +34,9 @@ def model_overrides(items: list[str]) -> dict:
 
     sections = apply_overrides({}, items)
     if set(sections) - {"model"}:
-        raise AttnkitError(f"--set on a trained model takes model.KEY=VALUE, not {items[0]!r}")
+        raise AttnkitError(
+            f"--set on a trained model sets model settings (as model.max_len=512), not {items[0]!r}"
+        )
     hints = typing.get_type_hints(ModelConfig)
     values = sections.get("model", {})
     unknown = sorted(set(values) - set(hints))
