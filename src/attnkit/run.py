@@ -40,6 +40,7 @@ from torch import Tensor
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.files import WriteError, append_line, atomic_write
+from attnkit.loading import overridden
 from attnkit.models import TransformerModel, build_model
 from attnkit.nn.lora import merged_copy
 from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer
@@ -247,7 +248,7 @@ def load_pretrained(
                 f"{folder.root} is not an attnkit run folder: {path.name} is missing "
                 "(train a model with `attnkit train` or import one with `attnkit import hf`)"
             )
-    config = _overridden(ModelConfig.from_json(folder.config), overrides or {}, folder.root)
+    config = overridden(ModelConfig.from_json(folder.config), overrides or {}, folder.root)
     if _unset_decoding_ids(config) and (tokenizer is not None or folder.tokenizer.is_file()):
         # Runs saved before models recorded their decoding ids have them only in the tokenizer.
         filled = with_decoding_ids(config, tokenizer or Tokenizer.load(folder.tokenizer))
@@ -259,39 +260,6 @@ def load_pretrained(
     model = build_model(config)
     load_weights(model, folder.weights, device)
     return model.to(device).eval()
-
-
-# What a loaded model may change without other weights: its length and how positions reach it.
-LOADING_OVERRIDES = (
-    "max_len", "rope_theta", "rope_scaling", "rope_scaling_type", "rope_original_max_len",
-    "attention_window",
-)  # fmt: skip
-
-
-def _overridden(config: ModelConfig, overrides: dict[str, Any], root: Path) -> ModelConfig:
-    """The config with `overrides`, refusing a change the weights cannot follow."""
-    if not overrides:
-        return config
-    wrong = sorted(set(overrides) - set(LOADING_OVERRIDES))
-    if wrong:
-        raise AttnkitError(
-            f"model.{wrong[0]} cannot change once a model is trained; a loaded model may change "
-            f"{', '.join('model.' + k for k in LOADING_OVERRIDES)}"
-        )
-    if (
-        overrides.get("max_len", config.max_len) != config.max_len
-        and config.positional == "learned"
-    ):
-        raise AttnkitError(
-            f"{root} learned a position table of {config.max_len} rows, which fixes its max_len; "
-            "another length needs sinusoidal, RoPE or ALiBi positions"
-        )
-    changed = dataclasses.replace(config, **overrides)
-    log.info(
-        "%s: %s", root,
-        ", ".join(f"model.{k} {getattr(config, k)!r} -> {v!r}" for k, v in overrides.items()),
-    )  # fmt: skip
-    return changed
 
 
 def with_decoding_ids(config: ModelConfig, tokenizer: Tokenizer) -> ModelConfig:

@@ -112,12 +112,13 @@ class MixtureOfExperts(nn.Module):
     ) -> Tensor:
         """sum_k w_k E_k(x) for every token: each expert runs once, on the tokens sent to it
         (with `keep`, (T,) for k = 1, only on those kept; the others get 0)."""
-        pairs = torch.arange(chosen.numel(), device=chosen.device)
+        slots, flat_weights = chosen.flatten(), weights.flatten()  # per (token, slot) pair
+        pairs = None  # every pair, unless a capacity dropped some
         if keep is not None:
-            pairs = pairs[keep]
-        slots = chosen.flatten()[pairs]  # the expert of each (token, slot) pair
+            pairs = keep.nonzero().squeeze(1)
+            slots, flat_weights = slots[pairs], flat_weights[pairs]
         order = slots.argsort(stable=True)  # the pairs grouped by expert
-        source = pairs[order] // self.top_k  # the token of each grouped pair
+        source = (order if pairs is None else pairs[order]) // self.top_k  # each pair's token
         counts = torch.bincount(slots, minlength=self.n_experts).tolist()
         groups = tokens[source].split(counts)
         # An expert with no tokens still runs while gradients are on, so each parameter has a
@@ -127,7 +128,7 @@ class MixtureOfExperts(nn.Module):
             for expert, group in zip(self.experts, groups, strict=True)
             if len(group) or torch.is_grad_enabled()
         ]
-        mixed = torch.cat(outputs) * weights.flatten()[pairs][order, None]
+        mixed = torch.cat(outputs) * flat_weights[order, None]
         return torch.zeros_like(tokens).index_add_(0, source, mixed.to(tokens.dtype))
 
     def __getstate__(self) -> dict:

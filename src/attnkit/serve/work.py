@@ -97,13 +97,14 @@ def translate(served: Served, decoding: Decoding, sources: list[str]) -> list[Ou
     if not todo:
         return outputs
     texts = [sources[i] for i in todo]
+    sources_ids = [tokenizer.encode(t, add_eos=True) for t in texts]
     if served.model.config.copy_attention != "none" and decoding.n == 1:
         done = translate_texts(served.model, tokenizer, texts, config, batch_size=len(texts))
         new = [tokenizer.encode(t) for t in done]
     else:
-        ids, mask = pad([tokenizer.encode(t, add_eos=True) for t in texts], tokenizer.pad_id)
+        ids, mask = pad(sources_ids, tokenizer.pad_id)
         new = generate(served.model, ids, mask, config).new_tokens()
-    lengths = [len(tokenizer.encode(t)) + 1 for t in texts]
+    lengths = [len(row) for row in sources_ids]
     for i, out in zip(todo, _outputs(served, decoding, new, lengths), strict=True):
         outputs[i] = out
     return outputs
