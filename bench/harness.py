@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import resource
 import statistics
@@ -27,11 +26,10 @@ from pathlib import Path
 
 import torch
 
+from attnkit.cpu import this_cpu
 from attnkit.nn import few_rows
 
 RESULTS = Path(__file__).parent / "results"
-# The instruction sets that decide torch's float32 and bfloat16 paths on x86.
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
 
 
 @dataclass
@@ -142,23 +140,8 @@ def rss_in_subprocess(module: str, *args: str) -> float:
     return float(out.strip().splitlines()[-1])
 
 
-def _cpu() -> tuple[str, set[str]]:
-    """The CPU's model name and flags, from /proc/cpuinfo where there is one."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return model, flags
-    if found := re.search(r"^model name\s*:\s*(.+)$", info, re.MULTILINE):
-        model = found.group(1).strip()
-    if found := re.search(r"^flags\s*:\s*(.+)$", info, re.MULTILINE):
-        flags = set(found.group(1).split())
-    return model, flags
-
-
 def machine() -> str:
     """One line: the CPU, its vector flags, and the path torch and attnkit take on it."""
-    model, flags = _cpu()
     blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
     path = [
         f"torch {torch.__version__} kernels {torch.backends.cpu.get_cpu_capability()}",
@@ -166,12 +149,7 @@ def machine() -> str:
         "oneDNN" if torch.backends.mkldnn.is_available() else "no oneDNN",
         "few-row kernel" if few_rows.available() else "no few-row kernel",
     ]
-    return (
-        f"{model} ({platform.machine()}, {os.cpu_count()} CPUs); flags: "
-        + ", ".join(f"{name} {'yes' if name in flags else 'no'}" for name in CPU_FLAGS)
-        + "; path: "
-        + ", ".join(path)
-    )
+    return f"{this_cpu().describe()}, {os.cpu_count()} CPUs; path: " + ", ".join(path)
 
 
 def opening(*settings: str) -> str:

@@ -177,3 +177,17 @@ def test_generate_draws_the_self_attention_of_its_text(tmp_path, capsys):
     args = ["generate", str(run), "--prompt", "a dog", "--greedy", "--max-new-tokens", "5"]
     assert main([*args, "--attention-plot", str(picture)]) == 0
     assert picture.stat().st_size > 0 and "self-attention" in capsys.readouterr().err
+
+
+def test_eval_and_generate_take_a_compute_type(lm_run, data_dir, capsys):
+    from attnkit.nn.compute_type import refusal, resolve
+
+    chosen = resolve("auto", load_run(lm_run).model.embed.token.weight.device)
+    args = ["eval", str(lm_run), "--data-dir", str(data_dir), "--limit", "2", "--no-progress"]
+    assert main([*args, "--block-size", "16", "--compute-type", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert (f"linear layers in {chosen}" in out) == (chosen != "float32")
+    assert load_run(lm_run, compute_type="auto").compute_type == chosen
+    if refusal("bf16", load_run(lm_run).model.head.weight.device):
+        assert main(["generate", str(lm_run), "--prompt", "a", "--compute-type", "bf16"]) == 2
+        assert "AVX512-BF16 or AMX" in capsys.readouterr().err

@@ -248,7 +248,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         result = score_run(run, data, config, batch_size=args.batch_size, progress=bar.update)
     if args.output and result.hypotheses:
         write_lines(result.hypotheses, args.output)
-    print(f"attnkit eval {args.run_dir}: {result.description}")
+    kind = "" if run.compute_type == "float32" else f", linear layers in {run.compute_type}"
+    print(f"attnkit eval {args.run_dir}: {result.description}{kind}")
     print(result.table())
     return 0
 

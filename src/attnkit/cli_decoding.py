@@ -21,7 +21,13 @@ def load_run_of(args: argparse.Namespace):
         torch.set_num_threads(args.threads)
     check_tokenizer = not args.ignore_tokenizer_mismatch
     overrides = model_overrides(args.set or [])
-    return load_run(args.run_dir, args.device, check_tokenizer=check_tokenizer, overrides=overrides)
+    return load_run(
+        args.run_dir,
+        args.device,
+        check_tokenizer=check_tokenizer,
+        overrides=overrides,
+        compute_type=args.compute_type,
+    )
 
 
 def model_overrides(items: list[str]) -> dict:
@@ -80,6 +86,7 @@ def generation_config(args: argparse.Namespace, model):
 def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (config, weights, tokenizer)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_compute_type_option(p)
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: 1)")
     p.add_argument("--max-new-tokens", type=int, help="most new tokens (default: max_len - 1)")
     p.add_argument("--no-repeat-ngram-size", type=int, default=0, help="forbid repeated n-grams")
@@ -95,6 +102,18 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "--ignore-tokenizer-mismatch",
         action="store_true",
         help="a tokenizer.json whose vocabulary the run did not record is used all the same",
+    )
+
+
+def add_compute_type_option(p: argparse.ArgumentParser) -> None:
+    from attnkit.nn.compute_type import COMPUTE_TYPES
+
+    p.add_argument(
+        "--compute-type",
+        choices=COMPUTE_TYPES,
+        default="float32",
+        help="linear layers in float32 (default, exact), int8 or bf16 (faster, within the "
+        "README's BLEU bound), or auto: the fastest of them this CPU runs",
     )
 
 

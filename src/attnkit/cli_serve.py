@@ -15,6 +15,7 @@ log = logging.getLogger(__name__)
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    from attnkit.cli_decoding import add_compute_type_option
     from attnkit.serve.settings import ServeSettings
 
     d = ServeSettings()
@@ -23,6 +24,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    add_compute_type_option(p)
     p.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
                    help="how long a request waits for others to share its decode")  # fmt: skip
     p.add_argument("--max-batch", type=int, default=d.max_batch)
@@ -39,8 +41,11 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_serve)
 
 
-def served_runs(paths: list[str]) -> list:
-    """The runs, loaded, each under its folder's name (the same name twice is refused)."""
+def served_runs(paths: list[str], compute_type: str = "float32") -> list:
+    """The runs, loaded, each under its folder's name (the same name twice is refused).
+
+    compute_type: the linear layers' type for decoding (float32, int8, bf16, auto).
+    """
     from attnkit.errors import AttnkitError
     from attnkit.run import load_run
     from attnkit.serve.work import Served
@@ -51,7 +56,8 @@ def served_runs(paths: list[str]) -> list:
         raise AttnkitError(f"two runs are named {twice[0]!r}; serve folders of different names.")
     served = []
     for name, path in zip(names, paths, strict=True):
-        run = load_run(path)
+        run = load_run(path, compute_type=compute_type)
+        log.info("serving %s (%s) with its linear layers in %s", name, path, run.compute_type)
         served.append(Served(name, run.model, run.tokenizer))
     return served
 
@@ -78,7 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         log.warning("listening on %s with no API key: anyone who reaches it may use it", args.host)
-    app = create_app(served_runs(args.runs), settings)
+    app = create_app(served_runs(args.runs, args.compute_type), settings)
     print(f"serving {', '.join(args.runs)} on http://{args.host}:{args.port} (Ctrl-C stops)")
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0

@@ -42,6 +42,7 @@ from attnkit.errors import AttnkitError
 from attnkit.files import WriteError, append_line, atomic_write
 from attnkit.loading import overridden
 from attnkit.models import TransformerModel, build_model
+from attnkit.nn.compute_type import compute_type_of, convert
 from attnkit.nn.lora import merged_copy
 from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer
 
@@ -193,6 +194,11 @@ class Run:
     model: TransformerModel
     tokenizer: Tokenizer
 
+    @property
+    def compute_type(self) -> str:
+        """The type the model's linear layers compute in (`attnkit.nn.compute_type`)."""
+        return compute_type_of(self.model)
+
 
 def load_run(
     run_dir: str | Path,
@@ -200,17 +206,21 @@ def load_run(
     *,
     check_tokenizer: bool = True,
     overrides: dict[str, Any] | None = None,
+    compute_type: str = "float32",
 ) -> Run:
     """The model and tokenizer of a run folder, refusing a folder without either.
 
     check_tokenizer: refuse a tokenizer.json whose vocabulary is not the one the
         run recorded (`RunFolder.load_tokenizer`); False takes it as it is.
     overrides: model settings to change as it loads (`load_pretrained`).
+    compute_type: float32, int8, bf16 or auto, for decoding (`load_pretrained`).
     """
     folder = RunFolder(run_dir)
     # Read once, and handed to `load_pretrained`, which may need its decoding ids.
     tokenizer = folder.load_tokenizer(check=check_tokenizer) if folder.tokenizer.is_file() else None
-    model = load_pretrained(folder.root, device, tokenizer=tokenizer, overrides=overrides)
+    model = load_pretrained(
+        folder.root, device, tokenizer=tokenizer, overrides=overrides, compute_type=compute_type
+    )
     return Run(folder, model, tokenizer or folder.load_tokenizer(check=check_tokenizer))
 
 
@@ -230,6 +240,7 @@ def load_pretrained(
     *,
     tokenizer: Tokenizer | None = None,
     overrides: dict[str, Any] | None = None,
+    compute_type: str = "float32",
 ) -> TransformerModel:
     """Rebuild the model of a run folder from its config and weights, in eval mode.
 
@@ -238,7 +249,9 @@ def load_pretrained(
     `tokenizer` when the caller has read it already, else the folder's file.
     `overrides` change what the weights do not fix (`LOADING_OVERRIDES`: the
     length, RoPE's scaling, the attention window), to evaluate a model trained
-    short on longer text.
+    short on longer text. `compute_type` (float32, int8, bf16 or auto) converts
+    the linear layers for faster decoding (`attnkit.nn.compute_type.convert`):
+    such a model is for inference only.
     """
     device = check_device(device)
     folder = RunFolder(run_dir)
@@ -259,7 +272,11 @@ def load_pretrained(
         config = filled
     model = build_model(config)
     load_weights(model, folder.weights, device)
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    chosen = convert(model, compute_type)
+    if compute_type != "float32":
+        log.info("%s: linear layers in %s (asked: %s)", folder.root, chosen, compute_type)
+    return model
 
 
 def with_decoding_ids(config: ModelConfig, tokenizer: Tokenizer) -> ModelConfig:

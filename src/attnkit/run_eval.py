@@ -231,15 +231,16 @@ def evaluate_run(
     generation: GenerationConfig | None = None,
     *,
     device: str = "cpu",
+    compute_type: str = "float32",
     batch_size: int = 32,
     **choices: Any,
 ) -> Evaluation:
     """Score a run folder (or a loaded `Run`) on a corpus split, as `attnkit eval` does.
 
     `choices` are `read_eval_set`'s: corpus, split, src_lang, tgt_lang, data_dir, limit,
-    block_size.
+    block_size. `device` and `compute_type` (float32, int8, bf16, auto) load a folder.
     """
     if not isinstance(run, Run):
-        run = load_run(run, device)
+        run = load_run(run, device, compute_type=compute_type)
     data = read_eval_set(run, batch_size=batch_size, **choices)
     return score_run(run, data, generation, batch_size=batch_size)

@@ -1,0 +1,143 @@
+"""Compute types: int8 and bfloat16 linear layers against float32, and converted models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnkit.cpu import Cpu
+from attnkit.errors import AttnkitError
+from attnkit.generation import generate
+from attnkit.nn import compute_type as ct
+from attnkit.nn.linear import Linear
+from tests.helpers import peaked, source_batch
+
+CPU = torch.device("cpu")
+
+
+def needs(compute_type: str):
+    """Skip where this machine cannot run `compute_type`, saying why (the refusal's sentence)."""
+    reason = ct.refusal(compute_type, CPU)
+    return pytest.mark.skipif(reason is not None, reason=f"this CPU: {reason}")
+
+
+def test_quantize_dequantize_round_trip_is_exact_on_representable_weights():
+    q = torch.randint(-127, 128, (12, 40), dtype=torch.int8)
+    q[:, 0] = 127  # each row reaches the top of the range, so its scale is the one chosen
+    scale = torch.rand(12) + 0.01
+    again, scale_again = ct.quantize_per_channel(ct.dequantize(q, scale))
+    assert torch.equal(again, q)
+    torch.testing.assert_close(scale_again, scale, rtol=1e-6, atol=0)
+
+
+def test_quantization_error_is_at_most_half_a_step_per_weight():
+    weight = torch.randn(30, 50)
+    weight[3] = 0.0  # an all-zero row stays exactly zero
+    q, scale = ct.quantize_per_channel(weight)
+    error = (ct.dequantize(q, scale) - weight).abs()
+    assert (error <= scale[:, None] / 2 * (1 + 1e-6)).all()
+    assert (ct.dequantize(q, scale)[3] == 0).all()
+
+
+@needs("int8")
+@pytest.mark.parametrize("bias", [True, False])
+def test_int8_linear_is_within_the_quantization_bound_of_float32(bias: bool):
+    linear = Linear(64, 48, bias=bias)
+    x = torch.randn(2, 9, 64) * torch.logspace(-2, 2, 9)[:, None]  # rows of very different size
+    with torch.no_grad():
+        exact, int8 = linear(x), ct.Int8Linear(linear)(x)
+    # Each row on its own scale (peak |x_r| over 255 or, without VNNI, 127 levels), each
+    # weight within half its step: |error| <= sum_i |x_i| ds_w / 2 + |w_i| ds_x / 2 + ds_w ds_x / 4.
+    _, w_step = ct.quantize_per_channel(linear.weight)
+    levels = 127 if ct.Int8Linear(linear).reduce_range else 255
+    x_step = 2 * x.abs().amax(-1, keepdim=True) / levels
+    bound = (
+        x.abs().sum(-1, keepdim=True) * w_step / 2
+        + linear.weight.abs().sum(-1) * x_step / 2
+        + 64 * w_step * x_step / 4
+    )
+    assert ((int8 - exact).abs() <= bound * 1.01 + 1e-6).all()
+    # And, on typical rows, per output channel: relative error under 5%.
+    rows = torch.randn(256, 64)
+    with torch.no_grad():
+        y, y8 = linear(rows), ct.Int8Linear(linear)(rows)
+    assert ((y8 - y).norm(dim=0) / y.norm(dim=0)).max() < 0.05
+
+
+@needs("int8")
+def test_int8_rows_are_quantized_alone_so_a_batch_changes_nothing():
+    linear = Linear(32, 24)
+    layer = ct.Int8Linear(linear)
+    x = torch.randn(5, 32)
+    x[2] *= 100.0  # one large row must not coarsen the others
+    with torch.no_grad():
+        together = layer(x)
+        alone = torch.cat([layer(row[None]) for row in x])
+    assert torch.equal(together, alone)
+
+
+@needs("bf16")
+def test_bf16_linear_is_within_bfloat16_rounding_of_float32():
+    linear = Linear(64, 48)
+    rows = torch.randn(256, 64)
+    with torch.no_grad():
+        y, y16 = linear(rows), ct.BFloat16Linear(linear)(rows)
+    # Inputs and weights each rounded to 8 bits of mantissa (2^-9 relative), summed in float32.
+    assert ((y16 - y).norm(dim=0) / y.norm(dim=0)).max() < 2**-6
+
+
+def test_float32_converts_nothing_and_unknown_types_are_refused():
+    model = peaked("decoder")
+    assert ct.convert(model, "float32") == "float32"
+    assert ct.compute_type_of(model) == "float32"
+    with pytest.raises(AttnkitError, match="not one of float32, int8, bf16, auto"):
+        ct.convert(model, "int4")
+
+
+def test_bf16_is_refused_in_one_sentence_on_a_cpu_without_bf16_products(monkeypatch):
+    monkeypatch.setattr(ct, "this_cpu", lambda: Cpu("an AVX2 CPU", frozenset({"avx2"})))
+    reason = ct.refusal("bf16", CPU)
+    assert reason is not None and "AVX512-BF16 or AMX" in reason and reason.count(".") == 0
+    assert ct.resolve("auto", CPU) == ("int8" if ct.refusal("int8", CPU) is None else "float32")
+
+
+def test_auto_falls_back_to_float32_where_nothing_faster_runs(monkeypatch):
+    monkeypatch.setattr(ct, "this_cpu", lambda: Cpu("an old CPU", frozenset()))
+    assert ct.resolve("auto", CPU) == "float32"
+    with pytest.raises(AttnkitError, match="AVX2"):
+        ct.resolve("int8", CPU)
+
+
+def test_int8_is_refused_off_the_cpu():
+    assert "CPU" in ct.refusal("int8", torch.device("cuda"))
+
+
+def test_a_model_in_training_mode_is_not_converted():
+    model = peaked("decoder").train()
+    with pytest.raises(AttnkitError, match=r"model\.eval"):
+        ct.convert(model, "bf16" if ct.refusal("bf16", CPU) is None else "int8")
+
+
+CONVERTIBLE = [t for t in ("int8", "bf16") if ct.refusal(t, CPU) is None]
+
+
+@pytest.mark.skipif(not CONVERTIBLE, reason="this CPU runs neither int8 nor bf16")
+@pytest.mark.parametrize("compute_type", CONVERTIBLE)
+@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
+def test_converted_models_decode_mostly_the_same_tokens(compute_type: str, shape: str):
+    ids, mask = source_batch()
+    model = peaked(shape, vocab_size=200, scale=2.0)
+    options = {"max_new_tokens": 12, "eos_token_id": ()}
+    exact = generate(model, ids, mask, **options).sequences
+    float32_bytes = ct.linear_weight_bytes(model)
+    assert ct.convert(model, compute_type) == compute_type == ct.compute_type_of(model)
+    # A quarter (int8, plus a scale per output and float32 biases) or a half (bf16).
+    share = {"int8": 0.35, "bf16": 0.51}[compute_type]
+    assert ct.linear_weight_bytes(model) < float32_bytes * share
+    cached = generate(model, ids, mask, **options).sequences
+    uncached = generate(model, ids, mask, use_cache=False, **options).sequences
+    assert torch.equal(cached, uncached)
+    # Once one token differs the rest follow another prefix, so count positions until then.
+    new = slice(exact.shape[1] - 12, None)
+    agree = (cached[:, new] == exact[:, new]).int().cumprod(1).float().mean()
+    assert agree >= 0.75, f"{compute_type}: {agree:.0%} of positions as float32"
