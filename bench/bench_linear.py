@@ -1,13 +1,15 @@
-"""A decoder's matrix products with few rows: `F.linear`, the weight's halves, the C kernel.
+"""A decoder's matrix products: `F.linear` against each of attnkit's paths, float32 and lower.
 
 The matrices are those of one decoding step of the GPT-2-shaped benchmark
 model (6 layers, d_model 512, d_ff 2048, vocab 8,000): each row count runs
 all 25 products, the paths alternating over repetitions after a warm-up;
-medians are reported (microseconds for the 25), with the speed-up of
-attnkit's two inference paths over `F.linear`: the product over the weight's
-halves (a view of the weight) and the few-row C kernel
-(`attnkit/nn/few_rows.c`). This is what sets `attnkit.nn.linear.FEW_ROWS`
-and `KERNEL_ROWS`.
+medians are reported (microseconds for the 25), with the speed-up over
+`F.linear` of: the product over the weight's halves (a view of the weight),
+the few-row C kernel (`attnkit/nn/few_rows.c`), oneDNN's float32 (AVX-512
+CPUs), attnkit's `Linear` as it routes, int8 (`Int8Linear`), int8 weights
+with float32 activations (torch's `_weight_int8pack_mm`, which attnkit does
+not use), and bf16 where the CPU has it. This is what sets
+`attnkit.nn.linear.FEW_ROWS` and `KERNEL_ROWS` and the compute types' paths.
 
     python -m bench linear --threads 2
 """
@@ -20,7 +22,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attnkit.nn import Linear, few_rows
+from attnkit.nn import Linear, few_rows, onednn
+from attnkit.nn.compute_type import BFloat16Linear, Int8Linear, quantize_per_channel, refusal
 from bench.harness import (
     Result,
     alternate,
@@ -53,37 +56,48 @@ def main(argv: list[str] | None = None) -> None:
     if not few_rows.available():
         raise SystemExit("the few-row kernel is not built on this machine (see the warning)")
     header = opening(f"{args.threads} threads, {args.reps} reps")
+    cpu = torch.device("cpu")
+    int8 = [Int8Linear(layer) for layer in layers] if refusal("int8", cpu) is None else None
+    bf16 = [BFloat16Linear(layer) for layer in layers] if refusal("bf16", cpu) is None else None
+    weight_only = [quantize_per_channel(w) for w in weights]
     results = []
     with torch.no_grad():
         for rows in args.rows:
             inputs = {d: torch.randn(rows, d) for d in (512, 2048)}
 
-            def mkl(inputs=inputs) -> None:
-                for w, b in zip(weights, biases, strict=True):
-                    F.linear(inputs[w.shape[1]], w, b)
+            def each(product, modules=layers, inputs=inputs):
+                return lambda: [
+                    product(m, inputs[w.shape[1]]) for m, w in zip(modules, weights, strict=True)
+                ]
 
-            def halves(inputs=inputs) -> None:
-                for layer in layers:
-                    layer._halves_product(inputs[layer.in_features])
-
-            def kernel(inputs=inputs) -> None:
-                for layer in layers:
-                    few_rows.linear(inputs[layer.in_features], layer.weight, layer.bias)
-
+            paths = {
+                "F.linear": each(lambda m, x: F.linear(x, m.weight, m.bias)),
+                "weight halves": each(lambda m, x: m._halves_product(x, m.weight, m.bias)),
+                "few-row kernel": each(lambda m, x: few_rows.linear(x, m.weight, m.bias)),
+                "attnkit Linear": each(lambda m, x: m(x)),
+                "int8 weights only (_weight_int8pack_mm)": each(
+                    lambda m, x: torch._weight_int8pack_mm(x, *m), weight_only
+                ),
+            }
+            if onednn.enabled():
+                paths["oneDNN float32"] = each(lambda m, x: onednn.linear(x, m.weight, m.bias))
+            if int8 is not None:
+                paths["int8 (Int8Linear)"] = each(lambda m, x: m(x), int8)
+            if bf16 is not None:
+                paths["bf16 (BFloat16Linear)"] = each(lambda m, x: m(x), bf16)
             calls = max(2, 64 // rows)
-            paths = (mkl, halves, kernel)
-            for path in paths:  # the warm-up: one call each
+            for path in paths.values():  # the warm-up, and the probes of attnkit's Linear
                 path()
-            timed = (seconds_per_call(path, calls) for path in paths)
+            timed = (seconds_per_call(path, calls) for path in paths.values())
             seconds = alternate(*timed, reps=args.reps, warmup=0, swap=True)
-            us = [[s * 1e6 for s in side] for side in seconds]
-            for name, side in (("weight halves", us[1]), ("few-row kernel", us[2])):
+            us = {name: [s * 1e6 for s in side] for name, side in zip(paths, seconds, strict=True)}
+            for name, side in list(us.items())[1:]:
                 results.append(
                     Result(
                         f"{rows} rows, {name}",
                         "µs",
                         side,
-                        us[0],
+                        us["F.linear"],
                         "F.linear",
                         higher_is_better=False,
                     )

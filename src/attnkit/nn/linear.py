@@ -17,8 +17,10 @@ Without autograd, on float32 CPU tensors:
   half of the weight, and the (out, rows) result is transposed back. The
   halves are a view, so nothing is copied or cached.
 
-`python -m bench linear` measures both against `F.linear`. Anything that
-needs gradients, another device or dtype, more rows, or is compiled runs
+On CPUs with AVX-512, training and the products past the kernel go through
+oneDNN instead of the halves or `F.linear` wherever a probe of that shape
+found it faster (`onednn.py`). `python -m bench linear` measures every path
+against `F.linear`. Another device or dtype, autocast, or torch.compile runs
 `F.linear`; every path computes the same function (tested).
 """
 
@@ -28,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.nn import few_rows
+from attnkit.nn import few_rows, onednn
 
 # Up to this many rows (a batch of 32 sentences with 4 beams) the halves were measured faster
 # than F.linear at every size (bench/bench_linear.py: 1.8x at 1 row, 2.4x at 4, 1.4x at 8,
@@ -41,15 +43,22 @@ KERNEL_ROWS = 20
 
 
 class Linear(nn.Linear):
-    """`nn.Linear` (same parameters, same state dict) with a faster path for small inference."""
+    """`nn.Linear` (same parameters, same state dict) with faster paths on a CPU."""
 
     def forward(self, x: Tensor) -> Tensor:
-        if self._few_rows_on_cpu(x):
-            if x.numel() <= KERNEL_ROWS * self.in_features and self._kernel_takes_it():
-                return few_rows.linear(x, self.weight, self.bias)
-            if self.out_features % 2 == 0:
-                return self._halves_product(x)
-        return F.linear(x, self.weight, self.bias)
+        if not self._plain_float32_on_cpu(x):
+            return F.linear(x, self.weight, self.bias)
+        rows = x.numel() // self.in_features
+        if rows == 0:
+            return F.linear(x, self.weight, self.bias)
+        inference = not torch.is_grad_enabled()
+        if inference and rows <= KERNEL_ROWS and self._kernel_takes_it():
+            return few_rows.linear(x, self.weight, self.bias)
+        halves = inference and rows <= FEW_ROWS and self.out_features % 2 == 0
+        other = ("halves", self._halves_product) if halves else ("F.linear", F.linear)
+        if onednn.enabled() and onednn.faster(x, self.weight, self.bias, other):
+            return onednn.linear(x, self.weight, self.bias)
+        return other[1](x, self.weight, self.bias)
 
     def _kernel_takes_it(self) -> bool:
         return (
@@ -58,23 +67,25 @@ class Linear(nn.Linear):
             and few_rows.available()
         )
 
-    def _halves_product(self, x: Tensor) -> Tensor:
+    @staticmethod
+    def _halves_product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         """(W x^T)^T with W in its two halves of output features, one per thread."""
-        columns = x.reshape(-1, self.in_features).t().expand(2, -1, -1)  # (2, in, rows)
-        halves = self.weight.view(2, -1, self.in_features)  # (2, out / 2, in), a view
-        if self.bias is None:
+        out, features = weight.shape
+        columns = x.reshape(-1, features).t().expand(2, -1, -1)  # (2, in, rows)
+        halves = weight.view(2, -1, features)  # (2, out / 2, in), a view
+        if bias is None:
             y = torch.bmm(halves, columns)
         else:
-            y = torch.baddbmm(self.bias.view(2, -1, 1), halves, columns)
-        return y.flatten(0, 1).t().contiguous().view(*x.shape[:-1], self.out_features)
+            y = torch.baddbmm(bias.view(2, -1, 1), halves, columns)
+        return y.flatten(0, 1).t().contiguous().view(*x.shape[:-1], out)
 
-    def _few_rows_on_cpu(self, x: Tensor) -> bool:
-        # Under torch.compile the compiler picks its own kernels.
+    def _plain_float32_on_cpu(self, x: Tensor) -> bool:
+        # Under torch.compile the compiler picks its own kernels; under autocast F.linear
+        # must run so that autocast can lower its precision.
         return (
-            not torch.is_grad_enabled()
-            and not torch.compiler.is_compiling()
+            not torch.compiler.is_compiling()
+            and not torch.is_autocast_enabled("cpu")
             and x.device.type == "cpu"
             and x.dtype == torch.float32
             and self.weight.dtype == torch.float32
-            and x.numel() <= FEW_ROWS * self.in_features
         )

@@ -55,7 +55,7 @@ TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec")
 SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
 DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
 TOKENIZER_KINDS = KINDS
 # The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
@@ -158,7 +158,8 @@ class TrainSection:
         first), at the pace measured so far, for runs bounded by time.
     accumulate: micro-batches per optimizer step (gradient accumulation).
     precision: `bf16` autocasts on CPU and CUDA; `fp16` (CUDA only) adds a
-        gradient scaler.
+        gradient scaler; `auto` is bf16 where the CPU or GPU multiplies
+        bfloat16 in hardware (AVX512-BF16, AMX), else fp32.
     keep_last: step checkpoints kept on disk; `average_last` of them are
         averaged into the final model (the paper averaged the last 5).
     reuse_freed_memory: on a CPU, let the C library keep freed memory for the

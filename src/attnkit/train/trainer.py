@@ -38,6 +38,7 @@ from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 from attnkit.models.base import unwrap
+from attnkit.nn.compute_type import training_precision
 from attnkit.nn.moe import take_dropped_tokens
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
@@ -110,8 +111,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         c = self.train_cfg
         self.stopping = Stopping(c.max_minutes, resume_command)
-        if c.precision == "fp16" and resolve_device(c.device).type != "cuda":
-            raise AttnkitError("train.precision 'fp16' needs CUDA; use 'bf16' on the CPU")
+        self.precision = training_precision(c.precision, resolve_device(c.device))
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -184,7 +184,7 @@ class Trainer:
             factor if budget is None else lambda step: factor(step, budget.last_step(step)),
         )
         self.scaler = torch.amp.GradScaler(
-            "cuda", enabled=c.precision == "fp16" and self.device.type == "cuda"
+            "cuda", enabled=self.precision == "fp16" and self.device.type == "cuda"
         )
         if resume:
             self._resume()
@@ -255,7 +255,7 @@ class Trainer:
             self.epoch, self.position = self.epoch + 1, 0
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        precision = self.train_cfg.precision
+        precision = self.precision
         if precision == "fp32":
             return contextlib.nullcontext()
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16

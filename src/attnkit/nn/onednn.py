@@ -1,0 +1,117 @@
+"""float32 y = x W^T + b through oneDNN, where it beats torch's default (MKL) on this CPU.
+
+On x86 torch multiplies float32 matrices with MKL's sgemm. On CPUs with
+AVX-512 oneDNN's own float32 kernels (`torch.ops.mkldnn._linear_pointwise`,
+exact float32: no bfloat16 or TF32 shortcut) are often faster: 10-20% at the
+Transformer's shapes on one Zen 4 EPYC, up to 2x on a Zen 5 (bench/peak.py,
+`python -m bench linear`). Which one wins depends on the CPU and the shape, so
+nothing is assumed: the first product of each shape class (rows rounded up to
+a power of two, in and out features, the path it competes with) times both on
+random tensors of that shape and keeps the faster, for the rest of the process.
+
+Training goes through `OneDnnLinear`: forward and dL/dx = dL/dy W through
+oneDNN, dL/dW = dL/dy^T x through MKL, which was faster for that product on
+every shape measured. Only on CPUs with AVX-512 (elsewhere oneDNN brings no
+float32 gain) and with `ATTNKIT_ONEDNN` not set to 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from attnkit.cpu import this_cpu
+
+Product = Callable[[Tensor, Tensor, Tensor | None], Tensor]
+# Timed calls per candidate in a probe (after one untimed): the best of them counts.
+PROBE_CALLS = 3
+
+
+@functools.cache
+def enabled() -> bool:
+    """Whether `Linear` may route float32 products here (AVX-512, oneDNN, not switched off)."""
+    return (
+        os.environ.get("ATTNKIT_ONEDNN", "1") != "0"
+        and this_cpu().has("avx512f")
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+def _product(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class OneDnnLinear(torch.autograd.Function):
+    """x W^T + b forward and dL/dx through oneDNN, dL/dW through MKL (see the module)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _product(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _product(grad, weight.t(), None)  # dL/dy W: W^T as oneDNN's weight
+        rows = grad.reshape(-1, grad.shape[-1])
+        if ctx.needs_input_grad[1]:
+            grad_w = rows.t() @ x.reshape(-1, x.shape[-1])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = rows.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x W^T + b through oneDNN, differentiable (`OneDnnLinear`)."""
+    return OneDnnLinear.apply(x, weight, bias)
+
+
+_faster: dict[tuple, bool] = {}
+
+
+def faster(x: Tensor, weight: Tensor, bias: Tensor | None, other: tuple[str, Product]) -> bool:
+    """Whether oneDNN beats `other` (a name and the product it would run) at x's shape class.
+
+    Probed the first time the class is seen, on random tensors of its own
+    generator (torch's random state is left alone), so no input's values
+    matter; the answer is kept for the process.
+    """
+    rows = max(1, x.numel() // weight.shape[1])
+    key = (1 << (rows - 1).bit_length(), *weight.shape, bias is not None, other[0])
+    if key not in _faster:
+        _faster[key] = _probe(key[0], weight, bias, other[1])
+    return _faster[key]
+
+
+def _probe(rows: int, weight: Tensor, bias: Tensor | None, other: Product) -> bool:
+    # A generator of its own: drawing from torch's would change a training's dropout
+    # masks depending on when a probe ran (and a resumed run would not repeat it).
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, weight.shape[1], generator=generator)
+    w = torch.randn(weight.shape, generator=generator)
+    b = None if bias is None else torch.randn(bias.shape, generator=generator)
+
+    # The forward alone is timed: in training dL/dx, a product of the same size, follows it.
+    def best_seconds(product: Product) -> float:
+        times = []
+        with torch.no_grad():
+            for _ in range(PROBE_CALLS + 1):
+                start = time.perf_counter()
+                product(x, w, b)
+                times.append(time.perf_counter() - start)
+        return min(times[1:])
+
+    return best_seconds(_product) < best_seconds(other)
+
+
+def decisions() -> dict[tuple, bool]:
+    """The probes made so far: (rows class, out, in, bias, other's name) -> oneDNN faster."""
+    return dict(_faster)
