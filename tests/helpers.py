@@ -36,6 +36,7 @@ VARIANTS = {
     "paper": {},
     "rope": {"positional": "rope"},
     "alibi": {"positional": "alibi"},
+    "xpos": {"positional": "xpos", "xpos_scale_base": 8.0},  # a short B: the decay shows
     "window": {"attention_window": 3},
     "sparse": {"attention_window": 2, "attention_stride": 3},
     "llama": {

@@ -22,7 +22,7 @@ def _saved(path: Path, **changes: object) -> Path:
     return path
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "rope", "alibi"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "rope", "xpos", "alibi"])
 def test_a_longer_max_len_reads_past_the_trained_length_and_keeps_the_start(
     tmp_path: Path, positional: str
 ) -> None:

@@ -36,7 +36,7 @@ NORMS = ("layernorm", "rmsnorm")
 INITS = ("xavier", "gpt2")
 ROUTERS = ("topk", "switch")
 NORM_POSITIONS = ("post", "pre", "deepnorm")
-POSITIONALS = ("sinusoidal", "learned", "rope", "alibi", "none")
+POSITIONALS = ("sinusoidal", "learned", "rope", "xpos", "alibi", "none")
 ROPE_SCALINGS = ("ntk", "linear", "llama3")
 ROPE_SETTINGS = ("theta", "scaling", "scaling_type", "original_max_len")
 SINUSOIDAL_LAYOUTS = ("interleaved", "split")
@@ -77,8 +77,10 @@ class ModelConfig:
         `swiglu` (LLaMA) or `geglu`, whose first projection has 2 d_ff outputs.
     norm: `layernorm` (the paper) or `rmsnorm` (no centring and no bias, LLaMA).
     positional: `sinusoidal` (the paper), `learned` (GPT-2, BERT), `rope`
-        (rotary: queries and keys rotated by position, LLaMA), `alibi` (a
-        linear penalty on distance added to attention scores) or `none`.
+        (rotary: queries and keys rotated by position, LLaMA), `xpos` (RoPE
+        with a decay over distance, Sun et al. 2022), `alibi` (a linear
+        penalty on distance added to attention scores) or `none`.
+    xpos_scale_base: xPos's B: pair i decays by zeta_i^(distance / B).
     rope_theta: RoPE's base; pair i turns at theta^(-2i/d_head) per position.
     rope_scaling: stretch of RoPE to rope_scaling x the trained length (1.0
         is plain RoPE), in the way `rope_scaling_type` names: `ntk` (the
@@ -142,6 +144,7 @@ class ModelConfig:
     rope_scaling: float = 1.0
     rope_scaling_type: str = "ntk"
     rope_original_max_len: int = 0
+    xpos_scale_base: float = 512.0
     attention_window: int = 0
     attention_stride: int = 0
     n_experts: int = 0
@@ -224,11 +227,15 @@ class ModelConfig:
         )
         rope = [getattr(self, f"rope_{n}") for n in ROPE_SETTINGS]
         check(
-            self.positional == "rope" or rope == [10000.0, 1.0, "ntk", 0],
-            f"the rope_ settings only apply to RoPE, but positional is "
+            self.positional in ("rope", "xpos") or rope == [10000.0, 1.0, "ntk", 0],
+            f"the rope_ settings only apply to RoPE and xPos, but positional is "
             f"{self.positional!r}; set positional to 'rope' or leave them at their defaults",
         )
-        if self.positional == "rope":
+        check(
+            self.xpos_scale_base > 0,
+            f"xpos_scale_base must be positive, got {self.xpos_scale_base!r}",
+        )
+        if self.positional in ("rope", "xpos"):
             check(
                 self.d_head % 2 == 0,
                 f"RoPE turns pairs of dimensions; d_head {self.d_head} is odd",

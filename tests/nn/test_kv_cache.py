@@ -101,7 +101,7 @@ def test_cache_overflow_and_batch_mismatch_are_clear_errors():
         model.new_cache(prompt, capacity=1000)
 
 
-@pytest.mark.parametrize("positional", ["rope", "alibi", "learned"])
+@pytest.mark.parametrize("positional", ["rope", "xpos", "alibi", "learned"])
 @torch.no_grad()
 def test_a_sliding_window_cache_is_a_ring_of_window_slots_that_decodes_exactly(positional):
     model = tiny_model("decoder", **DECODING, attention_window=3, positional=positional).eval()

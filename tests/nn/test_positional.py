@@ -7,7 +7,13 @@ import torch
 
 from attnkit.nn import AbsolutePositions, sinusoidal_table
 from attnkit.nn.masks import slot_distance
-from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes, rope_frequencies
+from attnkit.nn.positional import (
+    RotaryEmbedding,
+    XPos,
+    alibi_bias,
+    alibi_slopes,
+    rope_frequencies,
+)
 
 
 def test_sinusoidal_table_is_the_papers_formula() -> None:
@@ -142,3 +148,36 @@ def test_linear_and_llama3_scaling_are_transformers(kind: str, extra: dict) -> N
         )
         blended = ratio[(wavelength >= trained / 4) & (wavelength <= trained)]
         assert len(blended) > 0 and ((blended > 1) & (blended < s)).all()
+
+
+def test_xpos_is_rope_scaled_by_zeta_to_the_position_over_the_base() -> None:
+    d, base = 8, 16.0
+    xpos, rope = XPos(d, 40, scale_base=base), RotaryEmbedding(d, 40)
+    q, k = torch.randn(1, 1, 3, d), torch.randn(1, 1, 3, d)
+    pos = torch.tensor([[0, 7, 33]])
+    got_q, got_k = xpos(q, k, pos, pos)
+    rot_q, rot_k = rope(q, k, pos, pos)
+    # The formula in float64: zeta_i = (2i/d + 0.4) / 1.4, for pair (i, i + d/2).
+    zeta = (torch.arange(0, d, 2, dtype=torch.float64) / d + 0.4) / 1.4
+    power = zeta ** (pos[0, :, None].double() / base)  # (length, d/2)
+    both = torch.cat([power, power], -1)
+    torch.testing.assert_close(got_q.double(), rot_q.double() * both, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_k.double(), rot_k.double() / both, rtol=1e-5, atol=1e-6)
+
+
+def test_xpos_scores_depend_only_on_the_distance_and_fade_with_it() -> None:
+    xpos = XPos(16, 200, scale_base=8.0)
+    q, k = torch.randn(1, 1, 1, 16), torch.randn(1, 1, 1, 16)
+
+    def score(m: int, n: int) -> float:
+        a, b = xpos(q, k, torch.tensor([[m]]), torch.tensor([[n]]))
+        return (a * b).sum().item()
+
+    assert score(9, 2) == pytest.approx(score(150, 143), rel=1e-4)
+    # At distance t pair i weighs at most zeta_i^(t / B) |q_i| |k_i|: at 100 (over 12 B) even
+    # the slowest pair (zeta 0.91) keeps under a third, the fastest (0.29) nothing.
+    zeta = (torch.arange(0, 16, 2, dtype=torch.float64) / 16 + 0.4) / 1.4
+    pairs = [t.view(2, 8).norm(dim=0).double() for t in (q, k)]  # |(x_i, x_{i+8})|
+    bound = (zeta ** (100 / 8.0) * pairs[0] * pairs[1]).sum().item()
+    assert abs(score(100, 0)) <= bound + 1e-6
+    assert bound < 0.35 * (q.norm() * k.norm()).item()

@@ -33,7 +33,7 @@ from attnkit.nn import (
 from attnkit.nn.embedding import check_ids
 from attnkit.nn.kv_cache import KVCache
 from attnkit.nn.masks import local_mask, slot_distance
-from attnkit.nn.positional import RotaryEmbedding, alibi_bias, alibi_slopes
+from attnkit.nn.positional import RotaryEmbedding, XPos, alibi_bias, alibi_slopes
 
 
 class Embed(nn.Module):
@@ -83,18 +83,15 @@ class Stack(nn.Module):
         c = config
         self.causal = causal
         self.window = Window(c.attention_window, c.attention_stride)
-        rotary = (
-            RotaryEmbedding(
-                c.d_head,
-                c.max_len,
-                c.rope_theta,
-                scaling=c.rope_scaling,
-                kind=c.rope_scaling_type,
-                original_max_len=c.rope_original_max_len,
-            )
-            if c.positional == "rope"
-            else None
-        )
+        rope = {
+            "scaling": c.rope_scaling,
+            "kind": c.rope_scaling_type,
+            "original_max_len": c.rope_original_max_len,
+        }
+        rotary = {
+            "rope": lambda: RotaryEmbedding(c.d_head, c.max_len, c.rope_theta, **rope),
+            "xpos": lambda: XPos(c.d_head, c.max_len, c.rope_theta, c.xpos_scale_base, **rope),
+        }.get(c.positional, lambda: None)()
         self.alibi_slopes: Tensor | None
         if c.positional == "alibi":
             self.register_buffer("alibi_slopes", alibi_slopes(c.n_heads), persistent=False)

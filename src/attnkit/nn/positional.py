@@ -28,6 +28,15 @@ apart, hardly change. Linear scaling (position interpolation, Chen et al.
 whose wavelength 2 pi / theta_i exceeds the trained length L, keeps those
 shorter than L / 4, and blends the two in between.
 
+xPos (Sun et al. 2022) is RoPE with a decay: pair i of a query at m is also
+scaled by zeta_i^(m / B) and of a key at n by zeta_i^(-n / B), with
+zeta_i = (2i/d + 0.4) / 1.4 and B = `xpos_scale_base` (512), so that
+
+    <q_m, k_n> = sum_i zeta_i^((m - n) / B) <R_m q, R_n k>_i
+
+still depends on m - n alone, and the fast-turning pairs (small zeta_i) fade
+with distance, which is what lets a model trained short read longer text.
+
 ALiBi (Press et al. 2022) adds -m_h |i - j| to the score of query i and key j,
 with head h's slope m_h from a geometric sequence: 2^(-8/n), 2^(-16/n), ...
 """
@@ -112,6 +121,34 @@ class RotaryEmbedding(nn.Module):
         # Self-attention passes one positions tensor for both: look the angles up once.
         k_tables = q_tables if k_pos is q_pos else self.tables(k_pos)
         return _rotate(q, *q_tables), _rotate(k, *k_tables)
+
+
+# xPos's gamma: zeta_i = (2i/d + gamma) / (1 + gamma), from 0.29 for the fastest pair to ~1.
+XPOS_GAMMA = 0.4
+
+
+class XPos(RotaryEmbedding):
+    """xPos: RoPE whose queries grow by zeta_i^(m/B) and keys shrink by zeta_i^(-n/B).
+
+    The scales are folded into each side's cos and sin tables, so the cost is
+    RoPE's. Keys are scaled at their own position when they enter the KV cache,
+    so cached decoding computes the same scores.
+    """
+
+    def __init__(
+        self, d_head: int, max_len: int, theta: float = 10000.0, scale_base: float = 512.0, **rope
+    ) -> None:
+        super().__init__(d_head, max_len, theta, **rope)
+        pairs = torch.arange(0, d_head, 2, dtype=torch.float64)
+        zeta = (pairs / d_head + XPOS_GAMMA) / (1 + XPOS_GAMMA)
+        powers = torch.arange(max_len, dtype=torch.float64)[:, None] / scale_base
+        self.register_buffer("scale", (zeta**powers).float(), persistent=False)
+
+    def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        (q_cos, q_sin), (k_cos, k_sin) = self.tables(q_pos), self.tables(k_pos)
+        q_scale, k_scale = self.scale[q_pos][:, None], self.scale[k_pos][:, None]
+        q = _rotate(q, q_cos * q_scale, q_sin * q_scale)
+        return q, _rotate(k, k_cos / k_scale, k_sin / k_scale)
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
