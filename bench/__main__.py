@@ -39,7 +39,10 @@ BENCHMARKS = {
         "bench.bench_generate", "decoding tokens/s and memory against transformers' generate"
     ),
     "linear": Benchmark(
-        "bench.bench_linear", "few-row products: the weight's halves and the C kernel vs F.linear"
+        "bench.bench_linear", "a decoder's products on each path (float32, int8, bf16) vs F.linear"
+    ),
+    "attention": Benchmark(
+        "bench.bench_attention", "causal attention on each fused kernel (attention_backend)"
     ),
     "window": Benchmark(
         "bench.bench_window", "sliding-window attention block by block vs the window as a mask"
@@ -52,6 +55,10 @@ BENCHMARKS = {
     ),
     "variants": Benchmark(
         "bench.variants", "the model variants on Tiny Shakespeare, validation loss of each"
+    ),
+    "extrapolation": Benchmark(
+        "bench.extrapolation",
+        "train short, test long: perplexity at 1x-16x the trained length per positional method",
     ),
     "parity": Benchmark(
         "bench.interop_parity", "largest difference of imported HF models from transformers"

@@ -28,6 +28,7 @@ from attnkit.checks import (
     within,
 )
 from attnkit.errors import AttnkitError
+from attnkit.nn.sdpa_backend import BACKENDS
 from attnkit.presets import PRESETS
 
 SHAPES = ("encoder-decoder", "decoder", "encoder")
@@ -91,6 +92,8 @@ class ModelConfig:
         positions away (a sliding window, Mistral; 0 is every position).
     attention_stride: sparse attention (Child et al. 2019, strided): besides
         its window a query also sees every key a multiple of this far away.
+    attention_backend: torch's fused attention kernel: `auto` (torch picks),
+        `flash`, `efficient`, `cudnn` or `math` (`nn/sdpa_backend.py`).
     n_experts: a mixture of experts in place of each feed-forward network
         (0 is none): a router sends each token to `n_experts_per_token` of
         them and mixes their outputs by its renormalised softmax weights.
@@ -147,6 +150,7 @@ class ModelConfig:
     xpos_scale_base: float = 512.0
     attention_window: int = 0
     attention_stride: int = 0
+    attention_backend: str = "auto"
     n_experts: int = 0
     n_experts_per_token: int = 2
     router_aux_loss_coef: float = 0.01
@@ -258,6 +262,7 @@ class ModelConfig:
             f"got {self.n_experts_per_token!r}",
         )
         choice("router", self.router, ROUTERS)
+        choice("attention_backend", self.attention_backend, tuple(BACKENDS))
         check(
             self.router != "switch" or self.n_experts_per_token == 1,
             "the switch router sends each token to one expert; set n_experts_per_token = 1",

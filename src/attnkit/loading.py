@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 # What a loaded model may change without other weights: its length and how positions reach it.
 LOADING_OVERRIDES = (
     "max_len", "rope_theta", "rope_scaling", "rope_scaling_type", "rope_original_max_len",
-    "attention_window",
+    "attention_window", "attention_backend",
 )  # fmt: skip
 
 

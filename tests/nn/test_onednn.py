@@ -52,10 +52,10 @@ def test_each_shape_class_is_probed_once(monkeypatch: pytest.MonkeyPatch) -> Non
     probe = onednn._probe
     monkeypatch.setattr(onednn, "_faster", {})
     monkeypatch.setattr(onednn, "_probe", lambda *a: probes.append(a[0]) or probe(*a))
-    layer = Linear(40, 24)
+    layer = Linear(256, 128)  # from 32 rows a product of over 2^20 multiply-adds
     with torch.no_grad():
-        for rows in (33, 40, 64, 65):  # classes of 64 rows (three of them) and 128
-            layer(torch.randn(rows, 40))
+        for rows in (8, 33, 40, 64, 65):  # too small, three of 64 rows, one of 128
+            layer(torch.randn(rows, 256))
     assert probes == [64, 128]
     assert {key[0] for key in onednn.decisions()} == {64, 128}
 
@@ -68,7 +68,7 @@ def test_autocast_keeps_f_linear_so_products_run_in_bfloat16() -> None:
 
 def test_a_probe_leaves_torch_random_state_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(onednn, "_faster", {})
-    layer, x = Linear(40, 24), torch.randn(64, 40)  # past the few-row kernel
+    layer, x = Linear(256, 128), torch.randn(64, 256)  # past the few-row kernel, not small
     before = torch.get_rng_state()
     with torch.no_grad():
         layer(x)  # the first product of its shape class: a probe runs

@@ -59,6 +59,7 @@ class Block(nn.Module):
                 bias=c.bias,
                 dropout=c.attention_dropout,
                 rotary=None if is_cross else rotary,
+                backend=c.attention_backend,
             )
 
         self.self_attn, self.self_attn_residual = attention(False), residual()

@@ -141,7 +141,7 @@ class Stack(nn.Module):
             memory_mask, key_mask = cache.memory_mask, None
         else:
             mask = bias = None
-            if path is not AttentionPath.BLOCKWISE:
+            if path is not AttentionPath.BLOCKWISE and not self._causal_flag_serves(key_mask):
                 mask = self_attention_mask(key_mask, length, self.causal)
                 mask, bias = self._relative(mask, length, None, x.device)
             memory_mask = None if memory_key_mask is None else padding_mask(memory_key_mask)
@@ -164,6 +164,20 @@ class Stack(nn.Module):
         if self.norm is not None:
             x = self.norm(x)
         return x, weights
+
+    def _causal_flag_serves(self, key_mask: Tensor | None) -> bool:
+        """Whether causality alone masks all a real query must not see: no window, no ALiBi,
+        and no padding but at the ends of rows.
+
+        Right padding follows every real token, so causality hides it from every
+        real query; a padding query then attends to the keys up to itself, and
+        its output is read by no real one. The flag keeps the fused kernels
+        eligible (a GPU's flash kernel takes no mask) and lets them skip the
+        masked half of the scores.
+        """
+        if not self.causal or self.window.size or self.alibi_slopes is not None:
+            return False
+        return key_mask is None or bool((key_mask[:, 1:] <= key_mask[:, :-1]).all())
 
     def _relative(
         self, mask: Tensor | None, length: int, cache: KVCache | None, device: torch.device

@@ -33,6 +33,7 @@ from attnkit.nn.kv_cache import LayerKV
 from attnkit.nn.linear import Linear
 from attnkit.nn.local_attention import local_attention
 from attnkit.nn.masks import causal_mask
+from attnkit.nn.sdpa_backend import fused_attention
 from attnkit.nn.window import NO_WINDOW, Window
 
 
@@ -120,6 +121,7 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     dropout_p: float = 0.0,
     need_weights: bool = False,
+    backend: str = "auto",
 ) -> tuple[Tensor, Tensor | None]:
     """softmax(Q K^T / sqrt(d_k) + M + bias) V on (batch, heads, length, d_k) tensors.
 
@@ -128,8 +130,9 @@ def scaled_dot_product_attention(
 
     With `need_weights` the plain reference path runs and also returns the
     attention weights (batch, heads, queries, keys). Otherwise the fused
-    `F.scaled_dot_product_attention` runs and the weights are None; both paths
-    compute the same function (tested).
+    `F.scaled_dot_product_attention` runs, on the kernel `backend` names
+    (`sdpa_backend.py`), and the weights are None; both paths compute the same
+    function (tested).
     """
     if is_causal and mask is None and q.shape[-2] != k.shape[-2]:
         # SDPA aligns its causal mask top-left; with a cache it must be bottom-right,
@@ -144,10 +147,11 @@ def scaled_dot_product_attention(
             # Under autocast the queries may be half precision; SDPA wants the bias alike.
             bias = bias.to(q.dtype)
             attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-        out = F.scaled_dot_product_attention(
+        out = fused_attention(
             q,
             k,
             v,
+            backend,
             attn_mask=attn_mask,
             dropout_p=dropout_p,
             is_causal=is_causal and attn_mask is None,
@@ -188,6 +192,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         rotary: Rotary | None = None,
+        backend: str = "auto",
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -201,6 +206,7 @@ class MultiHeadAttention(nn.Module):
         self.cross = cross
         self.dropout = dropout
         self.rotary = rotary
+        self.backend = backend  # the fused kernel (`sdpa_backend.BACKENDS`)
         q_dim, kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
         if cross:
             self.q_proj = Linear(d_model, q_dim, bias=bias)
@@ -301,6 +307,7 @@ class MultiHeadAttention(nn.Module):
             is_causal=is_causal,
             dropout_p=dropout_p,
             need_weights=need_weights or moves_focus or inputs.path is AttentionPath.WEIGHTS,
+            backend=self.backend,
         )
         if group > 1:
             out = out.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)

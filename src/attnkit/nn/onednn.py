@@ -30,6 +30,10 @@ from attnkit.cpu import this_cpu
 Product = Callable[[Tensor, Tensor, Tensor | None], Tensor]
 # Timed calls per candidate in a probe (after one untimed): the best of them counts.
 PROBE_CALLS = 3
+# Below this many multiply-adds a product is not worth a probe: a oneDNN call costs about
+# 25 us however small (4 us for MKL at 40 x 16 x 32), and 0.3 ms the first time it meets a
+# shape; at 2^20 an MKL product takes about 10 us.
+MIN_MULTIPLY_ADDS = 1 << 20
 
 
 @functools.cache
@@ -85,6 +89,8 @@ def faster(x: Tensor, weight: Tensor, bias: Tensor | None, other: tuple[str, Pro
     matter; the answer is kept for the process.
     """
     rows = max(1, x.numel() // weight.shape[1])
+    if rows * weight.numel() < MIN_MULTIPLY_ADDS:
+        return False
     key = (1 << (rows - 1).bit_length(), *weight.shape, bias is not None, other[0])
     if key not in _faster:
         _faster[key] = _probe(key[0], weight, bias, other[1])
