@@ -92,6 +92,10 @@ class ModelConfig:
         positions away (a sliding window, Mistral; 0 is every position).
     attention_stride: sparse attention (Child et al. 2019, strided): besides
         its window a query also sees every key a multiple of this far away.
+    attention_global, attention_random: an encoder's extra keys besides its
+        window: the first `attention_global` positions attend to all and are
+        attended by all (Longformer); each block of `attention_window` queries
+        sees `attention_random` random key blocks, fixed per layer (BigBird).
     attention_backend: torch's fused attention kernel: `auto` (torch picks),
         `flash`, `efficient`, `cudnn` or `math` (`nn/sdpa_backend.py`).
     n_experts: a mixture of experts in place of each feed-forward network
@@ -150,6 +154,8 @@ class ModelConfig:
     xpos_scale_base: float = 512.0
     attention_window: int = 0
     attention_stride: int = 0
+    attention_global: int = 0
+    attention_random: int = 0
     attention_backend: str = "auto"
     n_experts: int = 0
     n_experts_per_token: int = 2
@@ -222,8 +228,15 @@ class ModelConfig:
         self._validate_interop_fields()
 
     def _validate_variants(self) -> None:
-        for name in ("attention_window", "attention_stride", "n_experts"):
+        extra = ("attention_global", "attention_random")
+        for name in ("attention_window", "attention_stride", "n_experts", *extra):
             non_negative_int(name, getattr(self, name))
+        check(
+            not (self.attention_global or self.attention_random)
+            or (self.attention_window and self.shape != "decoder" and self.positional != "alibi"),
+            "attention_global and attention_random add keys to an encoder's window: set "
+            "attention_window, use a shape with an encoder, and a positional other than alibi",
+        )
         check(
             not self.attention_stride or self.attention_window,
             "attention_stride adds strided keys to a local window; set attention_window too "

@@ -12,6 +12,7 @@ block reads.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 
 import torch
@@ -82,7 +83,10 @@ class Stack(nn.Module):
         super().__init__()
         c = config
         self.causal = causal
-        self.window = Window(c.attention_window, c.attention_stride)
+        # Global and random keys are an encoder's (Longformer, BigBird): causal stacks skip them.
+        extra = (0, 0) if causal else (c.attention_global, c.attention_random)
+        self.window = Window(c.attention_window, c.attention_stride, *extra)
+        self.max_len = c.max_len
         rope = {
             "scaling": c.rope_scaling,
             "kind": c.rope_scaling_type,
@@ -157,13 +161,27 @@ class Stack(nn.Module):
             memory_mask=memory_mask,
         )
         layers = (None,) * len(self.blocks) if cache is None else cache.layers
+        each = [inputs] * len(self.blocks)
+        if cache is None and path is not AttentionPath.BLOCKWISE:
+            each = [self._with_extra_keys(inputs, i, length) for i in range(len(self.blocks))]
         weights = []
         for i, (block, layer) in enumerate(zip(self.blocks, layers, strict=True)):
-            x, w = block(x, inputs, layer, i in cross_weights)
+            x, w = block(x, each[i], layer, i in cross_weights)
             weights.append(w)
         if self.norm is not None:
             x = self.norm(x)
         return x, weights
+
+    def _with_extra_keys(self, inputs: AttentionInputs, layer: int, length: int) -> AttentionInputs:
+        """`inputs` with layer `layer`'s global and random keys (real ones) added to its mask."""
+        if inputs.mask is None:  # no window, hence no extra keys (`ModelConfig` checks)
+            return inputs
+        extra = self.window.extra_keys(length, layer, self.max_len, inputs.mask.device)
+        if extra is None:
+            return inputs
+        if inputs.key_mask is not None:
+            extra = extra & padding_mask(inputs.key_mask)
+        return dataclasses.replace(inputs, mask=inputs.mask | extra)
 
     def _causal_flag_serves(self, key_mask: Tensor | None) -> bool:
         """Whether causality alone masks all a real query must not see: no window, no ALiBi,
