@@ -96,6 +96,8 @@ class ModelConfig:
         window: the first `attention_global` positions attend to all and are
         attended by all (Longformer); each block of `attention_window` queries
         sees `attention_random` random key blocks, fixed per layer (BigBird).
+    adapter_size: the bottleneck of Houlsby adapters after each sub-layer (0:
+        none; `attnkit.nn.adapters`, usually set by a run's [adapters] section).
     attention_backend: torch's fused attention kernel: `auto` (torch picks),
         `flash`, `efficient`, `cudnn` or `math` (`nn/sdpa_backend.py`).
     n_experts: a mixture of experts in place of each feed-forward network
@@ -156,6 +158,7 @@ class ModelConfig:
     attention_stride: int = 0
     attention_global: int = 0
     attention_random: int = 0
+    adapter_size: int = 0
     attention_backend: str = "auto"
     n_experts: int = 0
     n_experts_per_token: int = 2
@@ -228,7 +231,7 @@ class ModelConfig:
         self._validate_interop_fields()
 
     def _validate_variants(self) -> None:
-        extra = ("attention_global", "attention_random")
+        extra = ("attention_global", "attention_random", "adapter_size")
         for name in ("attention_window", "attention_stride", "n_experts", *extra):
             non_negative_int(name, getattr(self, name))
         check(

@@ -15,6 +15,8 @@
 Every command accepts such a folder. Files are written to a temporary name
 and renamed, so a crash mid-write never leaves a half-written file behind.
 A model with LoRA layers is saved merged, as the plain model its config describes.
+A model with adapters is saved with them (its config says so), and its adapters
+are also written alone, to adapters.safetensors.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_model
+from safetensors.torch import load_file, save_file, save_model
 from torch import Tensor
 
 from attnkit.config import ModelConfig
@@ -42,6 +44,7 @@ from attnkit.errors import AttnkitError
 from attnkit.files import WriteError, append_line, atomic_write
 from attnkit.loading import overridden
 from attnkit.models import TransformerModel, build_model
+from attnkit.nn.adapters import adapter_state_dict
 from attnkit.nn.compute_type import compute_type_of, convert
 from attnkit.nn.lora import merged_copy
 from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer
@@ -50,6 +53,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+ADAPTERS_FILE = "adapters.safetensors"  # a model's adapters alone (`attnkit.nn.adapters`)
 _STEP = "step-"
 
 # The ids `generate` starts and stops on, for each model shape that generates, and the
@@ -231,6 +235,9 @@ def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
     model = merged_copy(getattr(model, "_orig_mod", model))
     atomic_write(folder.config, lambda p: p.write_text(model.config.to_json()))
     atomic_write(folder.weights, lambda p: save_model(model, str(p)))
+    if adapters := adapter_state_dict(model):
+        # Also alone: what a fine-tuning with adapters adds to its base model.
+        atomic_write(folder.root / ADAPTERS_FILE, lambda p: save_file(adapters, str(p)))
     return folder.root
 
 

@@ -158,6 +158,30 @@ def test_cli_fine_tunes_a_run_through_lora_adapters(tmp_path):
     assert load_trainer_state(fine)["step"] == 6
 
 
+def test_cli_fine_tunes_a_run_through_houlsby_adapters(tmp_path):
+    config = translation_config(tmp_path)
+    assert main(["train", config]) == 0
+    fine = tmp_path / "fine"
+    options = [
+        f"train.out_dir={fine}",
+        f"train.init_from={tmp_path / 'run'}",
+        "train.average_last=1",
+        "train.lr=0.05",
+        "adapters.size=3",
+    ]
+    assert main(["train", config, *(a for s in options for a in ("--set", s))]) == 0
+    base, tuned = load_pretrained(tmp_path / "run"), load_pretrained(fine)
+    assert tuned.config.adapter_size == 3 and base.config.adapter_size == 0
+    adapters = 0
+    for name, weight in tuned.state_dict().items():
+        if "adapter." in name:
+            adapters += 1
+        else:  # the base stays frozen
+            assert torch.equal(weight, base.state_dict()[name]), name
+    assert adapters == 5 * 4  # 5 adapters, each two weights and two biases
+    assert (fine / "adapters.safetensors").is_file()
+
+
 def test_cli_trains_with_scheduled_sampling_then_fine_tunes_on_bleu(tmp_path):
     config = translation_config(tmp_path)
     sampling = ["scheduled_sampling.decay=linear", "scheduled_sampling.slope=0.2"]

@@ -5,7 +5,8 @@ layer puts cross-attention over the encoder output (the "memory") between
 the two, and masks its self-attention causally so position i sees only
 positions <= i. Each sub-layer sits in a residual connection with its norm.
 With RoPE the self-attention turns its queries and keys by position; with
-DeepNorm the residuals carry alpha and the initial weights beta.
+DeepNorm the residuals carry alpha and the initial weights beta; with
+adapters each sub-layer's output passes its adapter before the residual sum.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from attnkit.nn import (
     Residual,
     make_norm,
 )
+from attnkit.nn.adapters import Adapter
 from attnkit.nn.kv_cache import LayerKV
 from attnkit.nn.norm import deepnorm_constants
 from attnkit.nn.positional import RotaryEmbedding
@@ -81,6 +83,19 @@ class Block(nn.Module):
             else FeedForward(c.d_model, c.d_ff, c.activation, c.bias, c.activation_dropout)
         )
         self.ff_residual = residual()
+        self.d_model = c.d_model
+        self.self_attn_adapter: Adapter | None = None
+        self.cross_attn_adapter: Adapter | None = None
+        self.ff_adapter: Adapter | None = None
+        if c.adapter_size:
+            self.add_adapters(c.adapter_size)
+
+    def add_adapters(self, size: int) -> None:
+        """An adapter (`nn/adapters.py`) after each attention sub-layer and the FFN."""
+        self.self_attn_adapter = Adapter(self.d_model, size)
+        if self.cross_attn is not None:
+            self.cross_attn_adapter = Adapter(self.d_model, size)
+        self.ff_adapter = Adapter(self.d_model, size)
 
     def residual_projections(self) -> list[nn.Parameter]:
         """The weights whose products are added to the residual stream: each attention's
@@ -124,13 +139,18 @@ class Block(nn.Module):
         """
         r = self.self_attn_residual
         h, self_weights = self.self_attn(r.before(x), inputs, cache)
-        x = r.after(x, h)
+        x = r.after(x, _adapted(self.self_attn_adapter, h))
         cross = None
         if self.cross_attn is not None:
             r = self.cross_attn_residual
             h, cross = self.cross_attn(r.before(x), inputs, cache, cross_weights)
-            x = r.after(x, h)
+            x = r.after(x, _adapted(self.cross_attn_adapter, h))
         h = self.ff_residual.before(x)
         h = self.ff(h, inputs.key_mask) if isinstance(self.ff, MixtureOfExperts) else self.ff(h)
-        x = self.ff_residual.after(x, h)
+        x = self.ff_residual.after(x, _adapted(self.ff_adapter, h))
         return x, (self_weights, cross)
+
+
+def _adapted(adapter: Adapter | None, h: Tensor) -> Tensor:
+    """A sub-layer's output through its adapter, if the block has one."""
+    return h if adapter is None else adapter(h)

@@ -3,6 +3,7 @@
     [model]  a preset and `ModelConfig` fields       [data]  task, corpus, tokenizer, batching
     [train]  optimisation, precision, checkpoints    [eval]  validation, metrics, early stopping
     [lora]   low-rank adapters, for fine-tuning a run given as `train.init_from`
+    [adapters]  bottleneck adapters (Houlsby), for the same
     [scheduled_sampling]  mixing the decoder's own predictions into its inputs
     [sequence_loss]       training on a sentence reward (BLEU, chrF): self-critical, minimum risk
     [guided_attention]    a loss keeping cross-attention near the diagonal (monotonic tasks)
@@ -286,12 +287,26 @@ class LoraSection:
         check(len(self.targets) > 0, "lora.targets must name at least one pattern")
 
 
+@dataclass(frozen=True)
+class AdaptersSection:
+    """Houlsby adapters (`attnkit.nn.adapters`) in a frozen model, usually with `train.init_from`.
+
+    size: the bottleneck m of each adapter; 0 (the default) adds none.
+    """
+
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        non_negative("adapters.size", self.size)
+
+
 SECTIONS: dict[str, type] = {
     "model": ModelSection,
     "data": DataSection,
     "train": TrainSection,
     "eval": EvalSection,
     "lora": LoraSection,
+    "adapters": AdaptersSection,
     "scheduled_sampling": ScheduledSamplingSection,
     "sequence_loss": SequenceLossSection,
     "guided_attention": GuidedAttentionSection,
@@ -308,6 +323,7 @@ class RunConfig:
     train: TrainSection = field(default_factory=TrainSection)
     eval: EvalSection = field(default_factory=EvalSection)
     lora: LoraSection = field(default_factory=LoraSection)
+    adapters: AdaptersSection = field(default_factory=AdaptersSection)
     scheduled_sampling: ScheduledSamplingSection = field(default_factory=ScheduledSamplingSection)
     sequence_loss: SequenceLossSection = field(default_factory=SequenceLossSection)
     guided_attention: GuidedAttentionSection = field(default_factory=GuidedAttentionSection)

@@ -16,7 +16,7 @@ held out. The tokenizer is trained on the training text (one joint vocabulary
 for both languages, as the paper's shared BPE) unless the run folder already
 holds one, as on resume. With `train.init_from` the model and tokenizer are
 those of another run (fine-tuning), and with `lora.rank` the model trains
-through LoRA adapters. Batches are cut by a token budget
+through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut by a token budget
 (`TokenBudgetSampler`), sharded per rank.
 """
 
@@ -48,6 +48,7 @@ from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
+from attnkit.nn.adapters import apply_adapters
 from attnkit.nn.lora import apply_lora
 from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
@@ -165,6 +166,15 @@ def _build(config: RunConfig) -> TaskSetup:
             "LoRA of rank %d on %d linear layers: %d of %d parameters train",
             lora.rank,
             len(names),
+            setup.model.num_parameters(trainable_only=True),
+            setup.model.num_parameters(),
+        )
+    if config.adapters.size:
+        count = apply_adapters(setup.model, config.adapters.size)
+        log.info(
+            "%d adapters of bottleneck %d: %d of %d parameters train",
+            count,
+            config.adapters.size,
             setup.model.num_parameters(trainable_only=True),
             setup.model.num_parameters(),
         )
