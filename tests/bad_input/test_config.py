@@ -114,8 +114,8 @@ def test_a_run_config_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
         ("temperature = 0.5\n", "[scheduled_sampling] or [sequence_loss]"),
         (
             "speed = 1\n",
-            "the section it belongs to, one of [model], [data], [train], [eval], [lora], [adapters], "
-            "[scheduled_sampling], [sequence_loss], [guided_attention], [word2vec]",
+            "the section it belongs to, one of [model], [data], [train], [eval], [lora], "
+            "[adapters], [scheduled_sampling], [sequence_loss], [guided_attention], [word2vec]",
         ),
         ("width = 0.3\n", "[guided_attention]"),
     ],

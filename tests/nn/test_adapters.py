@@ -75,5 +75,5 @@ def test_a_run_config_has_an_adapters_section(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('[data]\ntask = "reverse"\n[adapters]\nsize = 8\n')
     assert RunConfig.load(path).adapters.size == 8
-    with pytest.raises(AttnkitError, match="adapters.size"):
+    with pytest.raises(AttnkitError, match=r"adapters\.size"):
         RunConfig.load(path, ["adapters.size=-1"])
