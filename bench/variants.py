@@ -37,6 +37,12 @@ VARIANTS: dict[str, dict[str, object]] = {
     "sliding window of 16": {"attention_window": 16},
     "DeepNorm (post-LN)": {"norm_position": "deepnorm"},
     "mixture of 4 experts, top 2": {"n_experts": 4, "n_experts_per_token": 2},
+    "mixture of 4 experts, Switch (top 1, capacity 1.25)": {
+        "n_experts": 4,
+        "n_experts_per_token": 1,
+        "router": "switch",
+        "capacity_factor": 1.25,
+    },
     "llama-tiny (RoPE, RMSNorm, SwiGLU, GQA 2)": {"preset": "llama-tiny", **GATED},
 }
 
@@ -49,9 +55,17 @@ def train(changes: dict[str, object], steps: int, out: Path) -> dict[str, float]
     train_run(RunConfig.load(CONFIG, sets))
     seconds = time.perf_counter() - start
     folder = RunFolder(out)
-    val = [r["val_loss"] for r in folder.read_metrics() if "val_loss" in r][-1]
+    records = folder.read_metrics()
+    val = [r["val_loss"] for r in records if "val_loss" in r][-1]
+    # Tokens over an expert's capacity, summed over the logged steps (Switch routing only).
+    dropped = sum(r.get("dropped_tokens", 0) for r in records)
     model = build_model(ModelConfig.from_json(folder.config))
-    return {"val_loss": val, "seconds": seconds, "parameters": model.num_parameters()}
+    return {
+        "val_loss": val,
+        "seconds": seconds,
+        "parameters": model.num_parameters(),
+        "dropped": dropped,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,10 +88,13 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i, name in enumerate(rows):
             results[name] = train(VARIANTS[name], args.steps, Path(tmp) / str(i))
-    print(f"\n| variant | parameters | val loss after {args.steps} steps | training time |")
-    print("| --- | ---: | ---: | ---: |")
+    print(f"\n| variant | parameters | val loss after {args.steps} steps | training time |", end="")
+    print(" tokens dropped (logged steps) |\n| --- | ---: | ---: | ---: | ---: |")
     for name, r in results.items():
-        print(f"| {name} | {r['parameters']:,} | {r['val_loss']:.3f} | {r['seconds']:.0f} s |")
+        print(
+            f"| {name} | {r['parameters']:,} | {r['val_loss']:.3f} | {r['seconds']:.0f} s "
+            f"| {r['dropped']:,} |"
+        )
 
 
 if __name__ == "__main__":

@@ -126,20 +126,21 @@ def test_cli_trains_a_pointer_generator_that_copies_unknown_characters(tmp_path)
     assert len(out) == 1 and isinstance(out[0], str)
 
 
-def test_cli_fine_tunes_a_run_through_lora_adapters(tmp_path):
+def fine_tuned(tmp_path, *options: str) -> tuple[str, list[str]]:
+    """Train the translation run, then fine-tune it into tmp_path/fine with `options`;
+    return the config and the command line's settings of the fine-tuning."""
     config = translation_config(tmp_path)
     assert main(["train", config]) == 0
-    fine = tmp_path / "fine"
-    options = [
-        f"train.out_dir={fine}",
-        f"train.init_from={tmp_path / 'run'}",
-        "train.average_last=1",
-        "train.lr=0.05",
-        "lora.rank=2",
-        'lora.targets=["*qkv_proj"]',
-    ]
-    settings = [arg for option in options for arg in ("--set", option)]
+    start = [f"train.out_dir={tmp_path / 'fine'}", f"train.init_from={tmp_path / 'run'}"]
+    start += ["train.average_last=1", "train.lr=0.05"]
+    settings = [arg for option in (*start, *options) for arg in ("--set", option)]
     assert main(["train", config, *settings]) == 0
+    return config, settings
+
+
+def test_cli_fine_tunes_a_run_through_lora_adapters(tmp_path):
+    config, settings = fine_tuned(tmp_path, "lora.rank=2", 'lora.targets=["*qkv_proj"]')
+    fine = tmp_path / "fine"
     base, tuned = load_pretrained(tmp_path / "run"), load_pretrained(fine)
     tokenizer = "tokenizer.json"
     assert (fine / tokenizer).read_text() == (tmp_path / "run" / tokenizer).read_text()
@@ -159,17 +160,8 @@ def test_cli_fine_tunes_a_run_through_lora_adapters(tmp_path):
 
 
 def test_cli_fine_tunes_a_run_through_houlsby_adapters(tmp_path):
-    config = translation_config(tmp_path)
-    assert main(["train", config]) == 0
+    fine_tuned(tmp_path, "adapters.size=3")
     fine = tmp_path / "fine"
-    options = [
-        f"train.out_dir={fine}",
-        f"train.init_from={tmp_path / 'run'}",
-        "train.average_last=1",
-        "train.lr=0.05",
-        "adapters.size=3",
-    ]
-    assert main(["train", config, *(a for s in options for a in ("--set", s))]) == 0
     base, tuned = load_pretrained(tmp_path / "run"), load_pretrained(fine)
     assert tuned.config.adapter_size == 3 and base.config.adapter_size == 0
     adapters = 0
