@@ -42,7 +42,7 @@ def overridden(config: ModelConfig, overrides: dict[str, Any], root: Path) -> Mo
     ):
         raise AttnkitError(
             f"{root} learned a position table of {config.max_len} rows, which fixes its max_len; "
-            "another length needs sinusoidal, RoPE or ALiBi positions"
+            "another length needs sinusoidal, RoPE, xPos or ALiBi positions"
         )
     changed = dataclasses.replace(config, **overrides)
     log.info(
