@@ -36,7 +36,14 @@ import torch
 import transformers
 
 from attnkit.generation import generate
-from attnkit.nn.compute_type import convert, linear_weight_bytes, refusal, resolve
+from attnkit.nn.compute_type import (
+    BFloat16Linear,
+    Int8Linear,
+    convert,
+    linear_weight_bytes,
+    refusal,
+    resolve,
+)
 from bench.harness import (
     Result,
     alternate,
@@ -230,20 +237,27 @@ def bench_marian(reps: int, new_tokens: int, threads: int) -> list[Result]:
 
 
 def weights_resident(work: str, models: dict[str, object], folder: Path) -> Result:
-    """MiB the linear layers' weights hold in each of attnkit's types and CTranslate2's.
+    """MiB of weights each of attnkit's types and CTranslate2's holds resident.
 
-    attnkit's embeddings (float32 in every type) are counted too, as CTranslate2's
-    model.bin holds its own.
+    attnkit's: every parameter and buffer outside the linear layers (embeddings,
+    norms, tables; tied tensors once), which stay float32, and the linear layers'
+    weights in their type; CTranslate2's: its model.bin.
     """
 
     def mib(model) -> float:
-        embeddings = sum(
-            p.numel() * p.element_size()
+        linear = (torch.nn.Linear, Int8Linear, BFloat16Linear)
+        inside = {
+            t.data_ptr()
             for m in model.modules()
-            if isinstance(m, torch.nn.Embedding)
-            for p in m.parameters(recurse=False)
-        )
-        return (linear_weight_bytes(model) + embeddings) / 2**20
+            if isinstance(m, linear)
+            for t in [*m.parameters(recurse=False), *m.buffers(recurse=False)]
+        }
+        rest = {
+            t.data_ptr(): t.numel() * t.element_size()
+            for t in [*model.parameters(), *model.buffers()]
+            if t.data_ptr() not in inside
+        }
+        return (linear_weight_bytes(model) + sum(rest.values())) / 2**20
 
     ours = {name: mib(m) for name, m in models.items() if name.startswith("attnkit")}
     theirs = {q: ctranslate2_models.weight_bytes(folder / q) / 2**20 for q in ("float32", "int8")}
@@ -369,23 +383,24 @@ def main(argv: list[str] | None = None) -> None:
     if args.rss:
         print(generation_memory_mib(*args.rss, args.new_tokens))
         return
-    types = ", ".join(f"{t} as {resolve(t, torch.device('cpu'))}" for t in ("auto",))
+    auto = resolve("auto", torch.device("cpu"))
     header = opening(
         f"{args.threads} threads, {args.reps} reps, transformers {transformers.__version__}, "
-        f"CTranslate2 {ctranslate2.__version__}; attnkit compute types {compute_types()}, {types}"
+        f"CTranslate2 {ctranslate2.__version__}; attnkit compute types {compute_types()}, "
+        f"auto as {auto}"
     )
     new_tokens = {
         "gpt2-greedy-batch32": args.new_tokens,
         "marian-beam4-batch32": args.beam_new_tokens,
     }
     results = []
-    for measure in (
+    for part in (
         lambda: bench_gpt2(args.reps, args.new_tokens, args.threads),
         lambda: bench_marian(args.reps, args.beam_new_tokens, args.threads),
         lambda: bench_positions(args.reps),
         lambda: bench_memory(args.threads, new_tokens),
     ):
-        for result in measure():
+        for result in part():
             results.append(result)
             print(markdown_row(result), flush=True)
     finish(results, header, args.out)

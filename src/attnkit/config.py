@@ -40,6 +40,9 @@ NORM_POSITIONS = ("post", "pre", "deepnorm")
 POSITIONALS = ("sinusoidal", "learned", "rope", "xpos", "alibi", "none")
 ROPE_SCALINGS = ("ntk", "linear", "llama3")
 ROPE_SETTINGS = ("theta", "scaling", "scaling_type", "original_max_len")
+# xPos's largest key factor is (1.4 / 0.4)^(max_len / B); 3.5^64 ~ 1e35 stays under float32's
+# 3.4e38 (and bfloat16's), with room for the values it multiplies.
+XPOS_MAX_SPAN = 64
 SINUSOIDAL_LAYOUTS = ("interleaved", "split")
 TIE_EMBEDDINGS = ("none", "decoder", "all")
 COPY_ATTENTIONS = ("none", "mean", "head")
@@ -81,7 +84,9 @@ class ModelConfig:
         (rotary: queries and keys rotated by position, LLaMA), `xpos` (RoPE
         with a decay over distance, Sun et al. 2022), `alibi` (a linear
         penalty on distance added to attention scores) or `none`.
-    xpos_scale_base: xPos's B: pair i decays by zeta_i^(distance / B).
+    xpos_scale_base: xPos's B: pair i decays by zeta_i^(distance / B); at
+        most 64 B positions (`max_len`). An encoder's stack (non-causal) rotates
+        as plain RoPE: looking forward xPos's factor would grow with distance.
     rope_theta: RoPE's base; pair i turns at theta^(-2i/d_head) per position.
     rope_scaling: stretch of RoPE to rope_scaling x the trained length (1.0
         is plain RoPE), in the way `rope_scaling_type` names: `ntk` (the
@@ -252,8 +257,10 @@ class ModelConfig:
             f"{self.positional!r}; set positional to 'rope' or leave them at their defaults",
         )
         check(
-            self.xpos_scale_base > 0,
-            f"xpos_scale_base must be positive, got {self.xpos_scale_base!r}",
+            0 < self.max_len / self.xpos_scale_base <= XPOS_MAX_SPAN,
+            f"xPos scales keys by up to 3.5^(position / xpos_scale_base), which float32 holds "
+            f"to {XPOS_MAX_SPAN} scale bases; max_len {self.max_len} needs xpos_scale_base of "
+            f"at least {self.max_len / XPOS_MAX_SPAN:g}",
         )
         if self.positional in ("rope", "xpos"):
             check(

@@ -44,6 +44,11 @@ def overridden(config: ModelConfig, overrides: dict[str, Any], root: Path) -> Mo
             f"{root} learned a position table of {config.max_len} rows, which fixes its max_len; "
             "another length needs sinusoidal, RoPE, xPos or ALiBi positions"
         )
+    if overrides.get("max_len", config.max_len) != config.max_len and config.attention_random:
+        raise AttnkitError(
+            f"{root} draws its random attention blocks over its max_len {config.max_len}; "
+            "another max_len would draw others, so it keeps its own"
+        )
     changed = dataclasses.replace(config, **overrides)
     log.info(
         "%s: %s", root,

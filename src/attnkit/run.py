@@ -14,9 +14,8 @@
 
 Every command accepts such a folder. Files are written to a temporary name
 and renamed, so a crash mid-write never leaves a half-written file behind.
-A model with LoRA layers is saved merged, as the plain model its config describes.
-A model with adapters is saved with them (its config says so), and its adapters
-are also written alone, to adapters.safetensors.
+A model with LoRA layers is saved merged, as the plain model its config describes;
+one with adapters keeps them, and writes them alone too (adapters.safetensors).
 """
 
 from __future__ import annotations
@@ -233,6 +232,8 @@ def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
     folder = RunFolder(run_dir)
     # torch.compile wraps the model; save what it wraps so no `_orig_mod.` prefix is stored.
     model = merged_copy(getattr(model, "_orig_mod", model))
+    if (kind := compute_type_of(model)) != "float32":
+        raise AttnkitError(f"a model converted to {kind} is for decoding; save the float32 model")
     atomic_write(folder.config, lambda p: p.write_text(model.config.to_json()))
     atomic_write(folder.weights, lambda p: save_model(model, str(p)))
     if adapters := adapter_state_dict(model):

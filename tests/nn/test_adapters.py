@@ -77,3 +77,15 @@ def test_a_run_config_has_an_adapters_section(tmp_path):
     assert RunConfig.load(path).adapters.size == 8
     with pytest.raises(AttnkitError, match=r"adapters\.size"):
         RunConfig.load(path, ["adapters.size=-1"])
+
+
+def test_lora_and_adapters_are_not_combined(tmp_path):
+    from attnkit.train.tasks import build_task
+
+    path = tmp_path / "run.toml"
+    path.write_text(
+        '[data]\ntask = "reverse"\n[eval]\nmetric = "exact_match"\n'
+        "[lora]\nrank = 2\n[adapters]\nsize = 4\n"
+    )
+    with pytest.raises(AttnkitError, match="choose one of them"):
+        build_task(RunConfig.load(path, [f"train.out_dir={tmp_path / 'out'}"]))

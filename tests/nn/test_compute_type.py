@@ -40,16 +40,19 @@ def test_quantization_error_is_at_most_half_a_step_per_weight():
 
 
 @needs("int8")
+@pytest.mark.parametrize("reduce_range", [True, False])  # 7-bit activations (AVX2), or 8
 @pytest.mark.parametrize("bias", [True, False])
-def test_int8_linear_is_within_the_quantization_bound_of_float32(bias: bool):
+def test_int8_linear_is_within_the_quantization_bound_of_float32(bias: bool, reduce_range: bool):
     linear = Linear(64, 48, bias=bias)
+    layer = ct.Int8Linear(linear)
+    layer.reduce_range = reduce_range
     x = torch.randn(2, 9, 64) * torch.logspace(-2, 2, 9)[:, None]  # rows of very different size
     with torch.no_grad():
-        exact, int8 = linear(x), ct.Int8Linear(linear)(x)
-    # Each row on its own scale (peak |x_r| over 255 or, without VNNI, 127 levels), each
-    # weight within half its step: |error| <= sum_i |x_i| ds_w / 2 + |w_i| ds_x / 2 + ds_w ds_x / 4.
+        exact, int8 = linear(x), layer(x)
+    # Each row on its own scale (2 peak |x_r| over 255 or, reduced, 127 levels), each weight
+    # within half its step: |error| <= sum_i |x_i| ds_w / 2 + |w_i| ds_x / 2 + ds_w ds_x / 4.
     _, w_step = ct.quantize_per_channel(linear.weight)
-    levels = 127 if ct.Int8Linear(linear).reduce_range else 255
+    levels = 127 if reduce_range else 255
     x_step = 2 * x.abs().amax(-1, keepdim=True) / levels
     bound = (
         x.abs().sum(-1, keepdim=True) * w_step / 2
@@ -60,7 +63,7 @@ def test_int8_linear_is_within_the_quantization_bound_of_float32(bias: bool):
     # And, on typical rows, per output channel: relative error under 5%.
     rows = torch.randn(256, 64)
     with torch.no_grad():
-        y, y8 = linear(rows), ct.Int8Linear(linear)(rows)
+        y, y8 = linear(rows), layer(rows)
     assert ((y8 - y).norm(dim=0) / y.norm(dim=0)).max() < 0.05
 
 
@@ -98,7 +101,8 @@ def test_bf16_is_refused_in_one_sentence_on_a_cpu_without_bf16_products(monkeypa
     monkeypatch.setattr(ct, "this_cpu", lambda: Cpu("an AVX2 CPU", frozenset({"avx2"})))
     reason = ct.refusal("bf16", CPU)
     assert reason is not None and "AVX512-BF16 or AMX" in reason and reason.count(".") == 0
-    assert ct.resolve("auto", CPU) == ("int8" if ct.refusal("int8", CPU) is None else "float32")
+    with pytest.raises(AttnkitError, match="AVX512-BF16 or AMX"):
+        ct.resolve("bf16", CPU)
 
 
 def test_auto_falls_back_to_float32_where_nothing_faster_runs(monkeypatch):
@@ -112,6 +116,10 @@ def test_int8_is_refused_off_the_cpu():
     assert "CPU" in ct.refusal("int8", torch.device("cuda"))
 
 
+@pytest.mark.skipif(
+    ct.refusal("int8", CPU) is not None and ct.refusal("bf16", CPU) is not None,
+    reason="this CPU runs neither int8 nor bf16, so nothing would be converted",
+)
 def test_a_model_in_training_mode_is_not_converted():
     model = peaked("decoder").train()
     with pytest.raises(AttnkitError, match=r"model\.eval"):
@@ -141,3 +149,14 @@ def test_converted_models_decode_mostly_the_same_tokens(compute_type: str, shape
     new = slice(exact.shape[1] - 12, None)
     agree = (cached[:, new] == exact[:, new]).int().cumprod(1).float().mean()
     assert agree >= 0.75, f"{compute_type}: {agree:.0%} of positions as float32"
+
+
+@pytest.mark.skipif(not CONVERTIBLE, reason="this CPU runs neither int8 nor bf16")
+def test_a_converted_model_is_not_saved(tmp_path):
+    from attnkit.run import save_pretrained
+
+    model = peaked("decoder")
+    ct.convert(model, CONVERTIBLE[0])
+    with pytest.raises(AttnkitError, match="is for decoding"):
+        save_pretrained(model, tmp_path)
+    assert not (tmp_path / "model.safetensors").exists()

@@ -77,3 +77,11 @@ def test_a_decoder_only_model_is_refused_and_an_encoder_decoder_keeps_a_plain_de
     model = tiny_model("encoder-decoder", **SPARSE, attention_global=1, attention_random=1)
     assert model.encoder.window.global_tokens == 1
     assert model.decoder.window.global_tokens == 0 and model.decoder.window.random_blocks == 0
+
+
+def test_a_trained_draw_keeps_its_max_len(tmp_path):
+    from attnkit.run import load_pretrained, save_pretrained
+
+    save_pretrained(tiny_model("encoder", **SPARSE, attention_random=1), tmp_path)
+    with pytest.raises(AttnkitError, match="draws its random attention blocks"):
+        load_pretrained(tmp_path, overrides={"max_len": 64})

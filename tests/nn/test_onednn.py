@@ -14,6 +14,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture
+def fresh(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No decision known, in memory or on disk (an empty cache directory)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(onednn, "_faster", None)
+
+
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("shape", [(1, 40), (7, 40), (3, 5, 40)])
 def test_forward_and_gradients_equal_float64(shape: tuple[int, ...], bias: bool) -> None:
@@ -47,10 +54,9 @@ def test_linear_goes_where_the_probe_says(monkeypatch: pytest.MonkeyPatch) -> No
     assert taken == [1]
 
 
-def test_each_shape_class_is_probed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_shape_class_is_probed_once(fresh, monkeypatch: pytest.MonkeyPatch) -> None:
     probes = []
     probe = onednn._probe
-    monkeypatch.setattr(onednn, "_faster", {})
     monkeypatch.setattr(onednn, "_probe", lambda *a: probes.append(a[0]) or probe(*a))
     layer = Linear(256, 128)  # from 32 rows a product of over 2^20 multiply-adds
     with torch.no_grad():
@@ -66,11 +72,24 @@ def test_autocast_keeps_f_linear_so_products_run_in_bfloat16() -> None:
         assert layer(torch.randn(64, 40)).dtype == torch.bfloat16
 
 
-def test_a_probe_leaves_torch_random_state_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(onednn, "_faster", {})
+def test_a_probe_leaves_torch_random_state_alone(fresh) -> None:
     layer, x = Linear(256, 128), torch.randn(64, 256)  # past the few-row kernel, not small
     before = torch.get_rng_state()
     with torch.no_grad():
         layer(x)  # the first product of its shape class: a probe runs
     assert len(onednn.decisions()) == 1
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_decisions_are_kept_on_disk_for_the_next_process(fresh, monkeypatch) -> None:
+    layer = Linear(256, 128)
+    with torch.no_grad():
+        layer(torch.randn(64, 256))  # probes, and writes the decision
+    made = onednn.decisions()
+    assert onednn.decisions_file().is_file() and len(made) == 1
+    # A new process: nothing in memory, and no probe may run.
+    monkeypatch.setattr(onednn, "_faster", None)
+    monkeypatch.setattr(onednn, "_probe", lambda *a: pytest.fail("probed again"))
+    with torch.no_grad():
+        layer(torch.randn(50, 256))  # the same class of 64 rows
+    assert onednn.decisions() == made

@@ -181,3 +181,17 @@ def test_xpos_scores_depend_only_on_the_distance_and_fade_with_it() -> None:
     bound = (zeta ** (100 / 8.0) * pairs[0] * pairs[1]).sum().item()
     assert abs(score(100, 0)) <= bound + 1e-6
     assert bound < 0.35 * (q.norm() * k.norm()).item()
+
+
+def test_xpos_decays_in_causal_stacks_only_and_bounds_its_span() -> None:
+    from attnkit.errors import AttnkitError
+    from tests.helpers import tiny_config, tiny_model
+
+    model = tiny_model("encoder-decoder", positional="xpos")
+    rotary = {name: block.self_attn.rotary for name, block in model.named_modules()
+              if hasattr(block, "self_attn")}  # fmt: skip
+    kinds = {type(r) for n, r in rotary.items() if n.startswith("encoder")}
+    assert kinds == {RotaryEmbedding}  # looking forward, xPos's factor would grow
+    assert {type(r) for n, r in rotary.items() if n.startswith("decoder")} == {XPos}
+    with pytest.raises(AttnkitError, match="xpos_scale_base of at least 16"):
+        tiny_config("decoder", positional="xpos", max_len=1024, xpos_scale_base=8.0)

@@ -95,7 +95,11 @@ class Stack(nn.Module):
         rotary = {
             "rope": lambda: RotaryEmbedding(c.d_head, c.max_len, c.rope_theta, **rope),
             "xpos": lambda: XPos(c.d_head, c.max_len, c.rope_theta, c.xpos_scale_base, **rope),
-        }.get(c.positional, lambda: None)()
+        }
+        # xPos decays with distance looking back; looking forward (an encoder) its factor
+        # would grow with distance instead, so a non-causal stack rotates as plain RoPE.
+        kind = "rope" if c.positional == "xpos" and not causal else c.positional
+        rotary = rotary.get(kind, lambda: None)()
         self.alibi_slopes: Tensor | None
         if c.positional == "alibi":
             self.register_buffer("alibi_slopes", alibi_slopes(c.n_heads), persistent=False)

@@ -9,7 +9,9 @@ a block trains 2 m d + m + d numbers per adapter, and the base model stays as
 it is, so one frozen model serves many tasks, each with its own adapters.
 W_up and b_up start at zero, so a model with new adapters computes exactly
 what the base model did (the paper starts near zero; exactly zero keeps the
-equality testable), and W_down starts as `nn.Linear` starts its weight.
+equality testable), and W_down starts as `nn.Linear` starts its weight. The
+paper also trains the layer norms; here everything but the adapters stays
+frozen, so the base model is shared unchanged.
 
 Unlike LoRA an adapter cannot be folded into a weight (f is not linear), so
 adapters are part of the architecture: `ModelConfig.adapter_size` builds them,

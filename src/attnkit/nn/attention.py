@@ -286,6 +286,7 @@ class MultiHeadAttention(nn.Module):
                     causal=inputs.causal,
                     key_mask=inputs.key_mask,
                     dropout_p=dropout_p,
+                    backend=self.backend,
                 )
                 return self.out_proj(out.transpose(1, 2).flatten(2)), None
             mask, bias = inputs.mask, inputs.bias

@@ -14,11 +14,12 @@ does per cycle; both change with the number format. `convert` swaps each
   quarter of their float32 bytes. (Weights alone in int8, activations kept in
   float32, were measured too: torch's kernel for that, `_weight_int8pack_mm`,
   ran 5 to 40 times slower than float32 here; `python -m bench linear`.)
-- `BFloat16Linear` (`bf16`): W stored in bfloat16 (8 bits of mantissa), x
-  rounded to bfloat16 at the input, products accumulated in float32 (oneDNN),
-  the output back in float32. Only on CPUs with bfloat16 dot products
-  (AVX512-BF16 or AMX) or on a CUDA device: elsewhere torch runs bfloat16
-  through a fallback slower than float32, so it is refused.
+- `BFloat16Linear` (`bf16`): W and b stored in bfloat16 (8 bits of
+  mantissa), x rounded to bfloat16 at the input, products accumulated in
+  float32 (oneDNN), the output rounded to bfloat16 and handed on as float32.
+  Only on CPUs with bfloat16 dot products (AVX512-BF16 or AMX) or on a CUDA
+  device: elsewhere torch runs bfloat16 through a fallback slower than
+  float32, so it is refused.
 
 Everything else (embeddings, norms, attention's softmax, the KV cache) stays
 float32. `auto` picks, per machine, the fastest type whose quality loss stays
@@ -79,7 +80,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", bias)
         guard = torch.zeros(1, self.in_features)
         guard[0, 0], guard[0, -1] = 1.0, -1.0
-        self.register_buffer("guard", guard)
+        self.register_buffer("guard", guard, persistent=False)
         # FBGEMM without VNNI multiplies 8-bit pairs into 16-bit sums that can saturate;
         # 7-bit activations avoid that. With VNNI the full 8 bits are safe.
         self.reduce_range = not this_cpu().has("avx512_vnni")
@@ -93,11 +94,15 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, self.in_features).float()
-        # A row of zeros stays zeros: any positive peak leaves it so.
-        peak = rows.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
-        scaled = torch.cat([rows / peak, self.guard])
+        # One pass for the peaks; a row of zeros stays zeros (any positive peak leaves it so).
+        peak = torch.linalg.vector_norm(rows, float("inf"), dim=1, keepdim=True)
+        peak = peak.clamp_min_(torch.finfo(torch.float32).tiny)
+        # The scaled rows and the guard written in place into one buffer: no concatenation.
+        scaled = torch.empty(rows.shape[0] + 1, self.in_features)
+        torch.div(rows, peak, out=scaled[:-1])
+        scaled[-1] = self.guard[0]
         y = torch.ops.quantized.linear_dynamic(scaled, self._packed, self.reduce_range)[:-1]
-        y = y * peak if self.bias is None else torch.addcmul(self.bias, y, peak)
+        y = y.mul_(peak) if self.bias is None else torch.addcmul(self.bias, y, peak)
         return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def weight_bytes(self) -> int:
@@ -110,7 +115,8 @@ class Int8Linear(nn.Module):
 
 
 class BFloat16Linear(nn.Module):
-    """y = x W^T + b with W and x in bfloat16, the products summed in float32."""
+    """y = x W^T + b with W, b and x in bfloat16, the products summed in float32, y rounded
+    to bfloat16 (then float32 for the layers after)."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -184,8 +190,11 @@ def training_precision(precision: str, device: torch.device) -> str:
 def convert(model: nn.Module, compute_type: str) -> str:
     """Swap `model`'s linear layers (in place) for `compute_type`'s; return the type used.
 
-    The model must be in eval mode: a converted layer has no gradients. Layers
-    inside LoRA wrappers are converted as any other once LoRA is merged.
+    The model must be in eval mode: a converted layer has no gradients. A
+    LoRA layer's base is converted like any layer and its factors stay float32,
+    so it decodes unmerged; merge LoRA before converting to fold them in (a
+    converted base has no float32 weight left to merge into). A converted
+    model is not saved (`save_pretrained` refuses it): load the run again.
     """
     device = next(model.parameters()).device
     chosen = resolve(compute_type, device)
@@ -194,11 +203,12 @@ def convert(model: nn.Module, compute_type: str) -> str:
     if model.training:
         raise AttnkitError(f"compute type {chosen!r} is for inference: call model.eval() first")
     make = CONVERTERS[chosen]
+    # A layer of one input feature stays float32: Int8Linear's guard row needs two.
     targets = [
         (parent, name, child)
         for parent in model.modules()
         for name, child in parent.named_children()
-        if isinstance(child, nn.Linear)
+        if isinstance(child, nn.Linear) and child.in_features >= 2
     ]
     for parent, name, child in targets:
         setattr(parent, name, make(child).to(device))

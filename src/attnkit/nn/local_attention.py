@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.nn.masks import local_mask
+from attnkit.nn.sdpa_backend import fused_attention
 
 
 def local_attention(
@@ -33,6 +34,7 @@ def local_attention(
     causal: bool,
     key_mask: Tensor | None = None,
     dropout_p: float = 0.0,
+    backend: str = "auto",
 ) -> Tensor:
     """Attention over a sliding window of `window` keys (plus strided keys), block by block.
 
@@ -88,10 +90,11 @@ def local_attention(
         mask = (allowed & inside & real[:, :, None, :]) | (distance == 0)
     mask = mask.flatten(0, 1)[:, None]
     if not stride:
-        out = F.scaled_dot_product_attention(
+        out = fused_attention(  # on the kernel `backend` names (`sdpa_backend.py`)
             to_blocks(q),
             neighbours(k),
             neighbours(v),
+            backend,
             attn_mask=mask,
             dropout_p=dropout_p,
             enable_gqa=heads != k.shape[1],

@@ -7,7 +7,10 @@ Transformer's shapes on one Zen 4 EPYC, up to 2x on a Zen 5 (bench/peak.py,
 `python -m bench linear`). Which one wins depends on the CPU and the shape, so
 nothing is assumed: the first product of each shape class (rows rounded up to
 a power of two, in and out features, the path it competes with) times both on
-random tensors of that shape and keeps the faster, for the rest of the process.
+random tensors of that shape and keeps the faster. The decisions are kept on
+disk, per CPU model and torch version (`kernels.cache_dir()`), and read back by
+every later process: a training resumed in a new process takes the same paths,
+so its float32 results stay bit-identical to an uninterrupted run's.
 
 Training goes through `OneDnnLinear`: forward and dL/dx = dL/dy W through
 oneDNN, dL/dW = dL/dy^T x through MKL, which was faster for that product on
@@ -18,14 +21,22 @@ float32 gain) and with `ATTNKIT_ONEDNN` not set to 0.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from attnkit import kernels
 from attnkit.cpu import this_cpu
+from attnkit.files import atomic_write
+
+logger = logging.getLogger(__name__)
 
 Product = Callable[[Tensor, Tensor, Tensor | None], Tensor]
 # Timed calls per candidate in a probe (after one untimed): the best of them counts.
@@ -78,23 +89,50 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return OneDnnLinear.apply(x, weight, bias)
 
 
-_faster: dict[tuple, bool] = {}
+_faster: dict[tuple, bool] | None = None  # read from `decisions_file()` on first use
 
 
 def faster(x: Tensor, weight: Tensor, bias: Tensor | None, other: tuple[str, Product]) -> bool:
     """Whether oneDNN beats `other` (a name and the product it would run) at x's shape class.
 
-    Probed the first time the class is seen, on random tensors of its own
-    generator (torch's random state is left alone), so no input's values
-    matter; the answer is kept for the process.
+    Probed the first time the class is seen on this machine, on random tensors
+    of its own generator (torch's random state is left alone), so no input's
+    values matter; the answer is kept, in memory and on disk.
     """
+    global _faster
     rows = max(1, x.numel() // weight.shape[1])
     if rows * weight.numel() < MIN_MULTIPLY_ADDS:
         return False
+    if _faster is None:
+        _faster = _read_decisions()
     key = (1 << (rows - 1).bit_length(), *weight.shape, bias is not None, other[0])
     if key not in _faster:
         _faster[key] = _probe(key[0], weight, bias, other[1])
+        _write_decisions(_faster)
     return _faster[key]
+
+
+def decisions_file() -> Path:
+    """Where this CPU's decisions are kept: one file per CPU model and torch version."""
+    name = hashlib.sha256(f"{this_cpu().model}|{torch.__version__}".encode()).hexdigest()[:16]
+    return kernels.cache_dir() / f"onednn-{name}.json"
+
+
+def _read_decisions() -> dict[tuple, bool]:
+    try:
+        stored = json.loads(decisions_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return {tuple(json.loads(key)): bool(value) for key, value in stored.items()}
+
+
+def _write_decisions(decisions: dict[tuple, bool]) -> None:
+    text = json.dumps({json.dumps(list(key)): value for key, value in decisions.items()})
+    try:
+        decisions_file().parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(decisions_file(), lambda path: path.write_text(text))
+    except (OSError, RuntimeError) as error:  # a read-only cache: decide again next time
+        logger.debug("oneDNN decisions not kept: %s", error)
 
 
 def _probe(rows: int, weight: Tensor, bias: Tensor | None, other: Product) -> bool:
@@ -119,5 +157,5 @@ def _probe(rows: int, weight: Tensor, bias: Tensor | None, other: Product) -> bo
 
 
 def decisions() -> dict[tuple, bool]:
-    """The probes made so far: (rows class, out, in, bias, other's name) -> oneDNN faster."""
-    return dict(_faster)
+    """The decisions known: (rows class, out, in, bias, other's name) -> oneDNN faster."""
+    return dict(_faster or {})

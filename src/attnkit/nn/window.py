@@ -11,7 +11,7 @@ and question tokens; BigBird's ITC global blocks), and BigBird's random
 blocks (Zaheer et al. 2020): the positions cut into blocks of w, each block of
 queries also sees r blocks of keys drawn at random, a draw fixed per layer
 (seeded by the layer's index) so a model computes the same function at every
-call.
+call. Unlike BigBird's, a draw may land on a block the window already covers.
 
 `Window` is the one place that decides what a window implies: whether a
 sequence runs block by block (`local_attention`) or under the window as a
@@ -87,8 +87,7 @@ class Window:
         the cache can be a ring of `size` slots; strided keys reach back past
         any window, so those keep every position.
         """
-        ring = 0 < self.size < capacity and not self.stride and not self.global_tokens
-        return self.size if ring else capacity
+        return self.size if 0 < self.size < capacity and not self.stride else capacity
 
 
 NO_WINDOW = Window()  # every key

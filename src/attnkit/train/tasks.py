@@ -157,6 +157,10 @@ def _build(config: RunConfig) -> TaskSetup:
     setup = builders[task](config)
     setup.objective = _objective(config, setup)
     lora = config.lora
+    if lora.rank and config.adapters.size:
+        raise AttnkitError(
+            "lora.rank and adapters.size both fine-tune a frozen model; choose one of them"
+        )
     if lora.rank:
         # A is drawn at random; train.seed makes it the same in every run (a run started
         # from train.init_from draws nothing else before it).
