@@ -140,3 +140,18 @@ def test_time_budget_after_a_slow_start_and_on_resume():
         last = budget.last_step(step)
         clock.now += 1.0
     assert last == pytest.approx(400)
+
+
+def test_time_budget_never_raises_the_rate_when_the_pace_quickens():
+    # Three slow steps (a loaded machine), then fast ones: the raw estimate of the end moves
+    # much later, but the decay's fraction done never goes back.
+    clock = Clock()
+    budget = TimeBudget(60.0, 10_000, clock=clock)
+    f = schedule_factor("linear", lr=1.0, warmup=0, steps=10_000)
+    budget.begin(0)
+    rates = []
+    for step in range(1, 200):
+        rates.append(f(step, budget.last_step(step)))
+        clock.now += 5.0 if step <= 3 else 0.1
+    assert all(a >= b for a, b in itertools.pairwise(rates))
+    assert rates[-1] < 0.5  # and it still decays: 199 steps of the 60 s budget's ~460

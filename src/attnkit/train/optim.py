@@ -128,18 +128,22 @@ class TimeBudget:
     s0 + (s - 1 - s0) * seconds / t, capped by `steps`. Without warmup the
     decay's progress is then the fraction of the budget spent; evaluations and
     a slow start count as spent time, so the rate is never late to reach its
-    floor. A resumed run gets a fresh budget: its decay stretches over the new
-    session.
+    floor. The session's fraction done, (s - s0) / (end - s0), never goes back:
+    when the pace quickens (a slow first step, a machine that frees up) the end
+    moves later at most in proportion to the steps taken, so the rate never
+    rises again. A resumed run
+    gets a fresh budget: its decay stretches over the new session.
     """
 
     def __init__(self, seconds: float, steps: int, clock: Callable[[], float] = time.perf_counter):
         self.seconds, self.steps, self.clock = seconds, steps, clock
         self.start: float | None = None
         self.first_step = 0
+        self.previous: tuple[int, float] | None = None  # (step, the end it was given)
 
     def begin(self, step: int) -> None:
         """Start the session's clock at optimizer step `step` (0 for a new run)."""
-        self.start, self.first_step = self.clock(), step
+        self.start, self.first_step, self.previous = self.clock(), step, None
 
     def last_step(self, step: int) -> float:
         """The step the budget ends at, at the pace of the steps before `step`."""
@@ -148,7 +152,13 @@ class TimeBudget:
         spent, done = self.clock() - self.start, step - 1 - self.first_step
         if spent <= 0 or done <= 0:
             return self.steps
-        return min(self.steps, self.first_step + done * self.seconds / spent)
+        last = min(self.steps, self.first_step + done * self.seconds / spent)
+        if self.previous is not None:  # keep (step - s0) / (last - s0) from going back
+            before, its_last = self.previous
+            s0 = self.first_step
+            last = min(last, s0 + (step - s0) * (its_last - s0) / (before - s0))
+        self.previous = (step, last)
+        return last
 
 
 def build_scheduler(
