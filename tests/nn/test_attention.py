@@ -233,3 +233,28 @@ def test_strided_sparse_mask_adds_every_stride_th_key() -> None:
         assert seen == local | strided, i
     # Each query sees O(window + length / stride) keys, not all of them.
     assert mask[8].sum() == 4  # keys 7, 8 (window) and 2, 5 (stride; 8 is both)
+
+
+@pytest.mark.parametrize(("queries", "kv_heads", "causal"), [(1, 8, False), (4, 2, True)])
+def test_a_decoding_step_of_many_rows_takes_the_plain_products_and_equals_sdpa(
+    queries: int, kv_heads: int, causal: bool
+) -> None:
+    """32 rows x 8 heads of a few queries (beam search on the cache) skip the fused kernel."""
+    from attnkit.nn import sdpa_backend
+
+    q = torch.randn(32, 8, queries, 16)
+    k, v = torch.randn(32, kv_heads, 20, 16), torch.randn(32, kv_heads, 20, 16)
+    mask = torch.rand(32, 1, queries, 20) > 0.2
+    mask[..., -1] = True  # each query sees at least its own (last) key
+    given = None if causal else mask
+    with torch.no_grad():
+        ran = sdpa_backend.kernels_run(
+            lambda: scaled_dot_product_attention(q, k, v, given, is_causal=causal)
+        )
+        out, weights = scaled_dot_product_attention(q, k, v, given, is_causal=causal)
+        bottom_right = torch.ones(queries, 20, dtype=torch.bool).tril(20 - queries)
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=bottom_right if causal else mask, enable_gqa=kv_heads < 8
+        )
+    assert not ran and weights is None  # no fused kernel, and no weights asked for
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
