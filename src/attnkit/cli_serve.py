@@ -56,8 +56,7 @@ def served_runs(paths: list[str], compute_type: str = "float32") -> list:
         raise AttnkitError(f"two runs are named {twice[0]!r}; serve folders of different names.")
     served = []
     for name, path in zip(names, paths, strict=True):
-        run = load_run(path, compute_type=compute_type)
-        log.info("serving %s (%s) with its linear layers in %s", name, path, run.compute_type)
+        run = load_run(path, compute_type=compute_type)  # logs the type it chose
         served.append(Served(name, run.model, run.tokenizer))
     return served
 

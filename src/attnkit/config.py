@@ -28,21 +28,16 @@ from attnkit.checks import (
     within,
 )
 from attnkit.errors import AttnkitError
-from attnkit.nn.sdpa_backend import BACKENDS
 from attnkit.presets import PRESETS
+from attnkit.variant_checks import check_variants
 
 SHAPES = ("encoder-decoder", "decoder", "encoder")
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu")
 NORMS = ("layernorm", "rmsnorm")
 INITS = ("xavier", "gpt2")
-ROUTERS = ("topk", "switch")
 NORM_POSITIONS = ("post", "pre", "deepnorm")
 POSITIONALS = ("sinusoidal", "learned", "rope", "xpos", "alibi", "none")
 ROPE_SCALINGS = ("ntk", "linear", "llama3")
-ROPE_SETTINGS = ("theta", "scaling", "scaling_type", "original_max_len")
-# xPos's largest key factor is (1.4 / 0.4)^(max_len / B); 3.5^64 ~ 1e35 stays under float32's
-# 3.4e38 (and bfloat16's), with room for the values it multiplies.
-XPOS_MAX_SPAN = 64
 SINUSOIDAL_LAYOUTS = ("interleaved", "split")
 TIE_EMBEDDINGS = ("none", "decoder", "all")
 COPY_ATTENTIONS = ("none", "mean", "head")
@@ -226,7 +221,7 @@ class ModelConfig:
         choice("tie_embeddings", self.tie_embeddings, TIE_EMBEDDINGS)
         positive("norm_eps", self.norm_eps)
         choice("sinusoidal_layout", self.sinusoidal_layout, SINUSOIDAL_LAYOUTS)
-        self._validate_variants()
+        check_variants(self)
         self._validate_shape()
         self._validate_copy()
         check(
@@ -234,70 +229,6 @@ class ModelConfig:
             f"pad_id {self.pad_id} is outside the vocabulary of {self.vocab_size} tokens",
         )
         self._validate_interop_fields()
-
-    def _validate_variants(self) -> None:
-        extra = ("attention_global", "attention_random", "adapter_size")
-        for name in ("attention_window", "attention_stride", "n_experts", *extra):
-            non_negative_int(name, getattr(self, name))
-        check(
-            not (self.attention_global or self.attention_random)
-            or (self.attention_window and self.shape != "decoder" and self.positional != "alibi"),
-            "attention_global and attention_random add keys to an encoder's window: set "
-            "attention_window, use a shape with an encoder, and a positional other than alibi",
-        )
-        check(
-            not self.attention_stride or self.attention_window,
-            "attention_stride adds strided keys to a local window; set attention_window too "
-            "(Child et al. use a window equal to the stride)",
-        )
-        rope = [getattr(self, f"rope_{n}") for n in ROPE_SETTINGS]
-        check(
-            self.positional in ("rope", "xpos") or rope == [10000.0, 1.0, "ntk", 0],
-            f"the rope_ settings only apply to RoPE and xPos, but positional is "
-            f"{self.positional!r}; set positional to 'rope' or leave them at their defaults",
-        )
-        check(
-            0 < self.max_len / self.xpos_scale_base <= XPOS_MAX_SPAN,
-            f"xPos scales keys by up to 3.5^(position / xpos_scale_base), which float32 holds "
-            f"to {XPOS_MAX_SPAN} scale bases; max_len {self.max_len} needs xpos_scale_base of "
-            f"at least {self.max_len / XPOS_MAX_SPAN:g}",
-        )
-        if self.positional in ("rope", "xpos"):
-            check(
-                self.d_head % 2 == 0,
-                f"RoPE turns pairs of dimensions; d_head {self.d_head} is odd",
-            )
-            check(
-                self.rope_theta > 1.0 and self.rope_scaling >= 1.0,
-                f"rope_theta must be over 1 and rope_scaling at least 1, got "
-                f"{self.rope_theta!r} and {self.rope_scaling!r}",
-            )
-            check(
-                (self.rope_scaling_type == "llama3") == (self.rope_original_max_len > 0),
-                "rope_original_max_len (the trained length, 8192 for Llama 3.1) is what "
-                "llama3 scaling needs, and only it; set both or neither, got "
-                f"rope_scaling_type {self.rope_scaling_type!r} and rope_original_max_len "
-                f"{self.rope_original_max_len!r}",
-            )
-        check(
-            not self.n_experts or 1 <= self.n_experts_per_token <= self.n_experts,
-            f"n_experts_per_token must be between 1 and n_experts {self.n_experts}, "
-            f"got {self.n_experts_per_token!r}",
-        )
-        choice("router", self.router, ROUTERS)
-        choice("attention_backend", self.attention_backend, tuple(BACKENDS))
-        check(
-            self.router != "switch" or self.n_experts_per_token == 1,
-            "the switch router sends each token to one expert; set n_experts_per_token = 1",
-        )
-        check(
-            self.capacity_factor >= 0,
-            f"capacity_factor must be 0 (no limit) or more, got {self.capacity_factor!r}",
-        )
-        check(
-            self.router_aux_loss_coef >= 0,
-            f"router_aux_loss_coef must be non-negative, got {self.router_aux_loss_coef!r}",
-        )
 
     def _validate_interop_fields(self) -> None:
         non_negative_int("n_token_types", self.n_token_types, zero="none")

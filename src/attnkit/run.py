@@ -257,9 +257,8 @@ def load_pretrained(
     `tokenizer` when the caller has read it already, else the folder's file.
     `overrides` change what the weights do not fix (`LOADING_OVERRIDES`: the
     length, RoPE's scaling, the attention window), to evaluate a model trained
-    short on longer text. `compute_type` (float32, int8, bf16 or auto) converts
-    the linear layers for faster decoding (`attnkit.nn.compute_type.convert`):
-    such a model is for inference only.
+    short on longer text. `compute_type` (float32, int8, bf16, auto) converts the
+    linear layers for decoding only (`attnkit.nn.compute_type.convert`).
     """
     device = check_device(device)
     folder = RunFolder(run_dir)

@@ -20,6 +20,7 @@ mask, and how many keys a decoding cache must hold (a ring of w slots).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -67,18 +68,7 @@ class Window:
         """
         if not (self.global_tokens or self.random_blocks):
             return None
-        extra = torch.zeros(length, length, dtype=torch.bool, device=device)
-        extra[: self.global_tokens] = True
-        extra[:, : self.global_tokens] = True
-        if self.random_blocks:
-            blocks = -(-max_len // self.size)
-            generator = torch.Generator().manual_seed(RANDOM_SEED + layer)
-            drawn = torch.rand(blocks, blocks, generator=generator).argsort(1)
-            block_keys = torch.zeros(blocks, blocks, dtype=torch.bool)
-            block_keys.scatter_(1, drawn[:, : self.random_blocks], True)
-            position_block = torch.arange(length) // self.size
-            extra |= block_keys[position_block][:, position_block].to(device)
-        return extra
+        return _extra_keys(self, length, layer, max_len).to(device, copy=True)  # the cache stays
 
     def cache_slots(self, capacity: int) -> int:
         """Keys a decoding cache of `capacity` positions holds at once.
@@ -91,3 +81,21 @@ class Window:
 
 
 NO_WINDOW = Window()  # every key
+
+
+@functools.lru_cache(maxsize=256)
+def _extra_keys(window: Window, length: int, layer: int, max_len: int) -> Tensor:
+    """`Window.extra_keys` on the CPU, drawn once per (window, length, layer, max_len): each
+    training step of an encoder would otherwise redraw the same mask for every layer."""
+    extra = torch.zeros(length, length, dtype=torch.bool)
+    extra[: window.global_tokens] = True
+    extra[:, : window.global_tokens] = True
+    if window.random_blocks:
+        blocks = -(-max_len // window.size)
+        generator = torch.Generator().manual_seed(RANDOM_SEED + layer)
+        drawn = torch.rand(blocks, blocks, generator=generator).argsort(1)
+        block_keys = torch.zeros(blocks, blocks, dtype=torch.bool)
+        block_keys.scatter_(1, drawn[:, : window.random_blocks], True)
+        position_block = torch.arange(length) // window.size
+        extra |= block_keys[position_block][:, position_block]
+    return extra

@@ -44,9 +44,9 @@ from attnkit.config import ModelConfig
 from attnkit.embeddings.word2vec import Word2VecConfig
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
-from attnkit.nn.lora import ATTENTION_PROJECTIONS
 from attnkit.presets import PRESETS
 from attnkit.tokenizer import KINDS
+from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.sequence_level import SequenceLossSection
@@ -261,43 +261,6 @@ class EvalSection:
     def lower_is_better(self) -> bool:
         """Whether a smaller `metric` is a better one (a loss, an error rate)."""
         return self.metric in LOWER_IS_BETTER
-
-
-@dataclass(frozen=True)
-class LoraSection:
-    """Low-rank adapters (`attnkit.nn.lora`) on a frozen model, usually with `train.init_from`.
-
-    rank: r of each update B A; 0 (the default) trains the whole model, no adapters.
-    alpha: the update is scaled by alpha / rank.
-    dropout: on the adapters' input.
-    targets: shell patterns over the names of the linear layers to adapt;
-        the default is every attention projection.
-    """
-
-    rank: int = 0
-    alpha: float = 16.0
-    dropout: float = 0.0
-    targets: tuple[str, ...] = ATTENTION_PROJECTIONS
-
-    def __post_init__(self) -> None:
-        finite_fields(self, "lora")
-        non_negative("lora.rank", self.rank)
-        positive("lora.alpha", self.alpha)
-        within("lora.dropout", self.dropout, "[0, 1)")
-        check(len(self.targets) > 0, "lora.targets must name at least one pattern")
-
-
-@dataclass(frozen=True)
-class AdaptersSection:
-    """Houlsby adapters (`attnkit.nn.adapters`) in a frozen model, usually with `train.init_from`.
-
-    size: the bottleneck m of each adapter; 0 (the default) adds none.
-    """
-
-    size: int = 0
-
-    def __post_init__(self) -> None:
-        non_negative("adapters.size", self.size)
 
 
 SECTIONS: dict[str, type] = {
