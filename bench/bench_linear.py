@@ -6,10 +6,12 @@ all 25 products, the paths alternating over repetitions after a warm-up;
 medians are reported (microseconds for the 25), with the speed-up over
 `F.linear` of: the product over the weight's halves (a view of the weight),
 the few-row C kernel (`attnkit/nn/few_rows.c`), oneDNN's float32 (AVX-512
-CPUs), attnkit's `Linear` as it routes, int8 (`Int8Linear`), int8 weights
-with float32 activations (torch's `_weight_int8pack_mm`, which attnkit does
-not use), and bf16 where the CPU has it. This is what sets
-`attnkit.nn.linear.FEW_ROWS` and `KERNEL_ROWS` and the compute types' paths.
+CPUs), attnkit's `Linear` as it routes, int8 (`Int8Linear` as it ships: the
+C kernel `int8_rows.c` up to its rows, then `_int_mm` or FBGEMM; and that
+many-row product alone), int8 weights with float32 activations (torch's
+`_weight_int8pack_mm`, which attnkit does not use), and bf16 where the CPU
+has it. This is what sets `attnkit.nn.linear.FEW_ROWS` and `KERNEL_ROWS`,
+`attnkit.nn.int8_rows.KERNEL_ROWS` and the compute types' paths.
 
     python -m bench linear --threads 2
 """
@@ -23,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from attnkit.nn import Linear, few_rows, onednn
-from attnkit.nn.compute_type import BFloat16Linear, Int8Linear, quantize_per_channel, refusal
+from attnkit.nn.compute_type import BFloat16Linear, refusal
+from attnkit.nn.int8_linear import Int8Linear, Int8Path, int8_path, quantize_per_channel
 from bench.harness import (
     Result,
     alternate,
@@ -57,7 +60,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("the few-row kernel is not built on this machine (see the warning)")
     header = opening(f"{args.threads} threads, {args.reps} reps")
     cpu = torch.device("cpu")
-    int8 = [Int8Linear(layer) for layer in layers] if refusal("int8", cpu) is None else None
+    int8 = {}
+    if refusal("int8", cpu) is None:
+        # as it ships (the C kernel up to its rows), and its many-row product for every call
+        shipped = int8_path()
+        int8[f"int8 (Int8Linear: {shipped.kernel} kernel, {shipped.many})"] = shipped
+        int8[f"int8 ({shipped.many} alone)"] = Int8Path(None, shipped.many, shipped.levels)
+    int8 = {name: [Int8Linear(layer, path) for layer in layers] for name, path in int8.items()}
     bf16 = [BFloat16Linear(layer) for layer in layers] if refusal("bf16", cpu) is None else None
     weight_only = [quantize_per_channel(w) for w in weights]
     results = []
@@ -81,8 +90,8 @@ def main(argv: list[str] | None = None) -> None:
             }
             if onednn.enabled():
                 paths["oneDNN float32"] = each(lambda m, x: onednn.linear(x, m.weight, m.bias))
-            if int8 is not None:
-                paths["int8 (Int8Linear)"] = each(lambda m, x: m(x), int8)
+            for name, modules in int8.items():
+                paths[name] = each(lambda m, x: m(x), modules)
             if bf16 is not None:
                 paths["bf16 (BFloat16Linear)"] = each(lambda m, x: m(x), bf16)
             calls = max(2, 64 // rows)

@@ -6,14 +6,14 @@ is set by how many bytes of weight they read and how many products the CPU
 does per cycle; both change with the number format. `convert` swaps each
 `Linear` of a loaded model for one of:
 
-- `Int8Linear` (`int8`): W quantized once, symmetric, one scale per output
-  channel, s_o = max_i |W_oi| / 127 and q_oi = round(W_oi / s_o); at each call
-  every row of activations is quantized too, on its own scale, and the product
-  runs in integers, y_r = s_r s_o (q_r . q_o) + b (torch's FBGEMM kernel, with
-  VNNI where the CPU has it), as CTranslate2's `int8` does. Weights take a
-  quarter of their float32 bytes. (Weights alone in int8, activations kept in
-  float32, were measured too: torch's kernel for that, `_weight_int8pack_mm`,
-  ran 5 to 40 times slower than float32 here; `python -m bench linear`.)
+- `Int8Linear` (`int8`, `int8_linear.py`): W in int8, one scale per output
+  channel; each row of activations quantized on its own scale at every call, the
+  products exact in integers (the project's C kernel for decoding's few rows,
+  torch's `_int_mm` or FBGEMM for more), as CTranslate2's `int8` does. Weights
+  take a quarter of their float32 bytes. (Weights alone in int8, activations
+  kept in float32, were measured too: torch's kernel for that,
+  `_weight_int8pack_mm`, ran 5 to 40 times slower than float32 here;
+  `python -m bench linear`.)
 - `BFloat16Linear` (`bf16`): W and b stored in bfloat16 (8 bits of
   mantissa), x rounded to bfloat16 at the input, products accumulated in
   float32 (oneDNN), the output rounded to bfloat16 and handed on as float32.
@@ -31,7 +31,6 @@ Training never converts; the converted model is for inference only.
 from __future__ import annotations
 
 import logging
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -39,76 +38,11 @@ from torch import Tensor, nn
 
 from attnkit.cpu import this_cpu
 from attnkit.errors import AttnkitError
+from attnkit.nn.int8_linear import Int8Linear
 
 log = logging.getLogger(__name__)
 
 COMPUTE_TYPES = ("float32", "int8", "bf16", "auto")
-INT8_MAX = 127
-
-
-def quantize_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
-    """(q, s): int8 q and float32 s, one per output row, with W ~ q * s[:, None]."""
-    scale = weight.detach().abs().amax(dim=1).float() / INT8_MAX
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # an all-zero row stays zero
-    q = torch.round(weight.detach().float() / scale[:, None]).clamp(-INT8_MAX, INT8_MAX)
-    return q.to(torch.int8), scale
-
-
-def dequantize(q: Tensor, scale: Tensor) -> Tensor:
-    """The float32 weight that `q` and `scale` stand for."""
-    return q.float() * scale[:, None]
-
-
-class Int8Linear(nn.Module):
-    """y = x W^T + b with W in int8 per output channel and each row of x quantized per call.
-
-    FBGEMM's dynamic product quantizes the whole input with one range, its min
-    and max. A row's result would then depend on the rows beside it (another
-    sentence of the batch, the prompt's other positions without the cache), and
-    one large row would coarsen all the others. So each row is divided by its
-    own peak |x_r| first, a guard row [1, -1, 0, ...] pins the range to [-1, 1]
-    whatever the batch holds, and the peak multiplies the row's output back:
-    every row is quantized on its own scale, and its integer products are exact,
-    so its result is the same alone, in any batch, cached or not.
-    """
-
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        q, scale = quantize_per_channel(linear.weight)
-        bias = None if linear.bias is None else linear.bias.detach().float().clone()
-        self.register_buffer("bias", bias)
-        guard = torch.zeros(1, self.in_features)
-        guard[0, 0], guard[0, -1] = 1.0, -1.0
-        self.register_buffer("guard", guard, persistent=False)
-        # FBGEMM without VNNI multiplies 8-bit pairs into 16-bit sums that can saturate;
-        # 7-bit activations avoid that. With VNNI the full 8 bits are safe.
-        self.reduce_range = not this_cpu().has("avx512_vnni")
-        with warnings.catch_warnings():
-            # torch marks its quantized tensor types deprecated; FBGEMM's packed weight is
-            # still built from one (torch 2.13), and nothing else of them is used.
-            warnings.simplefilter("ignore", UserWarning)
-            zero_points = torch.zeros(self.out_features, dtype=torch.long)
-            qweight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero_points, 0)
-        self._packed = torch.ops.quantized.linear_prepack(qweight, None)
-
-    def forward(self, x: Tensor) -> Tensor:
-        rows = x.reshape(-1, self.in_features).float()
-        # A row of zeros stays zeros: any positive peak leaves it so. (abs then amax measured
-        # 9x faster than vector_norm(inf) at 128 rows, and cat faster than writing a buffer.)
-        peak = rows.abs().amax(dim=1, keepdim=True).clamp_min_(torch.finfo(torch.float32).tiny)
-        scaled = torch.cat([rows / peak, self.guard])
-        y = torch.ops.quantized.linear_dynamic(scaled, self._packed, self.reduce_range)[:-1]
-        y = y.mul_(peak) if self.bias is None else torch.addcmul(self.bias, y, peak)
-        return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
-
-    def weight_bytes(self) -> int:
-        """int8 weights, a float32 scale per output, and the float32 bias if any."""
-        biases = 0 if self.bias is None else 4 * self.out_features
-        return self.in_features * self.out_features + 4 * self.out_features + biases
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
 class BFloat16Linear(nn.Module):
@@ -142,11 +76,12 @@ def refusal(compute_type: str, device: torch.device) -> str | None:
         return f"compute type {compute_type!r} is not one of {', '.join(COMPUTE_TYPES)}"
     if compute_type == "int8":
         if device.type != "cpu":
-            return "compute type 'int8' runs on the CPU (FBGEMM); on CUDA use bf16"
-        if "fbgemm" not in torch.backends.quantized.supported_engines:
-            return "compute type 'int8' needs torch's FBGEMM kernels, which this torch lacks"
+            return "compute type 'int8' runs on the CPU; on CUDA use bf16"
         if not this_cpu().has("avx2"):
-            return "compute type 'int8' needs an x86 CPU with AVX2 (FBGEMM); use float32"
+            return "compute type 'int8' needs an x86 CPU with AVX2; use float32"
+        fbgemm = "fbgemm" in torch.backends.quantized.supported_engines
+        if not this_cpu().has("avx512_vnni") and not fbgemm:
+            return "compute type 'int8' needs torch's FBGEMM kernels on this CPU; use float32"
     if compute_type == "bf16":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             return "compute type 'bf16' needs a GPU with bfloat16; use float32"
