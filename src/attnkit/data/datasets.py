@@ -239,26 +239,49 @@ class LanguageModelDataset(Dataset):
         val_fraction: float = 0.1,
         option_names: tuple[str, str] = ("block_size", "val_fraction"),
     ) -> LanguageModelDataset:
-        """One split of the text of `paths`, read in order as a single stream.
+        """One split of the text of `paths`, read in order as a single stream (`from_lines`)."""
+        paths = [paths] if isinstance(paths, str | Path) else list(paths)
+        return cls.from_lines(
+            (line for path in paths for line in read_lines(path, keepends=True)),
+            tokenizer=tokenizer,
+            block_size=block_size,
+            split=split,
+            val_fraction=val_fraction,
+            name=", ".join(map(str, paths)),
+            option_names=option_names,
+        )
+
+    @classmethod
+    def from_lines(
+        cls,
+        lines: Iterable[str],
+        *,
+        tokenizer: Tokenizer,
+        block_size: int,
+        split: str = "train",
+        val_fraction: float = 0.1,
+        name: str = "the text",
+        option_names: tuple[str, str] = ("block_size", "val_fraction"),
+    ) -> LanguageModelDataset:
+        """One split of running text, given as lines with their newlines, as a single stream:
+        the last `val_fraction` of its tokens are the `val` split.
 
         Newlines and empty lines are kept: in running text they are content.
-        `option_names` are what the caller's user calls `block_size` and `val_fraction`
-        (in a run config, `data.block_size` and `data.valid_fraction`), for the message
-        when a split is too short.
+        `name` says in errors where the text comes from. `option_names` are what the
+        caller's user calls `block_size` and `val_fraction` (in a run config,
+        `data.block_size` and `data.valid_fraction`), for the message when a split is
+        too short.
         """
         choice("split", split, SPLITS)
         within("val_fraction", val_fraction, "(0, 1)")
-        paths = [paths] if isinstance(paths, str | Path) else list(paths)
         stream = _Packed(
-            _pack(tokenizer.encode_batch(chunk))
-            for path in paths
-            for chunk in _joined_chunks(read_lines(path, keepends=True))
+            _pack(tokenizer.encode_batch(chunk)) for chunk in _joined_chunks(lines)
         ).ids
         cut = int(len(stream) * (1.0 - val_fraction))
         part = stream[:cut] if split == "train" else stream[cut:]
         if len(part) < block_size + 1:
             raise AttnkitError(
-                f"the {split} split of {', '.join(map(str, paths))} has {len(part)} tokens, "
+                f"the {split} split of {name} has {len(part)} tokens, "
                 f"fewer than block_size + 1 = {block_size + 1}; "
                 f"lower {option_names[0]} or change {option_names[1]}"
             )

@@ -48,6 +48,7 @@ from attnkit.presets import PRESETS
 from attnkit.tokenizer import KINDS
 from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
+from attnkit.train.loggers import LOGGERS
 from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
@@ -107,8 +108,11 @@ class DataSection:
     task: `translation` (encoder-decoder), `language-model` (decoder),
         `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo) or
         `word2vec` (word vectors, no Transformer).
-    corpus: a known corpus (`multi30k`, `tinyshakespeare`) or a path to text; no default,
-        so that no run learns from a corpus its config does not name.
+    corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
+        Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
+        corpus its config does not name.
+    source_field, target_field, text_field: a dataset's columns of source, target and running
+        text; unset, the ones named like the languages or `translation`, and `text`.
     max_tokens: the token budget of one batch for sentence tasks.
     batch_size: sequences per batch for the language model and the demo.
     block_size: tokens of context per language-model example.
@@ -120,6 +124,9 @@ class DataSection:
     data_dir: str = "../shared/data"
     src_lang: str = "de"
     tgt_lang: str = "en"
+    source_field: str = ""
+    target_field: str = ""
+    text_field: str = ""
     train_split: str = "train"
     valid_split: str = "val"
     valid_fraction: float = 0.1
@@ -171,6 +178,9 @@ class TrainSection:
     init_embeddings: word vectors (a word2vec run folder, or a word2vec or GloVe
         file) that start the token embeddings of a new model, for the tokens
         that stand for a word they have (`attnkit.embeddings.pretrained`).
+    log_to: where metrics.jsonl's records, the curves and an attention picture also go
+        (`attnkit.train.loggers`): `tensorboard`, `wandb` (offline unless WANDB_MODE says
+        otherwise) as the run `log_name` (unset: the run folder's name) of `log_project`.
     """
 
     out_dir: str = "runs/run"
@@ -200,6 +210,9 @@ class TrainSection:
     save_every: int = 500
     keep_last: int = 3
     average_last: int = 1
+    log_to: tuple[str, ...] = ()
+    log_project: str = "attnkit"
+    log_name: str = ""
 
     def __post_init__(self) -> None:
         finite_fields(self, "train")
@@ -211,6 +224,7 @@ class TrainSection:
         _each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
         _each(non_negative, "train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
         _each(non_negative, "train", self, "threads", "max_minutes")
+        known("sink", self.log_to, list(LOGGERS), owner="train.log_to")
         check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")
         check(self.beta1 < 1 and 0 < self.beta2 < 1, "train.beta1 and train.beta2 must be < 1")
         within("train.label_smoothing", self.label_smoothing, "[0, 1)")

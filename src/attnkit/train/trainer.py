@@ -43,7 +43,7 @@ from attnkit.nn.moe import take_dropped_tokens
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
-from attnkit.train import lock
+from attnkit.train import lock, loggers
 from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.metrics import Interval, Metric, validate
 from attnkit.train.objectives import Objective, objective_for
@@ -138,7 +138,7 @@ class Trainer:
         check = None if resume else lambda: ckpt.check_new_run(self.run_dir)
         with lock.hold(self.folder, is_main=self.dist.is_main, check=check):
             self._prepare(resume)
-            with self.stopping.on_signals(lambda: self.step):
+            with self.stopping.on_signals(lambda: self.step), loggers.open_for(self) as self.sinks:
                 stopped = self._loop()
             self._finish(stopped)
         return TrainResult(
@@ -255,10 +255,9 @@ class Trainer:
             self.epoch, self.position = self.epoch + 1, 0
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        precision = self.precision
-        if precision == "fp32":
+        if self.precision == "fp32":
             return contextlib.nullcontext()
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
     def _loop(self) -> str:
@@ -320,14 +319,13 @@ class Trainer:
         return sums
 
     def _update(self, global_tokens: float) -> None:
-        c = self.train_cfg
         self.scaler.unscale_(self.optimizer)
         # DDP averaged the per-rank sums; this turns them into the mean over the global batch.
         scale = self.dist.world_size / global_tokens
         params = [p for p in self.model.parameters() if p.grad is not None]
         torch._foreach_mul_([p.grad for p in params], scale)
-        if c.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(params, c.clip_norm)
+        if (clip := self.train_cfg.clip_norm) > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
@@ -348,6 +346,7 @@ class Trainer:
             return None
         result = self.evaluate()
         self._record({"step": self.step, "minutes": round(self.stopping.minutes, 2), **result})
+        self.sinks.evaluated(self.step)
         if e.metric not in result:
             raise AttnkitError(
                 f"eval.metric {e.metric!r} is not computed by this run; choose one of "
@@ -373,6 +372,7 @@ class Trainer:
         self.history.append(record)
         if self.dist.is_main:
             self.folder.append_metrics(record)
+            self.sinks.record(record)  # TensorBoard, W&B (train.log_to)
 
     def _save(self) -> None:
         rngs = dist.gather_objects(ckpt.rng_state())

@@ -15,9 +15,11 @@ from pathlib import Path
 from attnkit.checks import check, with_article
 from attnkit.config import ModelConfig
 from attnkit.data import CORPORA
+from attnkit.data.hf_datasets import is_dataset
 from attnkit.data.reverse import BOS, EOS, VOCAB
 from attnkit.files import nearest_folder
 from attnkit.run import RunFolder
+from attnkit.train.loggers import check_installed
 from attnkit.train.run_config import RunConfig
 
 SHAPE_OF_TASK = {
@@ -50,6 +52,20 @@ def validate(config: RunConfig) -> None:
             f"data.task {task!r} learns from text, but data.corpus is not set; set it to a "
             f"known corpus ({', '.join(CORPORA)}) or to the path of your text",
         )
+        fields = [
+            f"data.{f}" for f in ("source_field", "target_field", "text_field") if getattr(d, f)
+        ]
+        check(
+            not fields or is_dataset(d),
+            f"{', '.join(fields)} name columns of a dataset, but data.corpus {d.corpus!r} is "
+            "not a dataset that attnkit.data.hf_datasets reads; unset them or give a dataset",
+        )
+    check(
+        task != "word2vec" or not config.train.log_to,
+        "train.log_to sends the Trainer's records on, but a word2vec run trains without it; "
+        "unset train.log_to (its metrics.jsonl and curves.png are written as always)",
+    )
+    check_installed(config.train.log_to)
     if task == "word2vec":  # no Transformer, no validation: its [word2vec] section is all
         check_out_dir(config.train.out_dir)
         return

@@ -31,8 +31,9 @@ from typing import Any
 
 import torch
 
-from attnkit.data import CORPORA, read_lines
-from attnkit.data.sources import corpus_text, text_files
+from attnkit.data import CORPORA
+from attnkit.data.hf_datasets import is_dataset
+from attnkit.data.sources import corpus_text, text_lines
 from attnkit.embeddings import evaluation
 from attnkit.embeddings.vectors import save_vectors
 from attnkit.embeddings.word2vec import Progress, Word2Vec, count_words
@@ -65,11 +66,12 @@ def sentences(data: DataSection) -> list[list[str]]:
             f"word2vec learns from running text, which {data.corpus} is not; use "
             "multi30k, tinyshakespeare or a text file as data.corpus"
         )
-    if (known is not None and known.langs) or (known is None and Path(data.corpus).is_dir()):
+    folder = known is None and Path(data.corpus).is_dir() and not is_dataset(data)
+    if (known is not None and known.langs) or folder:
         langs = (data.src_lang, data.tgt_lang)
         lines = [line for side in corpus_text(data, data.train_split, langs) for line in side]
     else:
-        lines = [line for path in text_files(data) for line in read_lines(path)]
+        lines = list(text_lines(data))
         lines = [line.lower() for line in lines] if data.lowercase else lines
     return [words for line in lines if (words := split_words(line))]
 
