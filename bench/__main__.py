@@ -38,6 +38,9 @@ BENCHMARKS = {
     "generate": Benchmark(
         "bench.bench_generate", "decoding tokens/s and memory against transformers' generate"
     ),
+    "onnx": Benchmark(
+        "bench.bench_onnx", "greedy decoding of the exported ONNX graphs in ONNX Runtime vs attnkit"
+    ),
     "linear": Benchmark(
         "bench.bench_linear", "a decoder's products on each path (float32, int8, bf16) vs F.linear"
     ),
