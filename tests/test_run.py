@@ -26,10 +26,15 @@ def test_the_layout_names_every_file_of_a_run_folder(tmp_path):
         "curves.png": folder.curves,
         "checkpoints/best/model.safetensors": folder.best_weights,
         "checkpoints/step-0000500/model.safetensors": folder.step_weights(500),
+        "tensorboard": folder.tensorboard,
+        "wandb": folder.wandb,
     }
     for name, path in names.items():
         assert path == tmp_path / name
     assert not list(tmp_path.iterdir())  # naming a file creates nothing
+    # The sinks' folders are the run's own: --overwrite may replace a folder that holds them.
+    assert folder.owns(folder.tensorboard) and folder.owns(folder.wandb)
+    assert not folder.owns(tmp_path / "notes.txt")
 
 
 def test_metrics_are_replaced_appended_and_read_back(tmp_path):

@@ -11,6 +11,7 @@
     RUN_DIR/checkpoints/step-0000500/    the weights at each saved step
     RUN_DIR/checkpoints/best/            the weights with the best validation metric
     RUN_DIR/train.lock                   held by the training under way (`attnkit.train.lock`)
+    RUN_DIR/tensorboard/, RUN_DIR/wandb/ with `train.log_to`, the sinks' own files
 
 Every command accepts such a folder. Files are written to a temporary name
 and renamed, so a crash mid-write never leaves a half-written file behind.
@@ -85,6 +86,7 @@ class RunFolder:
         self.checkpoints = self.root / "checkpoints"
         self.best_weights = self.checkpoints / "best" / WEIGHTS_FILE
         self.lock = self.root / "train.lock"
+        self.tensorboard, self.wandb = self.root / "tensorboard", self.root / "wandb"  # log_to
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -97,7 +99,7 @@ class RunFolder:
     def owns(self, entry: Path) -> bool:
         """Whether `entry` of the folder is one attnkit writes there, or the leftover of a
         write it did not finish (a hidden `.tmp` of `atomic_write` or `replace_folder`)."""
-        mine = (*self.files, self.checkpoints, self.lock)
+        mine = (*self.files, self.checkpoints, self.lock, self.tensorboard, self.wandb)
         name = entry.name
         return name in {p.name for p in mine} or (name.startswith(".") and name.endswith(".tmp"))
 

@@ -38,6 +38,7 @@ from attnkit.errors import AttnkitError
 
 if TYPE_CHECKING:
     from attnkit.data.batch import Batch
+    from attnkit.run import RunFolder
     from attnkit.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ def open_for(trainer: Trainer) -> Loggers:
     c = trainer.train_cfg
     if not c.log_to or not trainer.dist.is_main:
         return Loggers()
-    root, start = trainer.run_dir, trainer.step
+    start = trainer.step
     if trainer.run_config is not None:
         hparams = trainer.run_config.to_dict()
     else:
@@ -156,9 +157,10 @@ def open_for(trainer: Trainer) -> Loggers:
     writer = run = None
     if "tensorboard" in c.log_to:
         metrics = ("train_loss", "val_loss", trainer.eval_cfg.metric)
-        writer = _tensorboard(root / "tensorboard", start, hparams, metrics)
+        writer = _tensorboard(trainer.folder.tensorboard, start, hparams, metrics)
     if "wandb" in c.log_to:
-        run = _wandb(root, start, hparams, c.log_project, c.log_name or root.resolve().name)
+        name = c.log_name or trainer.run_dir.resolve().name
+        run = _wandb(trainer.folder, start, hparams, c.log_project, name)
     return Loggers(trainer, writer, run)
 
 
@@ -181,15 +183,15 @@ def _tensorboard(logdir: Path, start: int, hparams: dict, metrics: Iterable[str]
     return writer
 
 
-def _wandb(root: Path, start: int, hparams: dict, project: str, name: str) -> Any:
+def _wandb(folder: RunFolder, start: int, hparams: dict, project: str, name: str) -> Any:
     wandb = _import("wandb")
-    id_file = root / "wandb" / WANDB_ID
+    id_file = folder.wandb / WANDB_ID
     run_id = id_file.read_text().strip() if start > 0 and id_file.is_file() else None
     try:
         run = wandb.init(
             project=project,
             name=name,
-            dir=str(root),
+            dir=str(folder.root),  # W&B writes its runs into DIR/wandb: folder.wandb
             id=run_id,
             resume="allow" if run_id else None,
             # Offline unless the user says otherwise: training never waits on the network. Read
