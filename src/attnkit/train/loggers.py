@@ -111,7 +111,8 @@ class Loggers:
         from attnkit.viz import plot_curves
 
         with tempfile.TemporaryDirectory() as tmp:
-            curves = plot_curves(self.trainer.folder.read_metrics(), Path(tmp) / "curves.png")
+            # the trainer's history is metrics.jsonl's records, held in memory
+            curves = plot_curves(self.trainer.history, Path(tmp) / "curves.png")
             images = {"curves": _pixels(curves)}
             if self.example is not None:
                 images["attention"] = _pixels(self._attention(step, Path(tmp) / "attention.png"))
