@@ -94,12 +94,17 @@ def test_a_row_gives_the_same_bits_alone_in_any_batch_and_on_every_path(
 
 
 @needs_a_path
-def test_the_kernels_builds_agree_bit_for_bit():
-    linear = Linear(96, 40)
-    x = torch.randn(6, 96)
-    with torch.no_grad():
-        outputs = [Int8Linear(linear, Int8Path(k, *MANY[0]))(x) for k in KERNELS]
-    assert all(torch.equal(out, outputs[0]) for out in outputs)
+@pytest.mark.parametrize("many", MANY, ids=str)
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_kernels_builds_agree_bit_for_bit_with_torch_operations(many: tuple, bias: bool):
+    """Few rows (the kernel against torch's steps) and many (the C file's quantization and
+    rescaling around the library's product against torch's steps)."""
+    linear = Linear(96, 40, bias=bias)
+    for rows in (6, 3 * int8_rows.KERNEL_ROWS + 5):
+        x = torch.randn(rows, 96) * torch.logspace(-3, 3, rows)[:, None]
+        with torch.no_grad():
+            outputs = [Int8Linear(linear, Int8Path(k, *many))(x) for k in KERNELS]
+        assert all(torch.equal(out, outputs[-1]) for out in outputs)
 
 
 def test_the_kernel_refuses_more_rows_than_it_holds():

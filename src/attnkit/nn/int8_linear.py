@@ -109,16 +109,24 @@ class Int8Linear(nn.Module):
         return y.view(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def _many_rows(self, rows: Tensor) -> Tensor:
-        # The kernel's float32 steps, one by one: q_r, then ((q_r . q_o) s_o) s_r + b_o.
-        peak = rows.abs().amax(dim=1, keepdim=True).clamp_min_(PEAK_FLOOR)
-        levels = self.path.levels
-        q = rows.mul(torch.full_like(peak, levels) / peak).round_()  # levels / peak, divided
-        if self.path.many == "int_mm":
-            y = torch._int_mm(q.to(torch.int8), self.weight.t()).float().mul_(self.scale)
+        # The kernel's float32 steps: q_r, then ((q_r . q_o) s_o) s_r + b_o; in its C file where
+        # it is built (one pass each, where torch takes six small operations), else one by one.
+        p = self.path
+        if p.kernel is not None:
+            q, row_scale = int8_rows.quantize_rows(rows, p.levels, p.kernel)
         else:
-            scaled = torch.cat([q, self.guard])
+            peak = rows.abs().amax(dim=1, keepdim=True).clamp_min_(PEAK_FLOOR)
+            q = rows.mul(torch.full_like(peak, p.levels) / peak).round_()  # levels / peak, divided
+            row_scale = peak / p.levels
+        if p.many == "int_mm":
+            dots = torch._int_mm(q.to(torch.int8), self.weight.t())
+            if p.kernel is not None:
+                return int8_rows.rescale(dots, self.scale, row_scale, self.bias, p.kernel)
+            y = dots.float().mul_(self.scale)
+        else:
+            scaled = torch.cat([q.float(), self.guard])
             y = torch.ops.quantized.linear_dynamic(scaled, self._packed, True)[:-1]
-        y = y.mul_(peak / levels)
+        y = y.mul_(row_scale)
         return y if self.bias is None else y.add_(self.bias)
 
     def weight_bytes(self) -> int:

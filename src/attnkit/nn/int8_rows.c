@@ -10,6 +10,9 @@
  * `Int8Linear`'s many-row paths do the same float32 operations, so a row's result is the
  * same bit for bit whichever path runs it.
  *
+ * The many-row paths run the same steps around a library's int8 product: `int8_quantize_rows`
+ * before it, `int8_rescale` after it.
+ *
  * As in few_rows.c, W is read exactly once, in stored order, by output feature, while the
  * few quantized rows stay in the L1 cache; the output features are shared among threads.
  * Two builds of this one file: with AVX512-VNNI, 64 byte products per instruction
@@ -29,13 +32,26 @@
 /* Rows per call: the quantized rows (at most 16 x 4 KiB at in = 4096) stay in L1/L2. */
 #define MAX_ROWS 16
 
-/* s_r, and the row quantized into q: q[k] = round(x[k] * (levels / peak)), ties to even. */
+/* s_r, and the row quantized into q: q[k] = round(x[k] * (levels / peak)), ties to even
+ * (vcvtps2dq in the default rounding mode, as nearbyintf), eight at a time. */
 static float quantize_row(const float *x, int64_t in, float levels, int8_t *q) {
-    float peak = 0.0f;
-    for (int64_t k = 0; k < in; ++k) peak = fmaxf(peak, fabsf(x[k]));
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 peaks = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= in; k += 8) peaks = _mm256_max_ps(peaks, _mm256_and_ps(_mm256_loadu_ps(x + k), magnitude));
+    float lanes[8], peak = 0.0f;
+    _mm256_storeu_ps(lanes, peaks);
+    for (int i = 0; i < 8; ++i) peak = fmaxf(peak, lanes[i]);
+    for (; k < in; ++k) peak = fmaxf(peak, fabsf(x[k]));
     peak = fmaxf(peak, PEAK_FLOOR); /* a row of zeros stays zeros */
     const float inv = levels / peak;
-    for (int64_t k = 0; k < in; ++k) q[k] = (int8_t)nearbyintf(x[k] * inv);
+    const __m256 inv8 = _mm256_set1_ps(inv);
+    for (k = 0; k + 8 <= in; k += 8) {
+        const __m256i q32 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), inv8));
+        const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q32), _mm256_extracti128_si256(q32, 1));
+        _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(q16, q16));
+    }
+    for (; k < in; ++k) q[k] = (int8_t)nearbyintf(x[k] * inv);
     return peak / levels;
 }
 
@@ -132,4 +148,27 @@ int int8_rows_linear(const float *x, const int8_t *w, const int32_t *w_offset,
         }
     }
     return 0;
+}
+
+/* The many-row paths' first step: row r of x into q (rows, in) int8, and s_r into s. */
+void int8_quantize_rows(const float *x, int8_t *q, float *s, int64_t rows, int64_t in,
+                        int levels, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && rows > 1)
+    for (int64_t r = 0; r < rows; ++r) s[r] = quantize_row(x + r * in, in, (float)levels, q + r * in);
+}
+
+/* Their last step, in place on the exact sums q_r . q_o (rows, out) of the int8 product:
+ * y_ro = ((float)dots_ro * s_o) * s_r + b_o, as the kernel's, written over dots_ro (memcpy,
+ * so that the float's bits go where the int32's were without aliasing them). b may be NULL. */
+void int8_rescale(int32_t *dots, const float *w_scale, const float *s, const float *b,
+                  int64_t rows, int64_t out, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1 && rows > 1)
+    for (int64_t r = 0; r < rows; ++r) {
+        int32_t *d = dots + r * out;
+        for (int64_t o = 0; o < out; ++o) {
+            float v = ((float)d[o] * w_scale[o]) * s[r];
+            if (b) v = v + b[o];
+            memcpy(d + o, &v, sizeof v);
+        }
+    }
 }
