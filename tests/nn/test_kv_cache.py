@@ -5,6 +5,7 @@ import torch
 
 from attnkit import AttnkitError
 from attnkit.generation import left_pad
+from attnkit.nn import step_attention
 from tests.helpers import DECODING, VARIANTS, padded_batch, tiny_model
 
 
@@ -64,11 +65,22 @@ def _next_step_matches_a_full_forward(model, cache, src, src_mask, tgt, rows) ->
     torch.testing.assert_close(logits, full, atol=1e-5, rtol=0)
 
 
+@pytest.fixture(params=["through rows", "copied"])
+def reorder_mode(request, monkeypatch):
+    """Reorders that move no keys (a table of rows the step kernel reads through), where the
+    kernel runs, and reorders that copy them (and attention in torch operations)."""
+    if request.param == "through rows" and not step_attention.available():
+        pytest.skip("this CPU has no AVX2: the step kernel that reads through rows is not built")
+    if request.param == "copied":
+        monkeypatch.setattr(step_attention, "runs_on", lambda device: False)
+    return request.param
+
+
 # More rows, and, within the batch, rows read and overwritten in one reorder (a cycle,
 # a row copied twice), which must move with the values they held before it.
 @pytest.mark.parametrize("order", [[2, 0, 2, 1], [0, 1, 2], [2, 0, 0], [1, 2, 0], [0, 0, 1]])
 @torch.no_grad()
-def test_reorder_follows_rows_and_memory(order):
+def test_reorder_follows_rows_and_memory(order, reorder_mode):
     model, cache, src, src_mask, tgt = _three_sentences_on_a_cache()
     index = torch.tensor(order)
     cache.reorder(index)
@@ -76,7 +88,31 @@ def test_reorder_follows_rows_and_memory(order):
 
 
 @torch.no_grad()
-def test_beams_share_their_sentence_s_memory_and_finished_sentences_leave():
+def test_reorders_through_rows_move_no_keys_and_chain(reorder_mode):
+    """Reorders within the batch, a shrink, more steps, then a larger batch (which copies the
+    keys through the table); every step equals a full forward of the rows' histories."""
+    model = tiny_model("decoder", **DECODING).eval()
+    ids = torch.randint(5, 40, (4, 3))
+    cache = model.new_cache(ids, capacity=12)
+    model.decode_step(ids, cache)
+    buffer = cache.kv.data_ptr()
+    for index in ([1, 1, 3, 0], [2, 0, 3, 3], [3, 1]):
+        index = torch.tensor(index)
+        cache.reorder(index)
+        ids = torch.cat([ids[index], torch.randint(5, 40, (len(index), 1))], 1)
+        logits = model.decode_step(ids[:, -1:], cache)
+        torch.testing.assert_close(logits, model(ids).logits[:, -1], atol=1e-5, rtol=0)
+    if reorder_mode == "through rows":
+        assert cache.kv.data_ptr() == buffer and cache.rows is not None
+    cache.repeat_rows(3)  # 6 rows, more than the cache's 4
+    ids = torch.cat([ids.repeat_interleave(3, 0), torch.randint(5, 40, (6, 1))], 1)
+    logits = model.decode_step(ids[:, -1:], cache)
+    torch.testing.assert_close(logits, model(ids).logits[:, -1], atol=1e-5, rtol=0)
+    assert cache.rows is None and cache.kv.shape[2] == 6
+
+
+@torch.no_grad()
+def test_beams_share_their_sentence_s_memory_and_finished_sentences_leave(reorder_mode):
     model, cache, src, src_mask, tgt = _three_sentences_on_a_cache()
     cache.repeat_rows(2)  # rows: sentence 0 beam 0, sentence 0 beam 1, sentence 1 beam 0, ...
     assert cache.batch_size == 6 and cache.memory_kv.shape[2] == 3  # one memory per sentence

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from torch.export import Dim
 
 from attnkit.models import DecoderOnly, EncoderDecoder, EncoderOnly, TransformerModel
+from attnkit.nn.kv_cache import HeldKV
 from attnkit.nn.masks import causal_mask, padding_mask, self_attention_mask, slot_distance
 
 # The example sizes the exporter traces at: all distinct and none 0 or 1, so that no axis is
@@ -61,10 +62,10 @@ class _TensorLayer:
         self.past, self.cross = past, memory
         self.present: tuple[Tensor, Tensor] | None = None
 
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def update(self, k: Tensor, v: Tensor) -> HeldKV:
         """The past keys and values joined with the new positions' (the present)."""
         self.present = (torch.cat((self.past[0], k), 2), torch.cat((self.past[1], v), 2))
-        return self.present
+        return HeldKV(*self.present)
 
     def memory(self) -> tuple[Tensor, Tensor] | None:
         return self.cross

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.errors import AttnkitError
-from attnkit.nn.kv_cache import LayerKV
+from attnkit.nn import step_attention
+from attnkit.nn.kv_cache import HeldKV, LayerKV
 from attnkit.nn.linear import Linear
 from attnkit.nn.local_attention import local_attention
 from attnkit.nn.masks import causal_mask
@@ -274,7 +275,7 @@ class MultiHeadAttention(nn.Module):
                 raise AttnkitError("cross-attention needs the encoder memory")
             else:
                 k, v = self.memory_kv(inputs.memory)
-            mask, bias, is_causal = inputs.memory_mask, None, False
+            mask, bias, is_causal, rows = inputs.memory_mask, None, False, None
             # A monotonic window (`KVCache.set_monotonic`) replaces the memory's padding mask,
             # which it includes, by one of each row's own.
             window = None if cache is None else cache.memory_window()
@@ -289,9 +290,11 @@ class MultiHeadAttention(nn.Module):
                 if positions is None:
                     positions = torch.arange(q.shape[-2], device=q.device)[None]
                 q, k = self.rotary(q, k, positions, positions)
+            rows = None  # after a beam search reorder, where each row's keys lie (`HeldKV`)
             if cache is not None:
-                k, v = cache.update(k, v)
+                k, v, rows = cache.update(k, v)
             if inputs.path is AttentionPath.BLOCKWISE:
+                k, v = HeldKV(k, v, rows).gathered()
                 window = inputs.window
                 out = local_attention(
                     q,
@@ -310,11 +313,19 @@ class MultiHeadAttention(nn.Module):
             window, moves_focus = None, False
         # Beams of one sentence share its cached memory (`KVCache.group`): their queries
         # attend together, as more query positions over one copy of the keys and values.
-        group = q.shape[0] // k.shape[0]
+        group = q.shape[0] // k.shape[0] if self.cross else 1
         if group > 1:
             if window is not None:  # each row's own window goes with its queries
                 mask = _group_rows(window.expand(-1, -1, q.shape[2], -1), group)
             q = _group_rows(q, group)
+        weights_asked = need_weights or moves_focus or inputs.path is AttentionPath.WEIGHTS
+        # A decoding step (every query sees every key) in one C call, over the cache as it lies.
+        step = cache is not None and (self.cross or q.shape[2] == 1) and not weights_asked
+        if step and dropout_p == 0 and _one_mask_for_all_heads(mask) and step_attention.runs(q, k):
+            out = step_attention.attend(q, k, v, rows, mask, bias)
+            return self.out_proj(out.view(x.shape[0], x.shape[1], -1)), None
+        if rows is not None:
+            k, v = HeldKV(k, v, rows).gathered()
         out, weights = scaled_dot_product_attention(
             q,
             k,
@@ -323,7 +334,7 @@ class MultiHeadAttention(nn.Module):
             bias=bias,
             is_causal=is_causal,
             dropout_p=dropout_p,
-            need_weights=need_weights or moves_focus or inputs.path is AttentionPath.WEIGHTS,
+            need_weights=weights_asked,
             backend=self.backend,
         )
         if group > 1:
@@ -333,6 +344,11 @@ class MultiHeadAttention(nn.Module):
         if moves_focus:
             cache.move_focus(weights)
         return self.out_proj(out.transpose(1, 2).flatten(2)), weights
+
+
+def _one_mask_for_all_heads(mask: Tensor | None) -> bool:
+    """Whether `mask` is None or the same for every head, as `step_attention` takes it."""
+    return mask is None or mask.dim() < 4 or mask.shape[1] == 1
 
 
 def _group_rows(x: Tensor, group: int) -> Tensor:

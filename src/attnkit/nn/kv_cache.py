@@ -9,8 +9,18 @@ computes only its own and appends them:
 Cross-attention keys and values depend only on the encoder memory, so they are
 computed once per source, and the beams of a sentence share them (`group`).
 Buffers are preallocated for the whole decode, so a step writes in place and
-never concatenates; beam search reorders the rows by batch index, copying only
-the positions written so far into a spare buffer.
+never concatenates.
+
+Beam search reorders the rows at every step: beam b continues the prefix of
+some parent beam, whose keys it must now see. Position p of any prefix is
+written once, at step p, by the row that decoded it, and never again, so no key
+needs to move: the cache keeps a table `rows` (batch, slots) saying which
+cache row holds row b's key at position p, and a reorder only reorders that
+table (rows[b, p] = old rows[index[b], p] below the length; b's own row from
+there on, where b writes next). Attention reads through the table
+(`step_attention.attend`); a path that cannot gathers the keys first
+(`HeldKV.gathered`). Without the step-attention kernel, on a ring, or when the
+batch grows, the rows are copied instead.
 
 With a sliding window of w keys (Mistral) no query ever looks further back
 than w - 1 positions, so the cache is a ring of w slots: position p lives in
@@ -33,12 +43,36 @@ that runs twice in one step sees the same window.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
 from attnkit.errors import AttnkitError
+from attnkit.nn import step_attention
 from attnkit.nn.masks import causal_mask, padding_mask, self_attention_mask, slot_distance
 from attnkit.nn.window import NO_WINDOW, Window
+
+
+class HeldKV(NamedTuple):
+    """A layer's keys and values after `LayerKV.update`, as the cache holds them.
+
+    With `rows` None, k and v are (batch, kv_heads, keys, d_head). Otherwise they
+    are the cache's whole buffers (cache rows, kv_heads, slots, d_head) and row b's
+    key at position p lies in cache row rows[b, p] (rows: (batch, keys)).
+    """
+
+    k: Tensor
+    v: Tensor
+    rows: Tensor | None = None
+
+    def gathered(self) -> tuple[Tensor, Tensor]:
+        """(batch, kv_heads, keys, d_head) keys and values, gathered through `rows` if any."""
+        if self.rows is None:
+            return self.k, self.v
+        positions = torch.arange(self.rows.shape[1], device=self.rows.device)
+        # Indices at dims 0 and 2 around a slice put their dims first: (batch, keys, heads, d).
+        return tuple(t[self.rows, :, positions].transpose(1, 2) for t in (self.k, self.v))
 
 
 class LayerKV:
@@ -47,19 +81,23 @@ class LayerKV:
     def __init__(self, cache: KVCache, index: int) -> None:
         self.cache, self.index = cache, index
 
-    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def update(self, k: Tensor, v: Tensor) -> HeldKV:
         """Store the new positions' (batch, kv_heads, n, d_head) keys and values.
 
-        Returns the keys and values of every position so far (views, no copy),
-        or, on a ring, of every position the new queries may see.
+        Returns the keys and values of every position so far (views, no copy;
+        through the cache's `rows` after a reorder), or, on a ring, of every
+        position the new queries may see.
         """
         cache = self.cache
         end, n = cache.length, k.shape[2]
         kv = cache.kv[self.index]
         if not cache.ring:
-            kv[0, :, :, end - n : end] = k
-            kv[1, :, :, end - n : end] = v
-            return kv[0, :, :, :end], kv[1, :, :, :end]
+            batch = k.shape[0]  # each row writes its own cache row (see `KVCache.reorder`)
+            kv[0, :batch, :, end - n : end] = k
+            kv[1, :batch, :, end - n : end] = v
+            if cache.rows is not None:
+                return HeldKV(kv[0], kv[1], cache.rows[:, :end])
+            return HeldKV(kv[0, :, :, :end], kv[1, :, :, :end])
         held = min(end - n, cache.slots)
         if n > 1:
             # The first new queries need keys that this write overwrites: they attend
@@ -72,9 +110,9 @@ class LayerKV:
         kv[0].index_copy_(2, slots, k[:, :, n - len(slots) :])
         kv[1].index_copy_(2, slots, v[:, :, n - len(slots) :])
         if n > 1:
-            return keys, values
+            return HeldKV(keys, values)
         filled = min(end, cache.slots)
-        return kv[0, :, :, :filled], kv[1, :, :, :filled]
+        return HeldKV(kv[0, :, :, :filled], kv[1, :, :, :filled])
 
     def memory(self) -> tuple[Tensor, Tensor] | None:
         """The cross-attention keys and values over the memory, when computed."""
@@ -101,8 +139,11 @@ class LayerKV:
 class KVCache:
     """Preallocated self-attention keys and values of every layer, plus cross-attention ones.
 
-    kv: (layers, 2, batch, kv_heads, slots, d_head), filled up to `length`;
-        slots is the capacity, or fewer on a ring (`Window.cache_slots`).
+    kv: (layers, 2, cache rows, kv_heads, slots, d_head), filled up to `length`;
+        slots is the capacity, or fewer on a ring (`Window.cache_slots`); cache rows
+        is the batch, or more once the batch has shrunk through `rows`.
+    rows: (batch, slots) the cache row holding each row's key at each position,
+        after a reorder that moved no keys; None: row b's own.
     key_mask: (batch, slots), True where the key is a real token; left
         padding of prompts stays False, so padded keys are never attended.
     positions_held: (slots,) on a ring, the position whose key each slot holds.
@@ -138,6 +179,7 @@ class KVCache:
         self.kv = torch.empty(
             n_layers, 2, batch_size, n_kv_heads, slots, d_head, dtype=dtype, device=device
         )
+        self.rows: Tensor | None = None  # beam search's table (module docstring); None: own row
         self.key_mask = torch.zeros(batch_size, slots, dtype=torch.bool, device=device)
         self.positions_held = torch.full((slots,), -1, dtype=torch.long, device=device)
         self.write_slots = torch.empty(0, dtype=torch.long, device=device)
@@ -168,7 +210,7 @@ class KVCache:
 
     @property
     def batch_size(self) -> int:
-        return self.kv.shape[2]
+        return self.key_mask.shape[0]
 
     def set_memory(
         self,
@@ -300,16 +342,21 @@ class KVCache:
         self.reorder(index, memory=False)
         self.group *= n
 
-    def reorder(self, index: Tensor, memory: bool = True) -> None:
-        """Keep the rows `index` (batch'), in that order: beams follow their parents.
+    def _reads_through_rows(self) -> bool:
+        """Whether attention reads the keys through `rows` here (else rows are copied)."""
+        return self.kv.dtype == torch.float32 and step_attention.runs_on(self.kv.device)
 
-        Beam search moves beams only within a sentence, whose memory is the
-        same for all its beams, so it passes `memory=False` and the memory is
-        left alone; dropping finished sentences needs `memory=True`, and then
-        `index` keeps whole groups: `group` rows for each memory row kept.
-        """
+    def _copy_rows(self, index: Tensor) -> None:
+        """Reorder by copying the keys and values of the positions written so far."""
         written = self.kv[:, :, :, :, : self.length]
-        if len(index) == self.batch_size:
+        if self.rows is not None:
+            # Gathered through the table first: the keys each new row sees, at every position.
+            positions = torch.arange(self.length, device=index.device)
+            gathered = written[:, :, self.rows[index, : self.length], :, positions]
+            kv = self.kv.new_empty(*self.kv.shape[:2], len(index), *self.kv.shape[3:])
+            kv[:, :, :, :, : self.length] = gathered.permute(2, 3, 0, 4, 1, 5)
+            self.kv, self.rows = kv, None
+        elif len(index) == self.kv.shape[2]:
             # Same batch (beams within sentences): most beams keep their own parent (about 4
             # in 5 per step in `python -m bench generate`'s beam search), so only the rows that
             # take another row's keys are copied, in place; their sources are gathered first.
@@ -319,6 +366,28 @@ class KVCache:
             kv = self.kv.new_empty(*self.kv.shape[:2], len(index), *self.kv.shape[3:])
             kv[:, :, :, :, : self.length] = written.index_select(2, index)
             self.kv = kv
+
+    def reorder(self, index: Tensor, memory: bool = True) -> None:
+        """Keep the rows `index` (batch'), in that order: beams follow their parents.
+
+        Beam search moves beams only within a sentence, whose memory is the
+        same for all its beams, so it passes `memory=False` and the memory is
+        left alone; dropping finished sentences needs `memory=True`, and then
+        `index` keeps whole groups: `group` rows for each memory row kept.
+        """
+        if not self.ring and len(index) <= self.kv.shape[2] and self._reads_through_rows():
+            # No key moves: each row takes its parent's table below the length, and its own
+            # cache row from there on, where it writes next.
+            rows = self.rows
+            if rows is None:
+                rows = torch.arange(self.batch_size, device=index.device)[:, None]
+                rows = rows.expand(-1, self.slots)
+            own = torch.arange(len(index), device=index.device)[:, None]
+            self.rows = torch.cat(
+                (rows[index, : self.length], own.expand(-1, self.slots - self.length)), 1
+            )
+        else:
+            self._copy_rows(index)
         self.key_mask = self.key_mask.index_select(0, index)
         self.n_real = self.n_real.index_select(0, index)
         if self.focus is not None:
