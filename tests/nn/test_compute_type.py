@@ -10,7 +10,7 @@ from attnkit.errors import AttnkitError
 from attnkit.generation import generate
 from attnkit.nn import compute_type as ct
 from attnkit.nn.linear import Linear
-from tests.helpers import peaked, source_batch
+from tests.helpers import peaked, source_batch, tiny_model
 
 CPU = torch.device("cpu")
 
@@ -103,3 +103,19 @@ def test_a_converted_model_is_not_saved(tmp_path):
     with pytest.raises(AttnkitError, match="is for decoding"):
         save_pretrained(model, tmp_path)
     assert not (tmp_path / "model.safetensors").exists()
+
+
+@needs("int8")
+@pytest.mark.parametrize("tie", ["all", "none"])
+def test_int8_holds_the_token_tables_in_int8_a_tied_one_as_the_heads_matrix(tie: str):
+    from attnkit.nn.int8_linear import Int8Embedding
+
+    model = tiny_model("encoder-decoder", layers=1, vocab_size=200, tie_embeddings=tie).eval()
+    ct.convert(model, "int8")
+    tables = [m for m in model.modules() if isinstance(m, Int8Embedding)]
+    assert len(tables) == 2 and not any(
+        isinstance(m, torch.nn.Embedding) or type(m).__name__ == "TokenEmbedding"
+        for m in model.modules()
+    )
+    shared = [t for t in tables if t.weight.data_ptr() == model.head.weight.data_ptr()]
+    assert len(shared) == (2 if tie == "all" else 0)

@@ -7,8 +7,11 @@ import pytest
 import torch
 
 from attnkit.cpu import this_cpu
+from attnkit.errors import AttnkitError
 from attnkit.nn import int8_rows
+from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.int8_linear import (
+    Int8Embedding,
     Int8Linear,
     Int8Path,
     dequantize,
@@ -132,3 +135,29 @@ def test_weights_take_a_quarter_of_float32_beside_scales_offsets_and_bias():
         assert (
             Int8Linear(linear, Int8Path(None, "fbgemm", 63)).weight_bytes() == 2 * 64 * 48 + 12 * 48
         )
+
+
+@pytest.mark.parametrize("scaled", [True, False])
+def test_an_int8_embedding_is_within_half_a_step_of_its_table_per_row(scaled: bool):
+    token = TokenEmbedding(50, 24, scale=scaled)
+    ids = torch.tensor([[0, 7, 49], [3, 3, 12]])
+    table = Int8Embedding(token)
+    with torch.no_grad():
+        exact, int8 = token(ids), table(ids)
+    _, step = quantize_per_channel(token.weight)
+    assert ((int8 - exact).abs() <= step[ids, None] / 2 * token.scale * (1 + 1e-6)).all()
+    with pytest.raises(AttnkitError, match="outside the vocabulary"):
+        table(torch.tensor([50]))
+
+
+@needs_a_path
+def test_an_embedding_tied_to_the_head_reads_the_heads_int8_matrix():
+    token = TokenEmbedding(40, 32)
+    head = Linear(32, 40, bias=False)
+    head.weight = token.weight
+    int8_head = Int8Linear(head, Int8Path(None, *MANY[0]))
+    table = Int8Embedding(token, int8_head)
+    assert table.weight is int8_head.weight and table.scale is int8_head.scale
+    ids = torch.arange(40)
+    with torch.no_grad():
+        assert torch.equal(table(ids), Int8Embedding(token)(ids))

@@ -21,7 +21,9 @@ does per cycle; both change with the number format. `convert` swaps each
   device: elsewhere torch runs bfloat16 through a fallback slower than
   float32, so it is refused.
 
-Everything else (embeddings, norms, attention's softmax, the KV cache) stays
+With int8 the token embeddings are held in int8 too (`Int8Embedding`, one
+scale per row; a table tied to the head shares the head's int8 matrix).
+Everything else (positions, norms, attention's softmax, the KV cache) stays
 float32. `auto` picks, per machine, the fastest type whose quality loss stays
 within the bound measured in the README (int8: BLEU within 0.3 of float32 on
 Multi30k): int8 where FBGEMM runs, else bf16 where the CPU has it, else float32.
@@ -38,7 +40,8 @@ from torch import Tensor, nn
 
 from attnkit.cpu import this_cpu
 from attnkit.errors import AttnkitError
-from attnkit.nn.int8_linear import Int8Linear
+from attnkit.nn.embedding import TokenEmbedding
+from attnkit.nn.int8_linear import Int8Embedding, Int8Linear
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +145,20 @@ def convert(model: nn.Module, compute_type: str) -> str:
         for name, child in parent.named_children()
         if isinstance(child, nn.Linear) and child.in_features >= 2
     ]
+    converted = {}
     for parent, name, child in targets:
-        setattr(parent, name, make(child).to(device))
+        converted[id(child.weight)] = made = make(child).to(device)
+        setattr(parent, name, made)
+    if chosen == "int8":
+        # The token tables too, in int8; a table tied to the head reads the head's int8 copy.
+        tables = [
+            (parent, name, child)
+            for parent in model.modules()
+            for name, child in parent.named_children()
+            if isinstance(child, TokenEmbedding)
+        ]
+        for parent, name, child in tables:
+            setattr(parent, name, Int8Embedding(child, converted.get(id(child.weight))).to(device))
     return chosen
 
 

@@ -21,6 +21,12 @@ operations, so that holds bit for bit whichever runs it:
   it already quantized (whole numbers in [-Q, Q]) together with a guard row
   [Q, -Q-1, 0, ...], so its range is [-Q-1, Q] on 2Q+1 levels, its scale 1 and
   its quantization the identity. Its output is then (q_r . q_o) s_o.
+
+The token embedding is an int8 table of the same form, one scale per row,
+    E[i] ~ q_i s_i,
+read row by row (`Int8Embedding`); where it is tied to the head it reads the
+head's own int8 weight and scales, so the matrix is held once, in int8, as
+CTranslate2 holds it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from torch import Tensor, nn
 
 from attnkit.cpu import this_cpu
 from attnkit.nn import int8_rows
+from attnkit.nn.embedding import check_ids
 
 INT8_MAX = 127
 # under a row's peak, so that levels / peak stays finite and a row of zeros stays zeros
@@ -138,3 +145,27 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+class Int8Embedding(nn.Module):
+    """ids -> (q[ids] * s[ids]) * scale: a token embedding held in int8, one scale per row.
+
+    Built from a `TokenEmbedding`; with `head`, the `Int8Linear` made from the same
+    (tied) matrix, it reads the head's int8 weight and scales instead of its own.
+    """
+
+    def __init__(self, token: nn.Module, head: Int8Linear | None = None) -> None:
+        super().__init__()
+        self.vocab_size, self.scale_factor = token.vocab_size, token.scale
+        # With a head, the very tensors of the head: the matrix is held once.
+        q, scale = quantize_per_channel(token.weight) if head is None else (head.weight, head.scale)
+        self.register_buffer("weight", q)
+        self.register_buffer("scale", scale)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        check_ids(ids, self.vocab_size)
+        out = self.weight[ids].float() * self.scale[ids, None]
+        return out * self.scale_factor if self.scale_factor != 1.0 else out
+
+    def extra_repr(self) -> str:
+        return f"{self.vocab_size}, {self.weight.shape[1]}, int8"
