@@ -68,12 +68,24 @@ def _next_step_matches_a_full_forward(model, cache, src, src_mask, tgt, rows) ->
 @pytest.fixture(params=["through rows", "copied"])
 def reorder_mode(request, monkeypatch):
     """Reorders that move no keys (a table of rows the step kernel reads through), where the
-    kernel runs, and reorders that copy them (and attention in torch operations)."""
+    kernel runs, and reorders that copy them (and attention in torch operations). Yields the
+    mode and a list that records, per kernel call, whether it read through a table."""
     if request.param == "through rows" and not step_attention.available():
         pytest.skip("this CPU has no AVX2: the step kernel that reads through rows is not built")
     if request.param == "copied":
         monkeypatch.setattr(step_attention, "runs_on", lambda device: False)
-    return request.param
+    calls = []
+    attend = step_attention.attend
+    monkeypatch.setattr(
+        step_attention, "attend", lambda *a, **k: calls.append(a[3] is not None) or attend(*a, **k)
+    )
+    return request.param, calls
+
+
+def _read_through_rows(reorder_mode) -> bool:
+    """Whether the kernel read through a table (always, in the through-rows mode)."""
+    mode, calls = reorder_mode
+    return any(calls) or mode == "copied"
 
 
 # More rows, and, within the batch, rows read and overwritten in one reorder (a cycle,
@@ -85,6 +97,7 @@ def test_reorder_follows_rows_and_memory(order, reorder_mode):
     index = torch.tensor(order)
     cache.reorder(index)
     _next_step_matches_a_full_forward(model, cache, src, src_mask, tgt, index)
+    assert _read_through_rows(reorder_mode) or len(index) > 3  # more rows than held: copied
 
 
 @torch.no_grad()
@@ -102,8 +115,13 @@ def test_reorders_through_rows_move_no_keys_and_chain(reorder_mode):
         ids = torch.cat([ids[index], torch.randint(5, 40, (len(index), 1))], 1)
         logits = model.decode_step(ids[:, -1:], cache)
         torch.testing.assert_close(logits, model(ids).logits[:, -1], atol=1e-5, rtol=0)
-    if reorder_mode == "through rows":
+    if reorder_mode[0] == "through rows":
         assert cache.kv.data_ptr() == buffer and cache.rows is not None
+    assert _read_through_rows(reorder_mode)
+    # Two new positions at once: the torch path, which gathers the keys through the table.
+    ids = torch.cat([ids, torch.randint(5, 40, (2, 2))], 1)
+    logits = model.decode_step(ids[:, -2:], cache)
+    torch.testing.assert_close(logits, model(ids).logits[:, -1], atol=1e-5, rtol=0)
     cache.repeat_rows(3)  # 6 rows, more than the cache's 4
     ids = torch.cat([ids.repeat_interleave(3, 0), torch.randint(5, 40, (6, 1))], 1)
     logits = model.decode_step(ids[:, -1:], cache)
@@ -120,6 +138,7 @@ def test_beams_share_their_sentence_s_memory_and_finished_sentences_leave(reorde
     cache.reorder(index, memory=True)
     assert cache.memory_kv.shape[2] == 2
     _next_step_matches_a_full_forward(model, cache, src, src_mask, tgt, index // 2)
+    assert _read_through_rows(reorder_mode)
 
 
 @torch.no_grad()

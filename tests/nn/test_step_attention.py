@@ -85,3 +85,11 @@ def test_it_reads_each_rows_keys_where_the_table_says():
     torch.testing.assert_close(
         attend(q, cache[0], cache[1], rows), reference(q, k, v), atol=2e-6, rtol=1e-5
     )
+
+
+def test_long_contexts_and_no_keys():
+    """The scores live on the heap (a thread's stack would not hold 300,000); no keys: zeros."""
+    q, k, v = torch.randn(1, 2, 1, 8), torch.randn(1, 1, 300_000, 8), torch.randn(1, 1, 300_000, 8)
+    torch.testing.assert_close(attend(q, k, v), reference(q, k, v), atol=1e-5, rtol=1e-4)
+    empty = torch.randn(1, 1, 0, 8)
+    assert (attend(q, empty, empty) == 0).all()

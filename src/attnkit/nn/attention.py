@@ -347,8 +347,9 @@ class MultiHeadAttention(nn.Module):
 
 
 def _one_mask_for_all_heads(mask: Tensor | None) -> bool:
-    """Whether `mask` is None or the same for every head, as `step_attention` takes it."""
-    return mask is None or mask.dim() < 4 or mask.shape[1] == 1
+    """Whether `mask` is None or (batch or 1, 1, queries or 1, keys), as `step_attention`
+    takes it: the same for every head."""
+    return mask is None or (mask.dim() == 4 and mask.shape[1] == 1)
 
 
 def _group_rows(x: Tensor, group: int) -> Tensor:

@@ -36,14 +36,23 @@
  * (vcvtps2dq in the default rounding mode, as nearbyintf), eight at a time. */
 static float quantize_row(const float *x, int64_t in, float levels, int8_t *q) {
     const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    __m256 peaks = _mm256_setzero_ps();
+    __m256 peaks = _mm256_setzero_ps(), nans = _mm256_setzero_ps();
     int64_t k = 0;
-    for (; k + 8 <= in; k += 8) peaks = _mm256_max_ps(peaks, _mm256_and_ps(_mm256_loadu_ps(x + k), magnitude));
+    for (; k + 8 <= in; k += 8) {
+        const __m256 xk = _mm256_loadu_ps(x + k);
+        peaks = _mm256_max_ps(peaks, _mm256_and_ps(xk, magnitude));
+        nans = _mm256_or_ps(nans, _mm256_cmp_ps(xk, xk, _CMP_UNORD_Q));
+    }
     float lanes[8], peak = 0.0f;
     _mm256_storeu_ps(lanes, peaks);
     for (int i = 0; i < 8; ++i) peak = fmaxf(peak, lanes[i]);
-    for (; k < in; ++k) peak = fmaxf(peak, fabsf(x[k]));
-    peak = fmaxf(peak, PEAK_FLOOR); /* a row of zeros stays zeros */
+    int nan = _mm256_movemask_ps(nans) != 0;
+    for (; k < in; ++k) {
+        peak = fmaxf(peak, fabsf(x[k]));
+        nan |= isnan(x[k]);
+    }
+    /* NaN stays NaN (through s_r), as torch's amax keeps it; a row of zeros stays zeros. */
+    peak = nan ? NAN : fmaxf(peak, PEAK_FLOOR);
     const float inv = levels / peak;
     const __m256 inv8 = _mm256_set1_ps(inv);
     for (k = 0; k + 8 <= in; k += 8) {

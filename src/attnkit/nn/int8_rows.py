@@ -85,7 +85,7 @@ def linear(
     """(rows, out) float32 for contiguous float32 `rows` (at most KERNEL_ROWS), int8 `weight`
     (out, in), int32 `offset` (128 sum_k W_ok, read by the vnni build), float32 `scale`;
     each row quantized to whole numbers in [-levels, levels]."""
-    y = torch.empty(rows.shape[0], weight.shape[0])
+    y = torch.empty(rows.shape[0], weight.shape[0], dtype=torch.float32)
     refused = _library(build).int8_rows_linear(
         rows.data_ptr(),
         weight.data_ptr(),
@@ -108,7 +108,7 @@ def quantize_rows(rows: Tensor, levels: int, build: str) -> tuple[Tensor, Tensor
     """(q, s): contiguous float32 `rows` quantized each on its own peak, q int8 (rows, in) in
     [-levels, levels] and s float32 (rows, 1), as the kernel does before its products."""
     q = torch.empty(rows.shape, dtype=torch.int8)
-    s = torch.empty(rows.shape[0], 1)
+    s = torch.empty(rows.shape[0], 1, dtype=torch.float32)
     _library(build).int8_quantize_rows(
         rows.data_ptr(),
         q.data_ptr(),

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 typedef struct {
     const float *q;       /* (batch, heads, queries, d) at q_strides */
@@ -124,12 +125,20 @@ static void attend_one(const step_attention_args *a, int64_t b, int64_t h, float
     }
 }
 
-void step_attention(const step_attention_args *a, int threads) {
+/* 0, or 1 where a thread could not allocate its scores (nothing is then left half done). */
+int step_attention(const step_attention_args *a, int threads) {
     const int64_t pairs = a->batch * a->heads;
-#pragma omp parallel num_threads(threads) if (threads > 1 && pairs > 1)
+    int failed = 0;
+#pragma omp parallel num_threads(threads) if (threads > 1 && pairs > 1) reduction(| : failed)
     {
-        float scores[a->keys];
+        /* On the heap: a long context's scores would not fit a worker thread's stack. */
+        float *scores = malloc(sizeof(float) * (size_t)(a->keys > 0 ? a->keys : 1));
+        failed = scores == NULL;
 #pragma omp for schedule(static)
-        for (int64_t pair = 0; pair < pairs; ++pair) attend_one(a, pair / a->heads, pair % a->heads, scores);
+        for (int64_t pair = 0; pair < pairs; ++pair) {
+            if (scores) attend_one(a, pair / a->heads, pair % a->heads, scores);
+        }
+        free(scores);
     }
+    return failed;
 }

@@ -11,10 +11,11 @@ strides. It also reads them through beam search's history table (`rows`, see
 `KVCache.reorder`), so the cache is never copied when beams change parents.
 
 Every query must be allowed every key by the attention's own structure (one new
-position in a causal stack, or cross-attention); masks and biases are applied
-as given. Built for x86-64 CPUs with AVX2 and FMA; with
-`ATTNKIT_STEP_ATTENTION=0`, elsewhere or when the build fails (one warning),
-`available()` is False and attention takes its torch paths.
+position in a causal stack, or cross-attention): there is no causal flag; masks
+and biases are applied as given. A query with every key masked gets zeros.
+Built for x86-64 CPUs with AVX2 and FMA; with `ATTNKIT_STEP_ATTENTION=0`,
+elsewhere or when the build fails (one warning), `available()` is False and
+attention takes its torch paths.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _kernel():
         return None
     function = library.step_attention
     function.argtypes = [ctypes.POINTER(_Args), ctypes.c_int]
-    function.restype = None
+    function.restype = ctypes.c_int
     return function
 
 
@@ -70,16 +71,15 @@ def available() -> bool:
 
 
 def runs_on(device: torch.device) -> bool:
-    """Whether `attend` runs on this device (a CPU, with the kernel built)."""
-    return device.type == "cpu" and available()
+    """Whether `attend` runs here now: a CPU, the kernel built, inference, and no compiler or
+    exporter tracing (which sees no data to hand to C)."""
+    eager = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
+    return device.type == "cpu" and eager and available()
 
 
 def runs(q: Tensor, k: Tensor) -> bool:
-    """Whether `attend` takes these: float32 CPU tensors, inference, the kernel built, and no
-    compiler or exporter tracing (which sees no data to hand to C)."""
-    float32 = q.dtype == k.dtype == torch.float32
-    eager = not torch.is_grad_enabled() and not torch.compiler.is_compiling()
-    return float32 and eager and runs_on(q.device)
+    """Whether `attend` takes these: float32 tensors where `runs_on` their device."""
+    return q.dtype == k.dtype == torch.float32 and runs_on(q.device)
 
 
 def attend(
@@ -100,10 +100,12 @@ def attend(
     """
     batch, heads, queries, d = q.shape
     keys = k.shape[2] if rows is None else rows.shape[1]
+    if heads % k.shape[1] or v.dtype != torch.float32:
+        raise ValueError(f"{heads} query heads over {k.shape[1]} key heads, values {v.dtype}")
     q, k, v = (_last_contiguous(t) for t in (q, k, v))
     if k.stride() != v.stride():  # the kernel reads both at one set of strides
         k, v = k.contiguous(), v.contiguous()
-    out = torch.empty(batch, queries, heads * d)
+    out = torch.empty(batch, queries, heads * d, dtype=torch.float32)
     args = _Args(
         q=q.data_ptr(),
         k=k.data_ptr(),
@@ -123,14 +125,15 @@ def attend(
         rows = _last_contiguous(rows)
         args.rows, args.rows_stride = rows.data_ptr(), rows.stride(0)
     if mask is not None:
-        mask = _last_contiguous(mask.expand(batch, 1, queries, keys))
+        mask = _last_contiguous(mask.to(torch.bool).expand(batch, 1, queries, keys))
         args.mask = mask.data_ptr()
         args.mask_strides = (_SIZE * 2)(mask.stride(0), mask.stride(2))
     if bias is not None:
         bias = _last_contiguous(bias.to(torch.float32).expand(batch, heads, queries, keys))
         args.bias = bias.data_ptr()
         args.bias_strides = (_SIZE * 3)(*bias.stride()[:3])
-    _kernel()(ctypes.byref(args), torch.get_num_threads())
+    if _kernel()(ctypes.byref(args), torch.get_num_threads()):
+        raise MemoryError(f"no memory for the scores of {keys} keys")
     return out
 
 
