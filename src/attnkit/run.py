@@ -40,6 +40,7 @@ from safetensors.torch import load_file, save_file, save_model
 from torch import Tensor
 
 from attnkit.config import ModelConfig
+from attnkit.devices import check_device
 from attnkit.errors import AttnkitError
 from attnkit.files import WriteError, append_line, atomic_write
 from attnkit.loading import overridden
@@ -369,32 +370,6 @@ def check_finite(tensors: dict[str, Tensor], path: Path) -> None:
                 f"{path.name} in {path.parent} is damaged: its tensor {name!r} holds {what} "
                 "values; replace the file with an intact copy"
             )
-
-
-def check_device(device: str | torch.device) -> torch.device:
-    """`device` as a torch.device, refused in one sentence when torch does not know it or
-    this machine does not have it (`cuda` where there is no GPU, `cuda:3` of two)."""
-    try:
-        found = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise AttnkitError(
-            f"device {str(device)!r} is not a device torch knows; use cpu, cuda, cuda:N or mps"
-        ) from None
-    if found.type == "cpu":
-        return found
-    backend, kind = getattr(torch, found.type, None), found.type.upper()
-    if not getattr(backend, "is_available", lambda: True)():
-        raise AttnkitError(
-            f"device {str(device)!r} is not available: torch finds no {kind} device on this "
-            "machine; use cpu"
-        )
-    count = getattr(backend, "device_count", lambda: None)()
-    if found.index is not None and count is not None and found.index >= count:
-        raise AttnkitError(
-            f"device {str(device)!r} is not available: this machine has {count} {kind} "
-            "device(s), numbered from 0; use one of them"
-        )
-    return found
 
 
 def _is_tied(model: torch.nn.Module, name: str) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from attnkit.config import ModelConfig
+from attnkit.devices import check_device
 from attnkit.errors import AttnkitError
 from attnkit.files import atomic_write, replace_folder
 from attnkit.interop.bert import BERT
@@ -45,7 +46,6 @@ from attnkit.run import (
     CONFIG_FILE,
     TOKENIZER_FILE,
     RunFolder,
-    check_device,
     load_pretrained,
     save_pretrained,
 )

@@ -266,6 +266,7 @@ class MultiHeadAttention(nn.Module):
         q_dim = self.n_heads * self.d_head
         kv_dim = self.n_kv_heads * self.d_head
         dropout_p = self.dropout if self.training else 0.0
+        rows = None  # after a beam search reorder, where each row's keys lie (`HeldKV`)
         if self.cross:
             q = self._heads(self.q_proj(x), self.n_heads)
             cached = None if cache is None else cache.memory()
@@ -275,7 +276,7 @@ class MultiHeadAttention(nn.Module):
                 raise AttnkitError("cross-attention needs the encoder memory")
             else:
                 k, v = self.memory_kv(inputs.memory)
-            mask, bias, is_causal, rows = inputs.memory_mask, None, False, None
+            mask, bias, is_causal = inputs.memory_mask, None, False
             # A monotonic window (`KVCache.set_monotonic`) replaces the memory's padding mask,
             # which it includes, by one of each row's own.
             window = None if cache is None else cache.memory_window()
@@ -290,7 +291,6 @@ class MultiHeadAttention(nn.Module):
                 if positions is None:
                     positions = torch.arange(q.shape[-2], device=q.device)[None]
                 q, k = self.rotary(q, k, positions, positions)
-            rows = None  # after a beam search reorder, where each row's keys lie (`HeldKV`)
             if cache is not None:
                 k, v, rows = cache.update(k, v)
             if inputs.path is AttentionPath.BLOCKWISE:

@@ -138,28 +138,27 @@ def convert(model: nn.Module, compute_type: str) -> str:
     if model.training:
         raise AttnkitError(f"compute type {chosen!r} is for inference: call model.eval() first")
     make = CONVERTERS[chosen]
-    # A layer of one input feature stays float32: Int8Linear's guard row needs two.
-    targets = [
+    converted = {}
+    for parent, name, child in _children(model, nn.Linear):
+        if child.in_features >= 2:  # one input feature stays float32: the guard row needs two
+            converted[id(child.weight)] = made = make(child).to(device)
+            setattr(parent, name, made)
+    if chosen == "int8":
+        # The token tables too, in int8; a table tied to the head reads the head's int8 copy.
+        for parent, name, child in _children(model, TokenEmbedding):
+            setattr(parent, name, Int8Embedding(child, converted.get(id(child.weight))).to(device))
+    return chosen
+
+
+def _children(model: nn.Module, kind: type) -> list[tuple[nn.Module, str, nn.Module]]:
+    """(parent, name, child) for every submodule of `model` of type `kind`, listed before any
+    is replaced."""
+    return [
         (parent, name, child)
         for parent in model.modules()
         for name, child in parent.named_children()
-        if isinstance(child, nn.Linear) and child.in_features >= 2
+        if isinstance(child, kind)
     ]
-    converted = {}
-    for parent, name, child in targets:
-        converted[id(child.weight)] = made = make(child).to(device)
-        setattr(parent, name, made)
-    if chosen == "int8":
-        # The token tables too, in int8; a table tied to the head reads the head's int8 copy.
-        tables = [
-            (parent, name, child)
-            for parent in model.modules()
-            for name, child in parent.named_children()
-            if isinstance(child, TokenEmbedding)
-        ]
-        for parent, name, child in tables:
-            setattr(parent, name, Int8Embedding(child, converted.get(id(child.weight))).to(device))
-    return chosen
 
 
 def compute_type_of(model: nn.Module) -> str:

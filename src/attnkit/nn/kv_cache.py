@@ -11,16 +11,13 @@ computed once per source, and the beams of a sentence share them (`group`).
 Buffers are preallocated for the whole decode, so a step writes in place and
 never concatenates.
 
-Beam search reorders the rows at every step: beam b continues the prefix of
-some parent beam, whose keys it must now see. Position p of any prefix is
-written once, at step p, by the row that decoded it, and never again, so no key
-needs to move: the cache keeps a table `rows` (batch, slots) saying which
-cache row holds row b's key at position p, and a reorder only reorders that
-table (rows[b, p] = old rows[index[b], p] below the length; b's own row from
-there on, where b writes next). Attention reads through the table
-(`step_attention.attend`); a path that cannot gathers the keys first
-(`HeldKV.gathered`). Without the step-attention kernel, on a ring, or when the
-batch grows, the rows are copied instead.
+Beam search reorders the rows at every step, each beam continuing a parent's
+prefix. Position p of a prefix is written once, at step p, by the row that
+decoded it, so no key needs to move: a table `rows` (batch, slots) names the
+cache row holding row b's key at position p, and a reorder reorders only that
+table. Attention reads through it (`step_attention.attend`) or gathers first
+(`HeldKV.gathered`); without the kernel, on a ring, or when the batch outgrows
+the cache, the rows are copied instead.
 
 With a sliding window of w keys (Mistral) no query ever looks further back
 than w - 1 positions, so the cache is a ring of w slots: position p lives in
@@ -70,9 +67,15 @@ class HeldKV(NamedTuple):
         """(batch, kv_heads, keys, d_head) keys and values, gathered through `rows` if any."""
         if self.rows is None:
             return self.k, self.v
-        positions = torch.arange(self.rows.shape[1], device=self.rows.device)
-        # Indices at dims 0 and 2 around a slice put their dims first: (batch, keys, heads, d).
-        return tuple(t[self.rows, :, positions].transpose(1, 2) for t in (self.k, self.v))
+        return through_rows(self.k, self.rows), through_rows(self.v, self.rows)
+
+
+def through_rows(held: Tensor, rows: Tensor) -> Tensor:
+    """(..., batch, kv_heads, keys, d_head): what `held` (..., cache rows, kv_heads, slots,
+    d_head) holds at cache row rows[b, p] and position p, for each row b and position p."""
+    positions = torch.arange(rows.shape[1], device=rows.device)
+    # Indices around a slice put their dims first: (batch, keys, ..., kv_heads, d_head).
+    return held[..., rows, :, positions, :].movedim((0, 1), (-4, -2))
 
 
 class LayerKV:
@@ -349,23 +352,19 @@ class KVCache:
     def _copy_rows(self, index: Tensor) -> None:
         """Reorder by copying the keys and values of the positions written so far."""
         written = self.kv[:, :, :, :, : self.length]
-        if self.rows is not None:
-            # Gathered through the table first: the keys each new row sees, at every position.
-            positions = torch.arange(self.length, device=index.device)
-            gathered = written[:, :, self.rows[index, : self.length], :, positions]
-            kv = self.kv.new_empty(*self.kv.shape[:2], len(index), *self.kv.shape[3:])
-            kv[:, :, :, :, : self.length] = gathered.permute(2, 3, 0, 4, 1, 5)
-            self.kv, self.rows = kv, None
-        elif len(index) == self.kv.shape[2]:
+        if self.rows is None and len(index) == self.kv.shape[2]:
             # Same batch (beams within sentences): most beams keep their own parent (about 4
             # in 5 per step in `python -m bench generate`'s beam search), so only the rows that
             # take another row's keys are copied, in place; their sources are gathered first.
             moved = (index != torch.arange(len(index), device=index.device)).nonzero()[:, 0]
             written[:, :, moved] = written.index_select(2, index[moved])
-        else:
-            kv = self.kv.new_empty(*self.kv.shape[:2], len(index), *self.kv.shape[3:])
+            return
+        kv = self.kv.new_empty(*self.kv.shape[:2], len(index), *self.kv.shape[3:])
+        if self.rows is None:
             kv[:, :, :, :, : self.length] = written.index_select(2, index)
-            self.kv = kv
+        else:  # the keys each new row sees, at every position, gathered through the table
+            kv[:, :, :, :, : self.length] = through_rows(self.kv, self.rows[index, : self.length])
+        self.kv, self.rows = kv, None
 
     def reorder(self, index: Tensor, memory: bool = True) -> None:
         """Keep the rows `index` (batch'), in that order: beams follow their parents.
@@ -378,13 +377,10 @@ class KVCache:
         if not self.ring and len(index) <= self.kv.shape[2] and self._reads_through_rows():
             # No key moves: each row takes its parent's table below the length, and its own
             # cache row from there on, where it writes next.
-            rows = self.rows
-            if rows is None:
-                rows = torch.arange(self.batch_size, device=index.device)[:, None]
-                rows = rows.expand(-1, self.slots)
+            below = self.rows[index, : self.length] if self.rows is not None else index[:, None]
             own = torch.arange(len(index), device=index.device)[:, None]
             self.rows = torch.cat(
-                (rows[index, : self.length], own.expand(-1, self.slots - self.length)), 1
+                (below.expand(-1, self.length), own.expand(-1, self.slots - self.length)), 1
             )
         else:
             self._copy_rows(index)

@@ -35,6 +35,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from attnkit.data.batch import Batch
+from attnkit.devices import resolve_device
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 from attnkit.models.base import unwrap
@@ -52,14 +53,6 @@ from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from attnkit.train.stopping import STOP_SIGNALS, Stopping, TrainResult, diverged
 
 log = logging.getLogger(__name__)
-
-
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise AttnkitError("train.device is 'cuda' but no CUDA device is available; use 'cpu'")
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(f"cuda:{local_rank}" if name == "cuda" else "cpu")
 
 
 class Trainer:
