@@ -27,13 +27,14 @@ makes on a CPU (`attnkit/train/host_memory.py`), which then applies to both.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from attnkit import DecoderOnly, EncoderDecoder, ModelConfig
 from attnkit.data.batch import Batch
@@ -198,9 +199,40 @@ def _suffix(mode: str) -> str:
 WORKS = {"gpt": gpt_work, "seq2seq": seq2seq_work, "nanogpt": nanogpt_work}
 
 
+def _onednn_linear_flops(x_shape, weight_shape, *_, **__) -> int:
+    """x W^T through oneDNN (`attnkit/nn/onednn.py`): 2 (rows x in x out), as torch counts mm."""
+    return 2 * math.prod(x_shape[:-1]) * weight_shape[0] * weight_shape[1]
+
+
+def _addmm_flops(_, a_shape, b_shape, *__, **___) -> int:
+    """C += A B in place (the fused loss's dL/dW, `attnkit/train/cross_entropy.py`)."""
+    return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+
+
+def _attention_flops(q_shape, k_shape, v_shape, *_, **__) -> int:
+    return sdpa_flop_count(q_shape, k_shape, v_shape)
+
+
+def _attention_backward_flops(grad_shape, q_shape, k_shape, v_shape, *_, **__) -> int:
+    return sdpa_backward_flop_count(grad_shape, q_shape, k_shape, v_shape)
+
+
 def step_flops(step: Step) -> int:
-    """Floating-point operations of one training step (forward and backward matmuls, SDPA)."""
-    with FlopCounterMode(display=False) as counter:
+    """Floating-point operations of one training step (forward and backward matmuls, SDPA).
+
+    torch's counter knows aten's products and its GPU attention kernels; oneDNN's
+    linear (which our side runs on AVX-512 CPUs), the in-place `addmm_` and the
+    CPU flash attention kernel are added, or what they compute would go uncounted. Attention counts
+    every score, causal or not, as the matmuls of an eager peer do.
+    """
+    aten = torch.ops.aten
+    kernels = {
+        torch.ops.mkldnn._linear_pointwise: _onednn_linear_flops,
+        aten.addmm_: _addmm_flops,
+        aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: _attention_backward_flops,
+    }
+    with FlopCounterMode(display=False, custom_mapping=kernels) as counter:
         step()
     return counter.get_total_flops()
 
