@@ -260,42 +260,6 @@ def test_a_decoding_step_of_many_rows_takes_the_plain_products_and_equals_sdpa(
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
-def _attention_grads(backend: str, keys: int, mask: torch.Tensor | None, kv_heads: int = 4):
-    """Output and (q, k, v) gradients of a training step's attention, and the kernels it ran."""
-    from attnkit.nn import sdpa_backend
-
-    generator = torch.Generator().manual_seed(0)
-    q = torch.randn(3, 4, 5, 8, generator=generator, requires_grad=True)
-    k, v = (
-        torch.randn(3, kv_heads, keys, 8, generator=generator, requires_grad=True) for _ in range(2)
-    )
-    result = []
-    ran = sdpa_backend.kernels_run(
-        lambda: result.append(scaled_dot_product_attention(q, k, v, mask, backend=backend)[0])
-    )
-    result[0].backward(torch.randn(result[0].shape, generator=generator))
-    return result[0], (q.grad, k.grad, v.grad), ran
-
-
-@pytest.mark.parametrize("kv_heads", [4, 2])
-@pytest.mark.parametrize("masked", [False, True])
-def test_training_over_few_keys_takes_the_plain_products_with_the_flash_gradients(
-    masked: bool, kv_heads: int
-) -> None:
-    mask = (torch.rand(3, 1, 5, 64) > 0.3) | (torch.arange(64) == 0) if masked else None
-    out, grads, ran = _attention_grads("auto", 64, mask, kv_heads)
-    expected, expected_grads, flash = _attention_grads("flash", 64, mask, kv_heads)
-    assert not ran and set(flash) == {"flash (CPU)"}
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    for got, want in zip(grads, expected_grads, strict=True):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-
-
-def test_training_over_more_keys_keeps_the_flash_kernel() -> None:
-    _, _, ran = _attention_grads("auto", 65, None)
-    assert set(ran) == {"flash (CPU)"}
-
-
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_a_query_that_may_see_no_key_gets_zeros_and_finite_gradients(need_weights: bool) -> None:
     q = torch.randn(2, 2, 3, 8, requires_grad=True)

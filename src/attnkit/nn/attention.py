@@ -131,12 +131,11 @@ def scaled_dot_product_attention(
 
     With `need_weights` the plain reference path runs and also returns the
     attention weights (batch, heads, queries, keys); it also runs, returning no
-    weights, where it is the faster on a CPU (`_fused_pays`): in training over
-    at most 64 keys, and for a decoding step of many rows with few queries
-    each. Otherwise the fused `F.scaled_dot_product_attention` runs, on the
-    kernel `backend` names (`sdpa_backend.py`), and the weights are None. Both
-    paths compute the same function, zeros for a query that may see no key
-    included (tested).
+    weights, for a CPU decoding step of many rows with few queries each, where
+    it is the faster (`_fused_pays`). Otherwise the fused
+    `F.scaled_dot_product_attention` runs, on the kernel `backend` names
+    (`sdpa_backend.py`), and the weights are None. Both paths compute the same
+    function, zeros for a query that may see no key included (tested).
     """
     if is_causal and mask is None and q.shape[-2] != k.shape[-2]:
         # SDPA aligns its causal mask top-left; with a cache it must be bottom-right,
@@ -145,7 +144,7 @@ def scaled_dot_product_attention(
             mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
         is_causal = False
     group = q.shape[1] // k.shape[1]
-    if not need_weights and _fused_pays(q, k.shape[-2], backend, dropout_p):
+    if not need_weights and _fused_pays(q, backend, dropout_p):
         attn_mask = mask
         if bias is not None:
             # Under autocast the queries may be half precision; SDPA wants the bias alike.
@@ -187,21 +186,13 @@ def scaled_dot_product_attention(
 # (2 threads, 20 keys: 145 against 509 us for 32 x 8 rows of 4 queries; 265 against 455 us for
 # 128 x 8 rows of one); at batch 1 flash stays faster (10 against 21 us).
 FEW_QUERIES, MANY_ROWS = 4, 128
-# In training, up to this many keys the plain products and their backward beat the flash
-# kernel's forward and backward (2 threads, AVX-512 EPYC, forward + backward: 1.05 against
-# 1.34 ms at 12 x 4 heads x 64 positions of 32, nanoGPT's CPU recipe; 2.95 against 4.30 ms at
-# 32 x 8 x 32 of 64; 1.15x to 1.99x at every shape measured up to 64 keys, causal, padded or
-# neither, grouped heads included); from 128 keys on it depends on the batch (0.65x to 1.2x).
-SHORT_KEYS = 64
 
 
-def _fused_pays(q: Tensor, keys: int, backend: str, dropout_p: float) -> bool:
+def _fused_pays(q: Tensor, backend: str, dropout_p: float) -> bool:
     """Whether the fused kernel runs (else the plain products, which compute the same)."""
-    if not (backend == "auto" and q.device.type == "cpu" and dropout_p == 0):
-        return True
-    if torch.is_grad_enabled():
-        return not (q.requires_grad and keys <= SHORT_KEYS)
-    return not (q.shape[-2] <= FEW_QUERIES and q.shape[0] * q.shape[1] >= MANY_ROWS)
+    few_queries_many_rows = q.shape[-2] <= FEW_QUERIES and q.shape[0] * q.shape[1] >= MANY_ROWS
+    plain = backend == "auto" and q.device.type == "cpu" and dropout_p == 0
+    return not (plain and few_queries_many_rows and not torch.is_grad_enabled())
 
 
 class MultiHeadAttention(nn.Module):
