@@ -66,6 +66,21 @@ def test_each_shape_class_is_probed_once(fresh, monkeypatch: pytest.MonkeyPatch)
     assert {key[0] for key in onednn.decisions()} == {64, 128}
 
 
+def test_training_probes_only_products_past_its_own_floor(fresh, monkeypatch) -> None:
+    """In training a product pays for the autograd Function too: small ones keep F.linear."""
+    probes = []
+    monkeypatch.setattr(onednn, "_probe", lambda *a: probes.append(a[0]) or True)
+    layer = Linear(256, 128)  # 2^15 multiply-adds a row
+    small = 1 << 10  # 2^25 in all: probed in inference, not in training
+    large = onednn.MIN_TRAINING_MULTIPLY_ADDS // (1 << 15)
+    layer(torch.randn(small, 256)).sum().backward()
+    assert probes == []
+    layer(torch.randn(large, 256)).sum().backward()
+    with torch.no_grad():
+        layer(torch.randn(small, 256))
+    assert probes == [large, small]
+
+
 def test_autocast_keeps_f_linear_so_products_run_in_bfloat16() -> None:
     layer = Linear(40, 24)
     with torch.autocast("cpu", dtype=torch.bfloat16):
