@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(
 def fresh(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No decision known, in memory or on disk (an empty cache directory)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(onednn, "_faster", None)
+    monkeypatch.setattr(onednn, "_speedups", None)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -66,19 +66,22 @@ def test_each_shape_class_is_probed_once(fresh, monkeypatch: pytest.MonkeyPatch)
     assert {key[0] for key in onednn.decisions()} == {64, 128}
 
 
-def test_training_probes_only_products_past_its_own_floor(fresh, monkeypatch) -> None:
-    """In training a product pays for the autograd Function too: small ones keep F.linear."""
-    probes = []
-    monkeypatch.setattr(onednn, "_probe", lambda *a: probes.append(a[0]) or True)
+@pytest.mark.parametrize(("speedup", "small_training_takes_it"), [(1.1, False), (1.3, True)])
+def test_a_small_training_product_needs_a_clear_speedup(
+    fresh, monkeypatch, speedup: float, small_training_takes_it: bool
+) -> None:
+    """In training a product pays for the autograd Function too: a small one needs more."""
+    monkeypatch.setattr(onednn, "_probe", lambda *a: speedup)
+    taken = []
+    product = onednn.linear
+    monkeypatch.setattr(onednn, "linear", lambda *a: taken.append(a[0].shape[0]) or product(*a))
     layer = Linear(256, 128)  # 2^15 multiply-adds a row
-    small = 1 << 10  # 2^25 in all: probed in inference, not in training
-    large = onednn.MIN_TRAINING_MULTIPLY_ADDS // (1 << 15)
+    small, large = 1 << 10, onednn.SMALL_TRAINING_PRODUCT >> 15
     layer(torch.randn(small, 256)).sum().backward()
-    assert probes == []
     layer(torch.randn(large, 256)).sum().backward()
     with torch.no_grad():
         layer(torch.randn(small, 256))
-    assert probes == [large, small]
+    assert taken == [small] * small_training_takes_it + [large, small]
 
 
 def test_autocast_keeps_f_linear_so_products_run_in_bfloat16() -> None:
@@ -103,7 +106,7 @@ def test_decisions_are_kept_on_disk_for_the_next_process(fresh, monkeypatch) -> 
     made = onednn.decisions()
     assert onednn.decisions_file().is_file() and len(made) == 1
     # A new process: nothing in memory, and no probe may run.
-    monkeypatch.setattr(onednn, "_faster", None)
+    monkeypatch.setattr(onednn, "_speedups", None)
     monkeypatch.setattr(onednn, "_probe", lambda *a: pytest.fail("probed again"))
     with torch.no_grad():
         layer(torch.randn(50, 256))  # the same class of 64 rows

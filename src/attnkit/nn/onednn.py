@@ -7,10 +7,13 @@ Transformer's shapes on one Zen 4 EPYC, up to 2x on a Zen 5 (bench/peak.py,
 `python -m bench linear`). Which one wins depends on the CPU and the shape, so
 nothing is assumed: the first product of each shape class (rows rounded up to
 a power of two, in and out features, the path it competes with) times both on
-random tensors of that shape and keeps the faster. The decisions are kept on
-disk, per CPU model and torch version (`kernels.cache_dir()`), and read back by
-every later process: a training resumed in a new process takes the same paths,
-so its float32 results stay bit-identical to an uninterrupted run's.
+random tensors of that shape and keeps the speed-up found: oneDNN runs where
+it is faster, or, for a small product in training, which also pays for the
+autograd Function around it, clearly faster (`SMALL_TRAINING_SPEEDUP`). The
+speed-ups are kept on disk, per CPU model and torch version
+(`kernels.cache_dir()`), and read back by every later process: a training
+resumed in a new process takes the same paths, so its float32 results stay
+bit-identical to an uninterrupted run's.
 
 Training goes through `OneDnnLinear`: forward and dL/dx = dL/dy W through
 oneDNN, dL/dW = dL/dy^T x through MKL, which was faster for that product on
@@ -40,17 +43,22 @@ logger = logging.getLogger(__name__)
 
 Product = Callable[[Tensor, Tensor, Tensor | None], Tensor]
 # Timed calls per candidate in a probe (after one untimed): the best of them counts.
-PROBE_CALLS = 3
+PROBE_CALLS = 5
 # Below this many multiply-adds a product is not worth a probe: a oneDNN call costs about
 # 25 us however small (4 us for MKL at 40 x 16 x 32), and 0.3 ms the first time it meets a
 # shape; at 2^20 an MKL product takes about 10 us.
 MIN_MULTIPLY_ADDS = 1 << 20
-# In training a product also pays for the autograd Function around it and runs dL/dx through
-# oneDNN unprobed. Forward and backward together (2 threads, AVX-512 EPYC) oneDNN gained 7% to
-# 16% from 2^28 multiply-adds (1,024 x 512 x 512 and up) but -11% to +6% at 2^23 to 2^25 (the
-# nanoGPT recipe's 768 x 128 x 384), where in the model it lost 5% of the step (40.8 against
-# 38.8 ms, medians of 21 alternating runs).
-MIN_TRAINING_MULTIPLY_ADDS = 1 << 27
+# In training a product also pays for the autograd Function around it (with its oneDNN dL/dx,
+# about 170 us more than F.linear's forward and backward at 16 x 8 x 8), so below this many
+# multiply-adds a small forward gain does not survive: there a training product takes oneDNN
+# only where the probe found it `SMALL_TRAINING_SPEEDUP` times faster. On a Zen 4 EPYC
+# (2 threads; oneDNN's forward 0.96x to 1.10x MKL at the nanoGPT recipe's 768 x 128 x 384 and
+# 768 x 128 x 512) routing those through oneDNN cost 5% of that model's step (40.8 against
+# 38.8 ms, medians of 21 alternating runs); from 2^28 (1,024 x 512 x 512 and up) forward and
+# backward together gained 7% to 16%. On a Zen 5, oneDNN's float32 was measured at 1.7x to
+# 2.15x MKL at such shapes.
+SMALL_TRAINING_PRODUCT = 1 << 27
+SMALL_TRAINING_SPEEDUP = 1.25
 
 
 @functools.cache
@@ -95,7 +103,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return OneDnnLinear.apply(x, weight, bias)
 
 
-_faster: dict[tuple, bool] | None = None  # read from `decisions_file()` on first use
+_speedups: dict[tuple, float] | None = None  # read from `decisions_file()` on first use
 
 
 def faster(x: Tensor, weight: Tensor, bias: Tensor | None, other: tuple[str, Product]) -> bool:
@@ -103,38 +111,41 @@ def faster(x: Tensor, weight: Tensor, bias: Tensor | None, other: tuple[str, Pro
 
     Probed the first time the class is seen on this machine, on random tensors
     of its own generator (torch's random state is left alone), so no input's
-    values matter; the answer is kept, in memory and on disk.
+    values matter; the speed-up found is kept, in memory and on disk. A small
+    product in training needs a clear one (`SMALL_TRAINING_SPEEDUP`).
     """
-    global _faster
+    global _speedups
     rows = max(1, x.numel() // weight.shape[1])
-    training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    if rows * weight.numel() < (MIN_TRAINING_MULTIPLY_ADDS if training else MIN_MULTIPLY_ADDS):
+    size = rows * weight.numel()
+    if size < MIN_MULTIPLY_ADDS:
         return False
-    if _faster is None:
-        _faster = _read_decisions()
+    if _speedups is None:
+        _speedups = _read_speedups()
     key = (1 << (rows - 1).bit_length(), *weight.shape, bias is not None, other[0])
-    if key not in _faster:
-        _faster[key] = _probe(key[0], weight, bias, other[1])
-        _write_decisions(_faster)
-    return _faster[key]
+    if key not in _speedups:
+        _speedups[key] = _probe(key[0], weight, bias, other[1])
+        _write_speedups(_speedups)
+    training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    small = training and size < SMALL_TRAINING_PRODUCT
+    return _speedups[key] > (SMALL_TRAINING_SPEEDUP if small else 1.0)
 
 
 def decisions_file() -> Path:
-    """Where this CPU's decisions are kept: one file per CPU model and torch version."""
+    """Where this CPU's speed-ups are kept: one file per CPU model and torch version."""
     name = hashlib.sha256(f"{this_cpu().model}|{torch.__version__}".encode()).hexdigest()[:16]
-    return kernels.cache_dir() / f"onednn-{name}.json"
+    return kernels.cache_dir() / f"onednn-speedups-{name}.json"
 
 
-def _read_decisions() -> dict[tuple, bool]:
+def _read_speedups() -> dict[tuple, float]:
     try:
         stored = json.loads(decisions_file().read_text())
     except (OSError, ValueError):
         return {}
-    return {tuple(json.loads(key)): bool(value) for key, value in stored.items()}
+    return {tuple(json.loads(key)): float(value) for key, value in stored.items()}
 
 
-def _write_decisions(decisions: dict[tuple, bool]) -> None:
-    text = json.dumps({json.dumps(list(key)): value for key, value in decisions.items()})
+def _write_speedups(speedups: dict[tuple, float]) -> None:
+    text = json.dumps({json.dumps(list(key)): value for key, value in speedups.items()})
     try:
         decisions_file().parent.mkdir(parents=True, exist_ok=True)
         atomic_write(decisions_file(), lambda path: path.write_text(text))
@@ -142,7 +153,8 @@ def _write_decisions(decisions: dict[tuple, bool]) -> None:
         logger.debug("oneDNN decisions not kept: %s", error)
 
 
-def _probe(rows: int, weight: Tensor, bias: Tensor | None, other: Product) -> bool:
+def _probe(rows: int, weight: Tensor, bias: Tensor | None, other: Product) -> float:
+    """`other`'s time over oneDNN's for a forward product of `rows` rows."""
     # A generator of its own: drawing from torch's would change a training's dropout
     # masks depending on when a probe ran (and a resumed run would not repeat it).
     generator = torch.Generator().manual_seed(0)
@@ -151,18 +163,19 @@ def _probe(rows: int, weight: Tensor, bias: Tensor | None, other: Product) -> bo
     b = None if bias is None else torch.randn(bias.shape, generator=generator)
 
     # The forward alone is timed: in training dL/dx, a product of the same size, follows it.
-    def best_seconds(product: Product) -> float:
-        times = []
-        with torch.no_grad():
-            for _ in range(PROBE_CALLS + 1):
+    # The two alternate, after one untimed call each, so a passing slowdown of the machine
+    # (or a first call's page faults) touches both alike; the best call of each counts.
+    best = {_product: float("inf"), other: float("inf")}
+    with torch.no_grad():
+        for call in range(PROBE_CALLS + 1):
+            for product in best:
                 start = time.perf_counter()
                 product(x, w, b)
-                times.append(time.perf_counter() - start)
-        return min(times[1:])
+                if call:
+                    best[product] = min(best[product], time.perf_counter() - start)
+    return best[other] / best[_product]
 
-    return best_seconds(_product) < best_seconds(other)
 
-
-def decisions() -> dict[tuple, bool]:
-    """The decisions known: (rows class, out, in, bias, other's name) -> oneDNN faster."""
-    return dict(_faster or {})
+def decisions() -> dict[tuple, float]:
+    """The speed-ups known: (rows class, out, in, bias, other's name) -> other's time / oneDNN's."""
+    return dict(_speedups or {})
