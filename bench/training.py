@@ -16,7 +16,10 @@ Both sides use dropout 0 (so neither pays for dropout the other skips), the
 same AdamW settings, and the same random batch. Model FLOPs per step are
 counted once by torch's FlopCounterMode on our side (forward and backward;
 the two sides compute the same products) and give the achieved GFLOP/s and
-the model FLOP utilisation against the measured matmul peak. Both sides of
+the model FLOP utilisation against the measured matmul peak. In float32, the
+share of our step that torch's profiler finds in matrix products gives a
+ceiling: the ratio we would reach if every product ran at that peak and the
+rest of the step took as long as it does. Both sides of
 every benchmark run in this one process, with the same threads and allocator:
 glibc's default, or with `--reuse-freed-memory` the setting `attnkit train`
 makes on a CPU (`attnkit/train/host_memory.py`), which then applies to both.
@@ -217,14 +220,17 @@ def _attention_backward_flops(grad_shape, q_shape, k_shape, v_shape, *_, **__) -
     return sdpa_backward_flop_count(grad_shape, q_shape, k_shape, v_shape)
 
 
-def step_flops(step: Step) -> int:
-    """Floating-point operations of one training step (forward and backward matmuls, SDPA).
+def step_flops(step: Step) -> dict[str, int]:
+    """Floating-point operations of one training step, per operator (matmuls, attention).
 
     torch's counter knows aten's products and its GPU attention kernels; oneDNN's
     linear (which our side runs on AVX-512 CPUs), the in-place `addmm_` and the
-    CPU flash attention kernel are added, or what they compute would go uncounted. Attention counts
-    every score, causal or not, as the matmuls of an eager peer do.
+    CPU flash attention kernel are added, or what they compute would go
+    uncounted. Attention counts every score, causal or not, as the matmuls of an
+    eager peer do. The step counted is the second: the first may probe kernels
+    (`attnkit/nn/onednn.py`), whose products are no part of training.
     """
+    step()
     aten = torch.ops.aten
     kernels = {
         torch.ops.mkldnn._linear_pointwise: _onednn_linear_flops,
@@ -234,7 +240,32 @@ def step_flops(step: Step) -> int:
     }
     with FlopCounterMode(display=False, custom_mapping=kernels) as counter:
         step()
-    return counter.get_total_flops()
+    return {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
+
+
+# The profiler's names of the matrix products, the part of a step the float32 peak bounds.
+PRODUCTS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "mkldnn::_linear_pointwise"}
+
+
+def products_share(step: Step, steps: int) -> float:
+    """The share of a step's operator time spent in matrix products (torch's profiler)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        for _ in range(steps):
+            step()
+    events = profile.key_averages()
+    total = sum(event.self_cpu_time_total for event in events)
+    return sum(e.self_cpu_time_total for e in events if e.key in PRODUCTS) / total
+
+
+def ceiling(result: Result, flops: dict[str, int], share: float, tokens: int, peak: float) -> None:
+    """Add what our ratio would be if every matrix product of our step ran at `peak` GFLOP/s
+    and the rest of the step took as long as it does: how far kernels alone could go."""
+    step = tokens / result.ours_median
+    products = sum(n for op, n in flops.items() if "attention" not in op)
+    at_peak = step * (1 - share) + products / (peak * 1e9)
+    result.extra["products' share"] = f"{share:.0%}"
+    result.extra["products GFLOP/s"] = products / (step * share) / 1e9
+    result.extra["ratio with products at peak"] = f"{step / at_peak * result.ratio:.2f}x"
 
 
 def _tokens_per_second(step: Step, tokens: int, steps: int) -> Callable[[], float]:
@@ -248,7 +279,8 @@ def run(
     work = WORKS[name](mode)
     our_step, peer_step = work.ours(), work.peer()
     # FLOPs are counted in eager mode: the compiled step computes the same products.
-    flops = step_flops(WORKS[name]("fp32").ours() if mode == "compile" else our_step)
+    by_op = step_flops(WORKS[name]("fp32").ours() if mode == "compile" else our_step)
+    flops = sum(by_op.values())
     ours, peer = alternate(
         _tokens_per_second(our_step, work.tokens, steps),
         _tokens_per_second(peer_step, work.tokens, steps),
@@ -262,6 +294,9 @@ def run(
     result.extra["peer GFLOP/s"] = flops / work.tokens * result.peer_median / 1e9
     if mode == "bf16":
         result.extra["MFU vs bf16 peak"] = f"{achieved / peaks['bfloat16']:.0%}"
+    if mode == "fp32":
+        share = products_share(our_step, steps)
+        ceiling(result, by_op, share, work.tokens, fp32_peak)
     if memory:
         result.extra["peak RSS MiB"] = rss_in_subprocess(
             "bench.training", "--rss", name, "ours", mode
