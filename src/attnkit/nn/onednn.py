@@ -7,10 +7,10 @@ Transformer's shapes on one Zen 4 EPYC, up to 2x on a Zen 5 (bench/peak.py,
 `python -m bench linear`). Which one wins depends on the CPU and the shape, so
 nothing is assumed: the first product of each shape class (rows rounded up to
 a power of two, in and out features, the path it competes with) times both on
-random tensors of that shape and keeps the speed-up found: oneDNN runs where
-it is faster, or, for a small product in training, which also pays for the
-autograd Function around it, clearly faster (`SMALL_TRAINING_SPEEDUP`). The
-speed-ups are kept on disk, per CPU model and torch version
+random tensors of that shape and keeps the two times. oneDNN runs where it is
+faster; in training only where its gain also pays for the autograd Function
+around it (`TRAINING_COST_S`), which a small product's gain does not. The
+times are kept on disk, per CPU model and torch version
 (`kernels.cache_dir()`), and read back by every later process: a training
 resumed in a new process takes the same paths, so its float32 results stay
 bit-identical to an uninterrupted run's.
@@ -48,17 +48,14 @@ PROBE_CALLS = 5
 # 25 us however small (4 us for MKL at 40 x 16 x 32), and 0.3 ms the first time it meets a
 # shape; at 2^20 an MKL product takes about 10 us.
 MIN_MULTIPLY_ADDS = 1 << 20
-# In training a product also pays for the autograd Function around it (with its oneDNN dL/dx,
-# about 170 us more than F.linear's forward and backward at 16 x 8 x 8), so below this many
-# multiply-adds a small forward gain does not survive: there a training product takes oneDNN
-# only where the probe found it `SMALL_TRAINING_SPEEDUP` times faster. On a Zen 4 EPYC
-# (2 threads; oneDNN's forward 0.96x to 1.10x MKL at the nanoGPT recipe's 768 x 128 x 384 and
-# 768 x 128 x 512) routing those through oneDNN cost 5% of that model's step (40.8 against
-# 38.8 ms, medians of 21 alternating runs); from 2^28 (1,024 x 512 x 512 and up) forward and
-# backward together gained 7% to 16%. On a Zen 5, oneDNN's float32 was measured at 1.7x to
-# 2.15x MKL at such shapes.
-SMALL_TRAINING_PRODUCT = 1 << 27
-SMALL_TRAINING_SPEEDUP = 1.25
+# In training a product also pays for what the probe does not time: the autograd Function
+# around it, its oneDNN dL/dx call and its dL/dW. Forward and backward at 16 x 8 x 8, where the
+# products cost nothing, that is 170 us more than F.linear's (2 threads, Zen 4 EPYC). So a
+# training product takes oneDNN only where the probe's gain, counted for the forward and for
+# dL/dx, exceeds it: at the nanoGPT recipe's 768 x 128 x 512 oneDNN's forward gained about
+# 50 us on this CPU, and routing such products through oneDNN cost 5% of that model's step
+# (40.8 against 38.8 ms, medians of 21 alternating runs); at 1,024 x 512 x 512 it gained 0.7 ms.
+TRAINING_COST_S = 170e-6
 
 
 @functools.cache
@@ -103,79 +100,94 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return OneDnnLinear.apply(x, weight, bias)
 
 
-_speedups: dict[tuple, float] | None = None  # read from `decisions_file()` on first use
+# (rows class, out, in, bias, other's name) -> (oneDNN's seconds, other's seconds)
+_times: dict[tuple, tuple[float, float]] | None = None
 
 
 def faster(x: Tensor, weight: Tensor, bias: Tensor | None, other: tuple[str, Product]) -> bool:
     """Whether oneDNN beats `other` (a name and the product it would run) at x's shape class.
 
     Probed the first time the class is seen on this machine, on random tensors
-    of its own generator (torch's random state is left alone), so no input's
-    values matter; the speed-up found is kept, in memory and on disk. A small
-    product in training needs a clear one (`SMALL_TRAINING_SPEEDUP`).
+    of its own generator, so no input's values matter; the times are kept, in
+    memory and on disk. In training the gain must also pay `TRAINING_COST_S`.
     """
-    global _speedups
     rows = max(1, x.numel() // weight.shape[1])
-    size = rows * weight.numel()
-    if size < MIN_MULTIPLY_ADDS:
+    if rows * weight.numel() < MIN_MULTIPLY_ADDS:
         return False
-    if _speedups is None:
-        _speedups = _read_speedups()
     key = (1 << (rows - 1).bit_length(), *weight.shape, bias is not None, other[0])
-    if key not in _speedups:
-        _speedups[key] = _probe(key[0], weight, bias, other[1])
-        _write_speedups(_speedups)
-    training = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    small = training and size < SMALL_TRAINING_PRODUCT
-    return _speedups[key] > (SMALL_TRAINING_SPEEDUP if small else 1.0)
+    onednn_s, other_s = _measured(key, weight, bias, other[1])
+    leaves = (x, weight, bias)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in leaves):
+        return 2 * (other_s - onednn_s) > TRAINING_COST_S  # the forward and dL/dx
+    return onednn_s < other_s
 
 
-def decisions_file() -> Path:
-    """Where this CPU's speed-ups are kept: one file per CPU model and torch version."""
+def _measured(
+    key: tuple, weight: Tensor, bias: Tensor | None, other: Product
+) -> tuple[float, float]:
+    """The probe's times for `key`: known here, or on disk, or probed now.
+
+    The disk is read again before a probe and its times win over this
+    process's, so two processes that probe the same class at once still leave
+    one answer for every later process (a resumed training takes its paths).
+    """
+    global _times
+    if _times is None or key not in _times:
+        _times = {**(_times or {}), **_read_times()}
+    if key not in _times:
+        probed = _probe(key[0], weight, bias, other)
+        stored = _read_times()
+        stored.setdefault(key, probed)
+        _write_times(stored)
+        _times.update(stored)
+    return _times[key]
+
+
+def times_file() -> Path:
+    """Where this CPU's probe times are kept: one file per CPU model and torch version."""
     name = hashlib.sha256(f"{this_cpu().model}|{torch.__version__}".encode()).hexdigest()[:16]
-    return kernels.cache_dir() / f"onednn-speedups-{name}.json"
+    return kernels.cache_dir() / f"onednn-times-{name}.json"
 
 
-def _read_speedups() -> dict[tuple, float]:
+def _read_times() -> dict[tuple, tuple[float, float]]:
     try:
-        stored = json.loads(decisions_file().read_text())
+        stored = json.loads(times_file().read_text())
     except (OSError, ValueError):
         return {}
-    return {tuple(json.loads(key)): float(value) for key, value in stored.items()}
+    return {tuple(json.loads(key)): tuple(value) for key, value in stored.items()}
 
 
-def _write_speedups(speedups: dict[tuple, float]) -> None:
-    text = json.dumps({json.dumps(list(key)): value for key, value in speedups.items()})
+def _write_times(times: dict[tuple, tuple[float, float]]) -> None:
+    text = json.dumps({json.dumps(list(key)): list(value) for key, value in times.items()})
     try:
-        decisions_file().parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(decisions_file(), lambda path: path.write_text(text))
-    except (OSError, RuntimeError) as error:  # a read-only cache: decide again next time
-        logger.debug("oneDNN decisions not kept: %s", error)
+        times_file().parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(times_file(), lambda path: path.write_text(text))
+    except (OSError, RuntimeError) as error:  # a read-only cache: probe again next time
+        logger.debug("oneDNN probe times not kept: %s", error)
 
 
-def _probe(rows: int, weight: Tensor, bias: Tensor | None, other: Product) -> float:
-    """`other`'s time over oneDNN's for a forward product of `rows` rows."""
+def _probe(rows: int, weight: Tensor, bias: Tensor | None, other: Product) -> tuple[float, float]:
+    """oneDNN's and `other`'s best seconds for a forward product of `rows` rows."""
     # A generator of its own: drawing from torch's would change a training's dropout
     # masks depending on when a probe ran (and a resumed run would not repeat it).
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(rows, weight.shape[1], generator=generator)
     w = torch.randn(weight.shape, generator=generator)
     b = None if bias is None else torch.randn(bias.shape, generator=generator)
-
-    # The forward alone is timed: in training dL/dx, a product of the same size, follows it.
-    # The two alternate, after one untimed call each, so a passing slowdown of the machine
-    # (or a first call's page faults) touches both alike; the best call of each counts.
+    # The two alternate, after one untimed call each, and take turns going first, so a
+    # passing slowdown of the machine, a first call's page faults or the caches the other
+    # left touch both alike; the best call of each counts.
     best = {_product: float("inf"), other: float("inf")}
     with torch.no_grad():
         for call in range(PROBE_CALLS + 1):
-            for product in best:
+            for product in list(best)[:: 1 if call % 2 else -1]:
                 start = time.perf_counter()
                 product(x, w, b)
                 if call:
                     best[product] = min(best[product], time.perf_counter() - start)
-    return best[other] / best[_product]
+    return best[_product], best[other]
 
 
-def decisions() -> dict[tuple, float]:
-    """The speed-ups known: (rows class, out, in, bias, other's name) -> other's time / oneDNN's."""
-    return dict(_speedups or {})
+def probe_times() -> dict[tuple, tuple[float, float]]:
+    """The times known: (rows class, out, in, bias, other's name) -> (oneDNN's, other's) seconds."""
+    return dict(_times or {})
