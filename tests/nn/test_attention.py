@@ -260,17 +260,55 @@ def test_a_decoding_step_of_many_rows_takes_the_plain_products_and_equals_sdpa(
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("need_weights", [False, True])
-def test_a_query_that_may_see_no_key_gets_zeros_and_finite_gradients(need_weights: bool) -> None:
-    q = torch.randn(2, 2, 3, 8, requires_grad=True)
-    k, v = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8)
+def _blinded(kind: str) -> dict:
+    """Masks and biases under which some query of (2, 2, 3 queries, 4 keys) sees no key."""
     mask = torch.ones(2, 1, 3, 4, dtype=torch.bool)
     mask[1, :, 0] = False  # the first query of the second sentence sees nothing
-    out, weights = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
+    padding = torch.ones(2, 1, 1, 4, dtype=torch.bool)
+    padding[1] = False  # the second sentence is all padding
+    bias = torch.randn(1, 2, 3, 4)
+    if kind == "per query":
+        return {"mask": mask}
+    if kind == "padding":
+        return {"mask": padding}
+    if kind == "2-D":
+        return {"mask": torch.tensor([[True] * 4, [False] * 4, [True, False, True, False]])}
+    if kind == "bias":
+        return {"bias": bias.masked_fill(~mask, float("-inf"))}
+    if kind == "mask and bias":  # neither alone hides every key of query 2
+        split = torch.tensor([True, True, False, False])
+        return {"mask": (mask & split).clone(), "bias": bias.masked_fill(split, float("-inf"))}
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("kind", ["per query", "padding", "2-D", "bias", "mask and bias"])
+def test_a_query_that_may_see_no_key_gets_zeros_and_finite_gradients(kind: str) -> None:
+    """On the weights path as from the fused kernel: zeros, and no NaN in any gradient."""
+    q = torch.randn(2, 2, 3, 8, requires_grad=True)
+    k, v = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8)
+    given = _blinded(kind)
+    out, weights = scaled_dot_product_attention(q, k, v, need_weights=True, **given)
     out.sum().backward()
-    assert torch.all(out[1, :, 0] == 0) and torch.isfinite(q.grad).all()
-    assert torch.all(q.grad[1, :, 0] == 0)
-    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    float_mask = torch.zeros(2, 2, 3, 4)
+    if "bias" in given:
+        float_mask = float_mask + given["bias"]
+    if "mask" in given:
+        float_mask = float_mask.masked_fill(~given["mask"], float("-inf"))
+    blind = torch.isneginf(float_mask).all(-1)
+    assert blind.any() and torch.isfinite(q.grad).all()
+    assert torch.all(out[blind] == 0) and torch.all(weights[blind] == 0)
+    assert torch.all(q.grad[blind] == 0)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=float_mask)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-    if need_weights:
-        assert torch.all(weights[1, :, 0] == 0)
+
+
+def test_cross_attention_to_an_all_padding_source_gives_zeros_on_either_path() -> None:
+    layer = MultiHeadAttention(16, 4, cross=True)
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    memory_mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    memory_mask[1] = False
+    inputs = AttentionInputs(memory=memory, memory_mask=memory_mask)
+    fused, _ = layer(x, inputs)
+    plain, weights = layer(x, inputs, need_weights=True)
+    torch.testing.assert_close(plain, fused, atol=1e-5, rtol=1e-5)
+    assert torch.all(weights[1] == 0) and torch.isfinite(plain).all()

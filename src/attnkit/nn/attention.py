@@ -168,17 +168,33 @@ def scaled_dot_product_attention(
         scores = scores + bias
     if is_causal:
         mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
-    blind = None  # queries that may see no key: zeros, as the fused kernel gives them
     if mask is not None:
-        blind = ~mask.any(-1, keepdim=True)
-        # Softmax over a row of -inf alone is NaN, and NaN stays NaN through its backward.
-        blind = blind if blind.any() else None
-        scores = scores.masked_fill(~mask if blind is None else ~(mask | blind), float("-inf"))
+        scores = scores.masked_fill(~mask, float("-inf"))
+    blind = _blind_queries(mask, bias)
+    if blind is not None:
+        # Softmax over a row of -inf alone is NaN, and NaN stays NaN through the backward
+        # pass: such a row is given finite scores, and zeros as its weights.
+        scores = scores.masked_fill(blind, 0.0)
     weights = scores.softmax(dim=-1)
     if blind is not None:
         weights = weights.masked_fill(blind, 0.0)
     out = F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v
     return out, weights if need_weights else None
+
+
+def _blind_queries(mask: Tensor | None, bias: Tensor | None) -> Tensor | None:
+    """(..., queries, 1) True for a query that may see no key (a mask or a bias of -inf
+    over its whole row), which gets zeros, as the fused kernel gives it; None when
+    every query sees a key, the usual case, which is checked on the mask's and the
+    bias's own shapes, not on the scores."""
+    sees = mask
+    if bias is not None:
+        finite = ~torch.isneginf(bias)
+        sees = finite if sees is None else sees & finite
+    if sees is None:
+        return None
+    blind = ~sees.any(-1, keepdim=True)
+    return blind if bool(blind.any()) else None
 
 
 # A decoding step of many rows (sentences x beams x heads) with a few queries each: there the
