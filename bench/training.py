@@ -17,9 +17,9 @@ same AdamW settings, and the same random batch. Model FLOPs per step are
 counted once by torch's FlopCounterMode on our side (forward and backward;
 the two sides compute the same products) and give the achieved GFLOP/s and
 the model FLOP utilisation against the measured matmul peak. In float32, the
-share of our step that torch's profiler finds in matrix products gives a
-ceiling: the ratio we would reach if every product ran at that peak and the
-rest of the step took as long as it does. Both sides of
+time torch's profiler finds in our step's matrix products gives a ceiling: the
+ratio we would reach if every product ran at that peak and the rest of the
+step took as long as it does. Both sides of
 every benchmark run in this one process, with the same threads and allocator:
 glibc's default, or with `--reuse-freed-memory` the setting `attnkit train`
 makes on a CPU (`attnkit/train/host_memory.py`), which then applies to both.
@@ -213,10 +213,12 @@ def _addmm_flops(_, a_shape, b_shape, *__, **___) -> int:
 
 
 def _attention_flops(q_shape, k_shape, v_shape, *_, **__) -> int:
+    """The CPU flash kernel's forward, counted as torch counts its GPU kernels'."""
     return sdpa_flop_count(q_shape, k_shape, v_shape)
 
 
 def _attention_backward_flops(grad_shape, q_shape, k_shape, v_shape, *_, **__) -> int:
+    """The CPU flash kernel's backward, likewise."""
     return sdpa_backward_flop_count(grad_shape, q_shape, k_shape, v_shape)
 
 
@@ -243,28 +245,31 @@ def step_flops(step: Step) -> dict[str, int]:
     return {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
 
 
-# The profiler's names of the matrix products, the part of a step the float32 peak bounds.
-PRODUCTS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "mkldnn::_linear_pointwise"}
+def products_seconds(step: Step, steps: int, flops: dict[str, int]) -> float:
+    """Seconds a step spends in the matrix products counted in `flops` (torch's profiler).
 
-
-def products_share(step: Step, steps: int) -> float:
-    """The share of a step's operator time spent in matrix products (torch's profiler)."""
+    Their self times are taken as they are: a product is one long event, which the
+    profiler barely slows, where the rest of the step is many short ones.
+    """
+    # The counter names an operator aten.mm, the profiler aten::mm.
+    names = {op.replace(".", "::", 1) for op in flops if "attention" not in op}
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         for _ in range(steps):
             step()
     events = profile.key_averages()
-    total = sum(event.self_cpu_time_total for event in events)
-    return sum(e.self_cpu_time_total for e in events if e.key in PRODUCTS) / total
+    return sum(e.self_cpu_time_total for e in events if e.key in names) / 1e6 / steps
 
 
-def ceiling(result: Result, flops: dict[str, int], share: float, tokens: int, peak: float) -> None:
+def add_ceiling(
+    result: Result, flops: dict[str, int], products_s: float, tokens: int, peak: float
+) -> None:
     """Add what our ratio would be if every matrix product of our step ran at `peak` GFLOP/s
     and the rest of the step took as long as it does: how far kernels alone could go."""
     step = tokens / result.ours_median
     products = sum(n for op, n in flops.items() if "attention" not in op)
-    at_peak = step * (1 - share) + products / (peak * 1e9)
-    result.extra["products' share"] = f"{share:.0%}"
-    result.extra["products GFLOP/s"] = products / (step * share) / 1e9
+    at_peak = step - products_s + products / (peak * 1e9)
+    result.extra["products' share"] = f"{products_s / step:.0%}"
+    result.extra["products GFLOP/s"] = products / products_s / 1e9
     result.extra["ratio with products at peak"] = f"{step / at_peak * result.ratio:.2f}x"
 
 
@@ -295,8 +300,8 @@ def run(
     if mode == "bf16":
         result.extra["MFU vs bf16 peak"] = f"{achieved / peaks['bfloat16']:.0%}"
     if mode == "fp32":
-        share = products_share(our_step, steps)
-        ceiling(result, by_op, share, work.tokens, fp32_peak)
+        products_s = products_seconds(our_step, steps, by_op)
+        add_ceiling(result, by_op, products_s, work.tokens, fp32_peak)
     if memory:
         result.extra["peak RSS MiB"] = rss_in_subprocess(
             "bench.training", "--rss", name, "ours", mode
