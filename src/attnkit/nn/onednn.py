@@ -54,7 +54,8 @@ MIN_MULTIPLY_ADDS = 1 << 20
 # training product takes oneDNN only where the probe's gain, counted for the forward and for
 # dL/dx, exceeds it: at the nanoGPT recipe's 768 x 128 x 512 oneDNN's forward gained about
 # 50 us on this CPU, and routing such products through oneDNN cost 5% of that model's step
-# (40.8 against 38.8 ms, medians of 21 alternating runs); at 1,024 x 512 x 512 it gained 0.7 ms.
+# (40.8 against 38.8 ms, medians of 21 alternating runs); at 1,024 x 512 x 512 it gained 0.3
+# to 0.7 ms.
 TRAINING_COST_S = 170e-6
 
 
