@@ -245,6 +245,11 @@ def step_flops(step: Step) -> dict[str, int]:
     return {str(op): flops for op, flops in counter.get_flop_counts()["Global"].items()}
 
 
+def _products(flops: dict[str, int]) -> dict[str, int]:
+    """The matrix products among `step_flops`' operators: all but the attention kernels."""
+    return {op: n for op, n in flops.items() if "attention" not in op}
+
+
 def products_seconds(step: Step, steps: int, flops: dict[str, int]) -> float:
     """Seconds a step spends in the matrix products counted in `flops` (torch's profiler).
 
@@ -252,7 +257,7 @@ def products_seconds(step: Step, steps: int, flops: dict[str, int]) -> float:
     profiler barely slows, where the rest of the step is many short ones.
     """
     # The counter names an operator aten.mm, the profiler aten::mm.
-    names = {op.replace(".", "::", 1) for op in flops if "attention" not in op}
+    names = {op.replace(".", "::", 1) for op in _products(flops)}
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         for _ in range(steps):
             step()
@@ -266,7 +271,7 @@ def add_ceiling(
     """Add what our ratio would be if every matrix product of our step ran at `peak` GFLOP/s
     and the rest of the step took as long as it does: how far kernels alone could go."""
     step = tokens / result.ours_median
-    products = sum(n for op, n in flops.items() if "attention" not in op)
+    products = sum(_products(flops).values())
     at_peak = step - products_s + products / (peak * 1e9)
     result.extra["products' share"] = f"{products_s / step:.0%}"
     result.extra["products GFLOP/s"] = products / products_s / 1e9
