@@ -5,13 +5,13 @@ model (6 layers, d_model 512, d_ff 2048, vocab 8,000): each row count runs
 all 25 products, the paths alternating over repetitions after a warm-up;
 medians are reported (microseconds for the 25), with the speed-up over
 `F.linear` of: the product over the weight's halves (a view of the weight),
-the few-row C kernel (`attnkit/nn/few_rows.c`), oneDNN's float32 (AVX-512
+the few-row C kernel (`attnkit/kernels/few_rows.c`), oneDNN's float32 (AVX-512
 CPUs), attnkit's `Linear` as it routes, int8 (`Int8Linear` as it ships: the
 C kernel `int8_rows.c` up to its rows, then `_int_mm` or FBGEMM; and that
 many-row product alone), int8 weights with float32 activations (torch's
 `_weight_int8pack_mm`, which attnkit does not use), and bf16 where the CPU
 has it. This is what sets `attnkit.nn.linear.FEW_ROWS` and `KERNEL_ROWS`,
-`attnkit.nn.int8_rows.KERNEL_ROWS` and the compute types' paths.
+`attnkit.kernels.int8_rows.KERNEL_ROWS` and the compute types' paths.
 
     python -m bench linear --threads 2
 """
@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attnkit.nn import Linear, few_rows, onednn
+from attnkit.kernels import few_rows, onednn
+from attnkit.nn import Linear
 from attnkit.nn.compute_type import BFloat16Linear, refusal
 from attnkit.nn.int8_linear import Int8Linear, Int8Path, int8_path, quantize_per_channel
 from bench.harness import (

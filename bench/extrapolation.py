@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 
 from attnkit.errors import AttnkitError
+from attnkit.evaluation.run import evaluate_run
 from attnkit.run import load_run
-from attnkit.run_eval import evaluate_run
 from attnkit.train.run_config import RunConfig
 from attnkit.train.tasks import train as train_run
 from bench.harness import opening

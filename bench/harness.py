@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from attnkit.cpu import this_cpu
-from attnkit.nn import few_rows
+from attnkit.kernels import few_rows
+from attnkit.kernels.cpu import this_cpu
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -203,7 +203,7 @@ WORKS = {"gpt": gpt_work, "seq2seq": seq2seq_work, "nanogpt": nanogpt_work}
 
 
 def _onednn_linear_flops(x_shape, weight_shape, *_, **__) -> int:
-    """x W^T through oneDNN (`attnkit/nn/onednn.py`): 2 (rows x in x out), as torch counts mm."""
+    """x W^T through oneDNN (`kernels/onednn.py`): 2 (rows x in x out), as torch counts mm."""
     return 2 * math.prod(x_shape[:-1]) * weight_shape[0] * weight_shape[1]
 
 
@@ -230,7 +230,7 @@ def step_flops(step: Step) -> dict[str, int]:
     CPU flash attention kernel are added, or what they compute would go
     uncounted. Attention counts every score, causal or not, as the matmuls of an
     eager peer do. The step counted is the second: the first may probe kernels
-    (`attnkit/nn/onednn.py`), whose products are no part of training.
+    (`attnkit/kernels/onednn.py`), whose products are no part of training.
     """
     step()
     aten = torch.ops.aten

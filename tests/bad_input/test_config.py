@@ -291,7 +291,8 @@ def test_model_vocab_size_is_refused_since_the_tokenizer_sets_it(tmp_path, capsy
 # -- hints --------------------------------------------------------------------------------------
 
 # The modules that hold the logic of one command.
-COMMAND_OF = {"train": "train", "run_eval.py": "eval", "demo.py": "demo"}
+# Keyed by a folder of the package or a module's path in it.
+COMMAND_OF = {"train": "train", "evaluation/run.py": "eval", "demo.py": "demo"}
 MESSAGE_CALLS = {"AttnkitError", "check", "warning", "info", "error", "warn", "print"}
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
 # section.key, not a file (model.safetensors is WEIGHTS_FILE) or a call (model.state_dict()).
@@ -348,7 +349,8 @@ def test_every_option_and_key_a_message_names_exists():
     for path in sorted(package.rglob("*.py")):
         # The logic of one command may name only that command's options; what several
         # commands share, any command's.
-        command = COMMAND_OF.get(path.parent.name) or COMMAND_OF.get(path.name)
+        relative = path.relative_to(package).as_posix()
+        command = COMMAND_OF.get(path.parent.name) or COMMAND_OF.get(relative)
         flags = _options(commands[command] if command else parser)
         for message in _messages(path):
             wrong += [f"{path.name}: {f}" for f in FLAG.findall(message) if f not in flags]

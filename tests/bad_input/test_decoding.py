@@ -25,9 +25,9 @@ def never_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*args, **kwargs):
         raise AssertionError("decoding ran before the output path was checked")
 
-    # run_eval first: patching it imports it, and an import after inference's patch would bind
-    # `fail` as run_eval's translate for good (the undo would then restore `fail`).
-    monkeypatch.setattr("attnkit.run_eval.translate", fail)
+    # The evaluation module first: patching it imports it, and an import after inference's
+    # patch would bind `fail` as its translate for good (the undo would then restore `fail`).
+    monkeypatch.setattr("attnkit.evaluation.run.translate", fail)
     monkeypatch.setattr("attnkit.inference.translate", fail)
 
 

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from attnkit.embeddings import sgns, word2vec
+from attnkit.embeddings import word2vec
 from attnkit.embeddings.word2vec import (
     AliasTable,
     Progress,
@@ -20,6 +20,7 @@ from attnkit.embeddings.word2vec import (
     noise_distribution,
 )
 from attnkit.errors import AttnkitError
+from attnkit.kernels import sgns
 
 COUNTS = torch.tensor([5000.0, 300.0, 40.0, 7.0, 1.0])
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.cpu import this_cpu
 from attnkit.errors import AttnkitError
-from attnkit.nn import int8_rows
+from attnkit.kernels import int8_rows
+from attnkit.kernels.cpu import this_cpu
 from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.int8_linear import (
     Int8Embedding,

@@ -5,7 +5,7 @@ import torch
 
 from attnkit import AttnkitError
 from attnkit.generation import left_pad
-from attnkit.nn import step_attention
+from attnkit.kernels import step_attention
 from tests.helpers import DECODING, VARIANTS, padded_batch, tiny_model
 
 

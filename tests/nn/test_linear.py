@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnkit import kernels
-from attnkit.nn import Linear, few_rows, onednn
+from attnkit.kernels import few_rows, loader, onednn
+from attnkit.nn import Linear
 from attnkit.nn import linear as linear_module
 
 needs_kernel = pytest.mark.skipif(
@@ -63,7 +63,7 @@ def test_gradients_flow_as_in_nn_linear() -> None:
 
 
 def test_the_kernel_is_built_where_it_can_be() -> None:
-    if not (kernels.avx2_cpu() and shutil.which(os.environ.get("CC", "cc"))):
+    if not (loader.avx2_cpu() and shutil.which(os.environ.get("CC", "cc"))):
         pytest.skip("no x86-64 CPU with AVX2, or no C compiler")
     assert few_rows.available()
 
@@ -116,8 +116,8 @@ def fresh_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path):
 
 def test_a_failed_build_warns_and_falls_back(fresh_kernel, caplog: pytest.LogCaptureFixture):
     fresh_kernel.setenv("CC", "false")  # a compiler that always fails
-    fresh_kernel.setattr(kernels, "avx2_cpu", lambda: True)
-    with caplog.at_level(logging.WARNING, logger="attnkit.kernels"):
+    fresh_kernel.setattr(loader, "avx2_cpu", lambda: True)
+    with caplog.at_level(logging.WARNING, logger="attnkit.kernels.loader"):
         assert not few_rows.available()
     assert "false failed" in caplog.text
     layer, x = Linear(16, 32), torch.randn(3, 16)

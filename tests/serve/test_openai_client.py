@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from attnkit.cli_serve import served_runs
+from attnkit.cli.serve import served_runs
 from attnkit.serve import work
 from attnkit.serve.app import create_app
 from attnkit.serve.settings import ServeSettings

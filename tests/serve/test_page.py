@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from attnkit.cli_serve import served_runs
+from attnkit.cli.serve import served_runs
 from attnkit.serve.app import create_app
 from tests.helpers import tiny_run
 from tests.serve.live import serving

@@ -221,7 +221,7 @@ def test_bf16_autocast_trains_on_cpu(tmp_path):
 
 @pytest.mark.parametrize("fast_bf16", [True, False])
 def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_it(tmp_path, monkeypatch, fast_bf16):
-    from attnkit.cpu import Cpu
+    from attnkit.kernels.cpu import Cpu
     from attnkit.nn import compute_type
 
     flags = frozenset({"avx2", "avx512f", "avx512_bf16"} if fast_bf16 else {"avx2"})

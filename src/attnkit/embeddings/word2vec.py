@@ -40,9 +40,9 @@ import torch
 from torch import Tensor
 
 from attnkit.checks import check, choice, finite_fields, non_negative, positive
-from attnkit.embeddings import sgns
 from attnkit.embeddings.vectors import WordVectors
 from attnkit.errors import AttnkitError
+from attnkit.kernels import sgns
 
 ARCHITECTURES = ("skip-gram", "cbow")
 

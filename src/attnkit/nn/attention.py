@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.errors import AttnkitError
-from attnkit.nn import step_attention
+from attnkit.kernels import step_attention
 from attnkit.nn.kv_cache import HeldKV, LayerKV
 from attnkit.nn.linear import Linear
 from attnkit.nn.local_attention import local_attention

@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.cpu import this_cpu
 from attnkit.errors import AttnkitError
+from attnkit.kernels.cpu import this_cpu
 from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.int8_linear import Int8Embedding, Int8Linear
 
@@ -104,22 +104,6 @@ def resolve(compute_type: str, device: torch.device) -> str:
     if reason := refusal(compute_type, device):
         raise AttnkitError(reason)
     return compute_type
-
-
-def training_precision(precision: str, device: torch.device) -> str:
-    """`train.precision` as the trainer runs it: `auto` becomes bf16 where it is fast, else fp32.
-
-    An explicit bf16 on a CPU without bfloat16 products runs (it is correct, only
-    slow), with a warning; fp16 needs CUDA.
-    """
-    if precision == "fp16" and device.type != "cuda":
-        raise AttnkitError("train.precision 'fp16' needs CUDA; use 'bf16' on the CPU")
-    fast_bf16 = refusal("bf16", device) is None
-    if precision == "auto":
-        return "bf16" if fast_bf16 else "fp32"
-    if precision == "bf16" and not fast_bf16:
-        log.warning("train.precision bf16: %s", refusal("bf16", device).replace("; use", "; try"))
-    return precision
 
 
 def convert(model: nn.Module, compute_type: str) -> str:

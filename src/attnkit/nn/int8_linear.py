@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnkit.cpu import this_cpu
-from attnkit.nn import int8_rows
+from attnkit.kernels import int8_rows
+from attnkit.kernels.cpu import this_cpu
 from attnkit.nn.embedding import check_ids
 
 INT8_MAX = 127

@@ -46,7 +46,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import AttnkitError
-from attnkit.nn import step_attention
+from attnkit.kernels import step_attention
 from attnkit.nn.masks import causal_mask, padding_mask, self_attention_mask, slot_distance
 from attnkit.nn.window import NO_WINDOW, Window
 

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.nn import few_rows, onednn
+from attnkit.kernels import few_rows, onednn
 
 # Up to this many rows (a batch of 32 sentences with 4 beams) the halves were measured faster
 # than F.linear at every size (bench/bench_linear.py: 1.8x at 1 row, 2.4x at 4, 1.4x at 8,

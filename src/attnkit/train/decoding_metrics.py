@@ -1,7 +1,7 @@
 """Validation metrics on greedy decodes: what `eval.metric` can name beyond the loss.
 
     bleu       corpus BLEU (sacreBLEU, 13a) of greedy translations, one reference each
-    per, wer   phoneme and word error rates (`attnkit.evaluate`) of greedy outputs, any of
+    per, wer   phoneme and word error rates (`attnkit.evaluation.metrics`) of greedy outputs, any of
                a source's references right: grapheme-to-phoneme conversion, where a word
                has several listed pronunciations
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from attnkit.data.corpora import group_by_source
-from attnkit.evaluate import bleu, phoneme_error_rate, word_error_rate
+from attnkit.evaluation.metrics import bleu, phoneme_error_rate, word_error_rate
 from attnkit.generation import GenerationConfig
 from attnkit.models import TransformerModel
 from attnkit.tokenizer import Tokenizer

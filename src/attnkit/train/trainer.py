@@ -39,7 +39,6 @@ from attnkit.devices import resolve_device
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 from attnkit.models.base import unwrap
-from attnkit.nn.compute_type import training_precision
 from attnkit.nn.moe import take_dropped_tokens
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
@@ -49,6 +48,7 @@ from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.metrics import Interval, Metric, validate
 from attnkit.train.objectives import Objective, objective_for
 from attnkit.train.optim import TimeBudget, build_optimizer, build_scheduler, schedule_factor
+from attnkit.train.precision import training_precision
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from attnkit.train.stopping import STOP_SIGNALS, Stopping, TrainResult, diverged
 

@@ -8,24 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from attnkit import kernels
-from attnkit.nn import few_rows
+from attnkit.kernels import few_rows, loader
 
 
 @pytest.mark.skipif(not shutil.which(os.environ.get("CC", "cc")), reason="no C compiler")
 def test_a_build_is_kept_and_reused(tmp_path: Path) -> None:
     compiler = os.environ.get("CC", "cc")
-    library = kernels.build(few_rows.SOURCE, few_rows.FLAGS, compiler, tmp_path)
+    library = loader.build(few_rows.SOURCE, few_rows.FLAGS, compiler, tmp_path)
     built_at = library.stat().st_mtime_ns
-    assert kernels.build(few_rows.SOURCE, few_rows.FLAGS, compiler, tmp_path) == library
+    assert loader.build(few_rows.SOURCE, few_rows.FLAGS, compiler, tmp_path) == library
     assert library.stat().st_mtime_ns == built_at
     assert [p.name for p in tmp_path.iterdir()] == [library.name]  # no partial file left
-    other = kernels.build(few_rows.SOURCE, kernels.BASE_FLAGS, compiler, tmp_path)
+    other = loader.build(few_rows.SOURCE, loader.BASE_FLAGS, compiler, tmp_path)
     assert other != library  # other flags, another library
 
 
 def test_a_failed_build_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog) -> None:
     monkeypatch.setenv("CC", "false")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert kernels.load(few_rows.SOURCE, few_rows.FLAGS, "it runs slower") is None
+    assert loader.load(few_rows.SOURCE, few_rows.FLAGS, "it runs slower") is None
     assert "few_rows.c was not built, it runs slower: false failed" in caplog.text

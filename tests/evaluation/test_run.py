@@ -9,7 +9,7 @@ import torch
 from attnkit.cli import main
 from attnkit.data import cmudict
 from attnkit.errors import AttnkitError
-from attnkit.evaluate import (
+from attnkit.evaluation.metrics import (
     bleu,
     chrf,
     length_ratio,
@@ -17,11 +17,11 @@ from attnkit.evaluate import (
     phoneme_error_rate,
     word_error_rate,
 )
+from attnkit.evaluation.run import evaluate_run, read_eval_set
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.models import build_model
 from attnkit.run import RunFolder, load_run, save_pretrained, with_decoding_ids
-from attnkit.run_eval import evaluate_run, read_eval_set
 from attnkit.tokenizer import Tokenizer
 from tests.helpers import RUN_LINES, tiny_config, tiny_run
 

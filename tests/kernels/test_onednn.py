@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnkit.nn import Linear, onednn
+from attnkit.kernels import onednn
+from attnkit.nn import Linear
 
 pytestmark = pytest.mark.skipif(
     not onednn.enabled(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnkit.nn import step_attention
+from attnkit.kernels import step_attention
 from attnkit.nn.attention import scaled_dot_product_attention
 
 pytestmark = pytest.mark.skipif(

@@ -3,7 +3,7 @@
 `train` runs one pass of skip-gram or CBOW updates over a corpus held as one
 row of word ids and its sentences' starts; `update` is the single update the
 loop makes, for tests and for reading. Both change the input and output vectors
-in place. Building needs a C compiler (`$CC`, else `cc`; `attnkit.kernels`).
+in place. Building needs a C compiler (`$CC`, else `cc`; `attnkit.kernels.loader`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnkit import kernels
 from attnkit.errors import AttnkitError
+from attnkit.kernels import loader
 
 SOURCE = Path(__file__).with_name("sgns.c")
 # -march=native is left out: a cached build may be loaded by another CPU of a shared home
-FLAGS = (*kernels.BASE_FLAGS, *(kernels.AVX2_FLAGS if kernels.avx2_cpu() else ()))
+FLAGS = (*loader.BASE_FLAGS, *(loader.AVX2_FLAGS if loader.avx2_cpu() else ()))
 
 _P, _I64, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 
@@ -34,7 +34,7 @@ def build() -> None:
 
 @functools.cache
 def _library() -> ctypes.CDLL:
-    library = kernels.load(SOURCE, FLAGS, "word2vec cannot train")
+    library = loader.load(SOURCE, FLAGS, "word2vec cannot train")
     if library is None:
         raise AttnkitError(
             "word2vec trains in a C loop that could not be built: install a C compiler "

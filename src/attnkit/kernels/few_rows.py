@@ -3,7 +3,7 @@
 A decoding step multiplies one row per sentence by every weight matrix, and
 for up to `Linear`'s `KERNEL_ROWS` rows this kernel reads each weight once, in
 stored order, faster than the BLAS (see `few_rows.c`). It is built on
-first use by `attnkit.kernels` (a C compiler, a fraction of a second, cached).
+first use by `attnkit.kernels.loader` (a C compiler, a fraction of a second, cached).
 
 It is built only for x86-64 CPUs with AVX2 and FMA, where it was measured.
 Elsewhere, with `ATTNKIT_FEW_ROWS_KERNEL=0`, or when the build fails (one
@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnkit import kernels
+from attnkit.kernels import loader
 
 SOURCE = Path(__file__).with_name("few_rows.c")
-FLAGS = (*kernels.BASE_FLAGS, *kernels.AVX2_FLAGS)
+FLAGS = (*loader.BASE_FLAGS, *loader.AVX2_FLAGS)
 
 
 @functools.cache
@@ -31,9 +31,9 @@ def _kernel():
     """The C function, or None where it is not built (see the module's docstring)."""
     if os.environ.get("ATTNKIT_FEW_ROWS_KERNEL", "1") == "0":
         return None
-    if not kernels.avx2_cpu():
+    if not loader.avx2_cpu():
         return None
-    library = kernels.load(SOURCE, FLAGS, "decoding runs slower")
+    library = loader.load(SOURCE, FLAGS, "decoding runs slower")
     if library is None:
         return None
     function = library.few_rows_linear

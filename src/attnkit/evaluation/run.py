@@ -39,7 +39,7 @@ from attnkit.data import (
 )
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
-from attnkit.evaluate import (
+from attnkit.evaluation.metrics import (
     Score,
     bleu,
     chrf,

@@ -11,7 +11,7 @@ random tensors of that shape and keeps the two times. oneDNN runs where it is
 faster; in training only where its gain also pays for the autograd Function
 around it (`TRAINING_COST_S`), which a small product's gain does not. The
 times are kept on disk, per CPU model and torch version
-(`kernels.cache_dir()`), and read back by every later process: a training
+(`loader.cache_dir()`), and read back by every later process: a training
 resumed in a new process takes the same paths, so its float32 results stay
 bit-identical to an uninterrupted run's.
 
@@ -35,9 +35,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnkit import kernels
-from attnkit.cpu import this_cpu
 from attnkit.files import atomic_write
+from attnkit.kernels import loader
+from attnkit.kernels.cpu import this_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def _measured(
 def times_file() -> Path:
     """Where this CPU's probe times are kept: one file per CPU model and torch version."""
     name = hashlib.sha256(f"{this_cpu().model}|{torch.__version__}".encode()).hexdigest()[:16]
-    return kernels.cache_dir() / f"onednn-times-{name}.json"
+    return loader.cache_dir() / f"onednn-times-{name}.json"
 
 
 def _read_times() -> dict[tuple, tuple[float, float]]:

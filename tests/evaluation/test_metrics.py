@@ -8,7 +8,7 @@ import torch
 
 from attnkit import AttnkitError
 from attnkit.data.batch import Batch, pad
-from attnkit.evaluate import (
+from attnkit.evaluation.metrics import (
     bleu,
     chrf,
     edit_distance,

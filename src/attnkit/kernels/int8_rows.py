@@ -22,25 +22,25 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnkit import kernels
-from attnkit.cpu import this_cpu
+from attnkit.kernels import loader
+from attnkit.kernels.cpu import this_cpu
 
 SOURCE = Path(__file__).with_name("int8_rows.c")
 KERNEL_ROWS = 16  # the C file's MAX_ROWS
 # No fused multiply-adds: the result must round as the many-row path's float32 steps do.
 _BASE = tuple(
-    "-ffp-contract=off" if f.startswith("-ffp-contract") else f for f in kernels.BASE_FLAGS
+    "-ffp-contract=off" if f.startswith("-ffp-contract") else f for f in loader.BASE_FLAGS
 )
 BUILDS = {
-    "vnni": (*_BASE, *kernels.AVX2_FLAGS, "-mavx512f", "-mavx512bw", "-mavx512vnni"),
-    "avx2": (*_BASE, *kernels.AVX2_FLAGS),
+    "vnni": (*_BASE, *loader.AVX2_FLAGS, "-mavx512f", "-mavx512bw", "-mavx512vnni"),
+    "avx2": (*_BASE, *loader.AVX2_FLAGS),
 }
 
 
 def runnable() -> list[str]:
     """The builds this CPU can run, fastest first."""
     cpu = this_cpu()
-    if not kernels.avx2_cpu():
+    if not loader.avx2_cpu():
         return []
     vnni = cpu.has("avx512_vnni") and cpu.has("avx512bw")
     return ["vnni", "avx2"] if vnni else ["avx2"]
@@ -57,7 +57,7 @@ _SIGNATURES = {
 @functools.cache
 def _library(build: str) -> ctypes.CDLL | None:
     """The built library of `build` with its functions typed, or None where it is not built."""
-    library = kernels.load(SOURCE, BUILDS[build], "int8 decoding runs slower")
+    library = loader.load(SOURCE, BUILDS[build], "int8 decoding runs slower")
     if library is None:
         return None
     for name, (argtypes, restype) in _SIGNATURES.items():

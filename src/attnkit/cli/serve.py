@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
-    from attnkit.cli_decoding import add_compute_type_option
+    from attnkit.cli.decoding import add_compute_type_option
     from attnkit.serve.settings import ServeSettings
 
     d = ServeSettings()

@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from attnkit import kernels
+from attnkit.kernels import loader
 
 SOURCE = Path(__file__).with_name("step_attention.c")
-FLAGS = (*kernels.BASE_FLAGS, *kernels.AVX2_FLAGS)
+FLAGS = (*loader.BASE_FLAGS, *loader.AVX2_FLAGS)
 _SIZE, _POINTER = ctypes.c_int64, ctypes.c_void_p
 
 
@@ -54,9 +54,9 @@ class _Args(ctypes.Structure):
 @functools.cache
 def _kernel():
     """The C function, or None where it is not built (see the module's docstring)."""
-    if os.environ.get("ATTNKIT_STEP_ATTENTION", "1") == "0" or not kernels.avx2_cpu():
+    if os.environ.get("ATTNKIT_STEP_ATTENTION", "1") == "0" or not loader.avx2_cpu():
         return None
-    library = kernels.load(SOURCE, FLAGS, "decoding's attention runs in torch operations")
+    library = loader.load(SOURCE, FLAGS, "decoding's attention runs in torch operations")
     if library is None:
         return None
     function = library.step_attention

@@ -15,14 +15,14 @@ import sys
 import time
 from pathlib import Path
 
-from attnkit.cli_decoding import (
+from attnkit.cli.decoding import (
     add_beam_options,
     add_run_options,
     generation_config,
     load_run_of,
 )
-from attnkit.cli_embed import add_embed_parser
-from attnkit.cli_serve import add_serve_parser
+from attnkit.cli.embed import add_embed_parser
+from attnkit.cli.serve import add_serve_parser
 from attnkit.errors import AttnkitError
 
 log = logging.getLogger("attnkit")
@@ -225,9 +225,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Score a run on a corpus split: BLEU and chrF for translation, WER and PER for G2P,
     perplexity for a LM."""
+    from attnkit.evaluation.run import read_eval_set, score_run
     from attnkit.files import check_writable
     from attnkit.inference import write_lines
-    from attnkit.run_eval import read_eval_set, score_run
 
     if args.output:
         check_writable(args.output, "--output")

@@ -1,0 +1,1 @@
+"""How good a model's outputs are: the metrics (`metrics`) and the scoring of a run (`run`)."""
