@@ -14,27 +14,32 @@ from torch import nn
 
 
 class _Attention(nn.Module):
-    def __init__(self, d: int, heads: int, bias: bool) -> None:
+    def __init__(self, d: int, heads: int, bias: bool, dropout: float) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.dropout = heads, dropout
         self.c_attn = nn.Linear(d, 3 * d, bias=bias)
         self.c_proj = nn.Linear(d, d, bias=bias)
+        self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.c_attn(x).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, d))
+        p = self.dropout if self.training else 0.0  # on the attention weights, inside SDPA
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(b, t, d)))
 
 
 class _Block(nn.Module):
-    def __init__(self, d: int, heads: int, bias: bool) -> None:
+    def __init__(self, d: int, heads: int, bias: bool, dropout: float) -> None:
         super().__init__()
-        self.ln_1, self.attn = nn.LayerNorm(d, bias=bias), _Attention(d, heads, bias)
+        self.ln_1, self.attn = nn.LayerNorm(d, bias=bias), _Attention(d, heads, bias, dropout)
         self.ln_2 = nn.LayerNorm(d, bias=bias)
         self.mlp = nn.Sequential(
-            nn.Linear(d, 4 * d, bias=bias), nn.GELU(), nn.Linear(4 * d, d, bias=bias)
+            nn.Linear(d, 4 * d, bias=bias),
+            nn.GELU(),
+            nn.Linear(4 * d, d, bias=bias),
+            nn.Dropout(dropout),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -43,7 +48,9 @@ class _Block(nn.Module):
 
 
 class NanoGPT(nn.Module):
-    """`bias=False` and `nanogpt_init=True` are nanoGPT's own defaults."""
+    """`bias=False` and `nanogpt_init=True` are nanoGPT's own defaults; `dropout` acts where
+    nanoGPT's does: on the summed embeddings, the attention weights, and each residual branch's
+    output."""
 
     def __init__(
         self,
@@ -55,10 +62,12 @@ class NanoGPT(nn.Module):
         *,
         bias: bool = True,
         nanogpt_init: bool = False,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block, d)
-        self.blocks = nn.ModuleList(_Block(d, heads, bias) for _ in range(layers))
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(_Block(d, heads, bias, dropout) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d, bias=bias)
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.lm_head.weight = self.wte.weight
@@ -75,8 +84,8 @@ class NanoGPT(nn.Module):
                     nn.init.normal_(last.weight, std=0.02 / (2 * layers) ** 0.5)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1])
-        x = self.wte(idx) + self.wpe(pos)
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))

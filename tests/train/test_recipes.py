@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnkit.cli import main
 from attnkit.train.run_config import RunConfig
@@ -41,6 +42,10 @@ def test_recipe_trains_and_evaluates(recipe: Path, data_dir: Path, tmp_path: Pat
         overrides.append("data.max_tokens=600")  # small batches: a smoke test, not a run
     if config.data.task == "word2vec":  # no steps to cap: one epoch of the real text
         overrides.append("word2vec.epochs=1")
+    if config.train.device == "cuda" and not torch.cuda.is_available():
+        # A GPU recipe on a machine without one: its model, data and loop, plainly, on the CPU.
+        overrides += ["train.device=cpu", "train.compile=false", "train.precision=fp32"]
+        overrides.append("data.batch_size=4")
     if config.train.init_from:  # a fine-tuning recipe: a tiny run stands in for its base
         base = tiny_run(tmp_path / "base", "encoder-decoder")
         overrides.append(f"train.init_from={base}")

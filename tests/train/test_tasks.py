@@ -391,7 +391,9 @@ def test_the_best_checkpoint_and_patience_follow_a_falling_error_rate(tmp_path):
     result = Trainer(
         tiny_model(),
         translation_batches(3),
-        train=TrainSection(out_dir=str(tmp_path), steps=10, save_every=10, log_every=1),
+        train=TrainSection(
+            out_dir=str(tmp_path), steps=10, save_every=10, log_every=1, device="cpu"
+        ),
         eval=EvalSection(every=1, metric="per", patience=2),
         metrics=[metric],
     ).fit()

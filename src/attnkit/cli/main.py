@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 
 from attnkit.cli.decoding import (
@@ -29,13 +28,14 @@ log = logging.getLogger("attnkit")
 
 
 class _Progress:
-    """A tqdm bar fed by the Trainer's per-step callback: loss, learning rate, tokens/s, ETA."""
+    """A tqdm bar fed by the Trainer's per-step callback: steps and ETA every step; loss,
+    learning rate and tokens/s on the steps that log them (`train.log_every`: reading the
+    loss off a GPU waits for it, so the Trainer does it only then)."""
 
     def __init__(self, total: int, desc: str) -> None:
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True)
-        self.tokens, self.last = 0.0, time.perf_counter()
 
     def __call__(self, info: dict) -> None:
         if info.get("total", self.bar.total) != self.bar.total:  # known once the data is read
@@ -43,14 +43,12 @@ class _Progress:
         if self.bar.n == 0 and info["step"] > 1:
             self.bar.update(info["step"] - 1)  # a resumed run starts part-way
         self.bar.update(1)
-        self.tokens += info["tokens"]
-        if info["step"] % 10 == 0:
-            now = time.perf_counter()
-            rate = self.tokens / max(now - self.last, 1e-9)
+        if "loss" in info:
             self.bar.set_postfix(
-                loss=f"{info['loss']:.4f}", lr=f"{info['lr']:.2e}", tok_s=f"{rate:.0f}"
+                loss=f"{info['loss']:.4f}",
+                lr=f"{info['lr']:.2e}",
+                tok_s=f"{info['tokens_per_s']:.0f}",
             )
-            self.tokens, self.last = 0.0, now
 
     def redirect_logging(self) -> contextlib.AbstractContextManager:
         """Log lines printed above the bar instead of through it."""

@@ -64,16 +64,21 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
+def is_active() -> bool:
+    """Whether this process trains beside others (a process group of more than one rank)."""
+    return dist.is_initialized() and dist.get_world_size() > 1
+
+
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     """Sum over ranks, in place; identity for one process."""
-    if dist.is_initialized() and dist.get_world_size() > 1:
+    if is_active():
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
 
 
 def gather_objects(obj: Any) -> list[Any]:
     """Every rank's `obj`, in rank order (a one-element list for one process)."""
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
+    if not is_active():
         return [obj]
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
@@ -82,7 +87,7 @@ def gather_objects(obj: Any) -> list[Any]:
 
 def broadcast_object(obj: Any) -> Any:
     """Rank 0's `obj` on every rank."""
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
+    if not is_active():
         return obj
     box = [obj]
     dist.broadcast_object_list(box, src=0)

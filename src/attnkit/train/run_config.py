@@ -41,6 +41,7 @@ from attnkit.checks import (
     within,
 )
 from attnkit.config import ModelConfig
+from attnkit.data.datasets import WINDOWS
 from attnkit.embeddings.word2vec import Word2VecConfig
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
@@ -116,6 +117,10 @@ class DataSection:
     max_tokens: the token budget of one batch for sentence tasks.
     batch_size: sequences per batch for the language model and the demo.
     block_size: tokens of context per language-model example.
+    windows: where a language model's training examples lie in the text each epoch
+        (as many as the text has blocks): `random`, each at a fresh random offset, as
+        nanoGPT draws them; `shifted`, the block grid moved by one random offset per
+        epoch; `blocks`, the same blocks every epoch. Validation always reads fixed blocks.
     mask_prob: share of tokens the masked-LM objective hides (BERT: 0.15).
     """
 
@@ -137,6 +142,7 @@ class DataSection:
     max_tokens: int = 4096
     batch_size: int = 64
     block_size: int = 128
+    windows: str = "random"
     mask_prob: float = 0.15
     num_workers: int = 0
 
@@ -144,6 +150,7 @@ class DataSection:
         finite_fields(self, "data")
         choice("data.task", self.task, TASKS)
         choice("data.tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        choice("data.windows", self.windows, WINDOWS)
         _each(positive, "data", self, "vocab_size", "max_len", "max_tokens")
         _each(positive, "data", self, "batch_size", "block_size")
         _each(non_negative, "data", self, "num_workers")

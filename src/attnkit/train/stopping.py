@@ -132,10 +132,10 @@ class Stopping:
         the evaluation's 'early-stopped' or None."""
         seconds = time.perf_counter() - self.start
         time_up = self.max_minutes > 0 and seconds > 60 * self.max_minutes
-        flags = [float(self.requested), float(self.terminated), float(time_up)]
-        stop, terminated, time_up = (
-            dist.all_reduce_sum(torch.tensor(flags, device=device)) > 0
-        ).tolist()
+        stop, terminated = self.requested, self.terminated
+        if dist.is_active():  # every rank stops at the same step (one all-reduce; NCCL: on device)
+            flags = torch.tensor([float(stop), float(terminated), float(time_up)], device=device)
+            stop, terminated, time_up = (dist.all_reduce_sum(flags) > 0).tolist()
         if stop:
             stopped = "terminated" if terminated else "interrupted"
             log.info(

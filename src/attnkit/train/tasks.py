@@ -43,6 +43,7 @@ from attnkit.data.batch import Batch
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.data.sources import corpus_text, text_lines
+from attnkit.devices import resolve_device
 from attnkit.embeddings.pretrained import init_embeddings
 from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
@@ -257,6 +258,8 @@ def _loaders(
     Training batches are shuffled by (seed, epoch); validation comes shortest first.
     """
     d, info = config.data, dist.from_env()
+    # Page-locked batches let the copy to a GPU overlap the step before.
+    pinned = resolve_device(config.train.device).type == "cuda"
 
     def loader(dataset: Dataset, shuffle: bool) -> DataLoader:
         max_tokens = d.max_tokens
@@ -278,6 +281,7 @@ def _loaders(
             collate_fn=dataset.collate,
             num_workers=d.num_workers,
             generator=torch.Generator().manual_seed(config.train.seed),
+            pin_memory=pinned,
         )
 
     return loader(train, True), loader(val, False)
@@ -326,8 +330,19 @@ def _language_model(config: RunConfig) -> TaskSetup:
             val_fraction=d.valid_fraction,
             name=d.corpus,
             option_names=("data.block_size", "data.valid_fraction"),
+            windows=d.windows if split == "train" else "blocks",
+            seed=config.train.seed,
         )
         for split in ("train", "val")
+    )
+    c = config.train
+    examples = c.steps * c.accumulate * d.batch_size * dist.from_env().world_size
+    log.info(
+        "%d steps read %.1f passes over the %d training tokens (%s windows)",
+        c.steps,
+        train.passes(examples),
+        len(train.stream),
+        d.windows,
     )
     return TaskSetup(model, *_loaders(config, train, val, d.batch_size), [], tokenizer)
 

@@ -8,8 +8,12 @@ One optimizer step (section 5):
 
 Dividing the summed loss by the global token count, rather than averaging
 per micro-batch, makes accumulation and DDP give the gradient of one big batch.
-The loop checks the loss for NaN or infinity before each update (so the last
-checkpoint stays good), evaluates every `eval.every` steps, saves every
+Nothing in a step reads a number back from the device, so on a GPU the next
+step is prepared while this one runs: the sums stay there until a record is
+made, and a NaN or infinite loss is caught on the device, where its update
+(and every later one) is skipped, and reported when the Trainer next reads
+(`loss_watch.py`), so the last checkpoint stays good. It evaluates every
+`eval.every` steps, saves every
 `train.save_every` steps, and on Ctrl-C or SIGTERM (or when `train.max_minutes`
 is spent) finishes the step, saves and returns.
 Everything needed to continue bit-for-bit is saved: weights, optimizer,
@@ -26,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,12 +48,13 @@ from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
 from attnkit.train import lock, loggers
 from attnkit.train.host_memory import reuse_freed_memory
+from attnkit.train.loss_watch import LossWatch
 from attnkit.train.metrics import Interval, Metric, validate
 from attnkit.train.objectives import Objective, objective_for
 from attnkit.train.optim import TimeBudget, build_optimizer, build_scheduler, schedule_factor
 from attnkit.train.precision import training_precision
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
-from attnkit.train.stopping import STOP_SIGNALS, Stopping, TrainResult, diverged
+from attnkit.train.stopping import STOP_SIGNALS, Stopping, TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +234,13 @@ class Trainer:
     def _batches(self) -> Iterator[Batch]:
         """Batches forever, epoch after epoch, starting at the saved data position."""
         while True:
-            for target in (self.train_data, getattr(self.train_data, "batch_sampler", None)):
+            # The loader's sampler orders batches, its dataset may place windows, per epoch.
+            data = self.train_data
+            for target in (
+                data,
+                getattr(data, "batch_sampler", None),
+                getattr(data, "dataset", None),
+            ):
                 if hasattr(target, "set_epoch"):
                     target.set_epoch(self.epoch)
             seen = 0
@@ -260,36 +270,33 @@ class Trainer:
         self.stopping.begin()
         if self.budget is not None:
             self.budget.begin(self.step)
-        interval = Interval()
+        interval = Interval(self.device)
+        # Reading the loss waits for the device: on a GPU only every log_every steps, where the
+        # fused AdamW can skip a bad step's update on the device meanwhile.
+        fused = all(group.get("fused") for group in self.optimizer.param_groups)
+        lazy = fused and self.device.type != "cpu"
+        self.watch = LossWatch(self.device, c.log_every if lazy else 1)
         while self.step < c.steps:
             self.objective.start_step(self.step)
             # One all-reduce gives every rank the global sums (NCCL wants them on the device).
-            sums = dist.all_reduce_sum(self._accumulate(batches)).tolist()
-            loss_sum, tokens, aux_sum, sequence_sum = sums[:4]
-            trained = loss_sum + aux_sum + sequence_sum
-            if not math.isfinite(trained):
-                raise diverged(trained, self.step + 1, self.run_dir, self.saved_step)
-            if tokens == 0:
-                raise AttnkitError("a training batch has no target tokens; check the data")
-            self._update(tokens)
+            sums = dist.all_reduce_sum(self._accumulate(batches))
+            trained = sums[0] + sums[2] + sums[3]  # loss, auxiliary and sequence-level sums
+            skip = self.watch.step(self.step + 1, trained, sums[1])
+            self._update(sums[1], skip)
             self.step += 1
             interval.add(sums)
-            info = {
-                "step": self.step,
-                "steps": c.steps,
-                "loss": loss_sum / tokens,
-                "lr": self.scheduler.get_last_lr()[0],
-                "tokens": tokens,
-            }
+            if self.watch.due(self.step):
+                self.watch.check(self.run_dir, self.saved_step)
+            info = {"step": self.step, "steps": c.steps, "lr": self.scheduler.get_last_lr()[0]}
+            if self.step % c.log_every == 0 or self.step == c.steps:
+                info |= self._log(interval)
             for callback in self.callbacks:
                 callback(info)
-            if self.step % c.log_every == 0 or self.step == c.steps:
-                self._log(interval)
             stopped = self.stopping.after(self.step, self.device, early=self._maybe_evaluate())
             if stopped or self.step % c.save_every == 0 or self.step == c.steps:
                 self._save()
             if stopped:
-                if interval.tokens:
+                if interval.steps:
                     self._log(interval)  # the curves end where the run ends
                 return stopped
         return "finished"
@@ -311,25 +318,30 @@ class Trainer:
             sums += terms.recorded()
         return sums
 
-    def _update(self, global_tokens: float) -> None:
+    def _update(self, global_tokens: torch.Tensor, skip: torch.Tensor) -> None:
+        """Scale, clip and apply the gradients; `skip` (1.0 on the device) leaves the weights as
+        they are, as the fused AdamW does for GradScaler's `found_inf`."""
         self.scaler.unscale_(self.optimizer)
         # DDP averaged the per-rank sums; this turns them into the mean over the global batch.
-        scale = self.dist.world_size / global_tokens
+        scale = (self.dist.world_size / global_tokens.clamp_min(1)).float()
         params = [p for p in self.model.parameters() if p.grad is not None]
         torch._foreach_mul_([p.grad for p in params], scale)
         if (clip := self.train_cfg.clip_norm) > 0:
-            torch.nn.utils.clip_grad_norm_(params, clip)
+            torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
+        if self.watch.every > 1 and not self.scaler.is_enabled():  # GradScaler sets its own
+            self.optimizer.found_inf = skip
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _log(self, interval: Interval) -> None:
+    def _log(self, interval: Interval) -> dict[str, Any]:
         record = interval.close(self.step, self.train_cfg.steps, self.scheduler.get_last_lr()[0])
         dropped = take_dropped_tokens(unwrap(self.model))
         if dropped is not None:  # tokens a switch router had no room for, since the last record
             record["dropped_tokens"] = dropped
         self._record(record)
+        return {"loss": record["train_loss"], "tokens_per_s": record["tokens_per_s"]}
 
     def _maybe_evaluate(self) -> str | None:
         """Evaluate when due and track the best metric; 'early-stopped' when patience runs out."""
@@ -337,6 +349,7 @@ class Trainer:
         due = self.step % e.every == 0 or self.step == self.train_cfg.steps
         if not due or (self.val_data is None and not self.metrics):
             return None
+        self.watch.check(self.run_dir, self.saved_step)
         result = self.evaluate()
         self._record({"step": self.step, "minutes": round(self.stopping.minutes, 2), **result})
         self.sinks.evaluated(self.step)
@@ -368,6 +381,7 @@ class Trainer:
             self.sinks.record(record)  # TensorBoard, W&B (train.log_to)
 
     def _save(self) -> None:
+        self.watch.check(self.run_dir, self.saved_step)  # a checkpoint is never of a bad step
         rngs = dist.gather_objects(ckpt.rng_state())
         if self.dist.is_main:
             state = {

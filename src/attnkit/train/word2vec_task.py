@@ -109,9 +109,10 @@ def train(
                 record = _train_step(model, progress, threads, step + 1, stopping)
                 step += 1
                 folder.append_metrics(record)
+                # What the Trainer's callbacks get on a logging step (words count as tokens).
                 info = {**record, "loss": record["train_loss"], "total": len(chunks)}
                 for callback in callbacks:
-                    callback({**info, "tokens": progress.corpus.words})
+                    callback({**info, "tokens_per_s": record["words_per_s"]})
                 stopped = stopping.after(step, torch.device("cpu"), None) or "finished"
                 if (
                     stopped != "finished"
