@@ -230,6 +230,8 @@ class LanguageModelDataset(Dataset):
     epoch and takes its own share of it.
     """
 
+    one_shape = True  # every example has B + 1 tokens (what CUDA graphs need to replay)
+
     def __init__(
         self,
         stream: Sequence[int] | np.ndarray,

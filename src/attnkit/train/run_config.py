@@ -59,6 +59,7 @@ SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
 DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune")
 DEVICES = ("auto", "cpu", "cuda")
 TOKENIZER_KINDS = KINDS
 # The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
@@ -185,6 +186,13 @@ class TrainSection:
     init_embeddings: word vectors (a word2vec run folder, or a word2vec or GloVe
         file) that start the token embeddings of a new model, for the tokens
         that stand for a word they have (`attnkit.embeddings.pretrained`).
+    decay_embeddings: weight decay on the token and position tables too, as nanoGPT decays
+        every matrix (its tied embedding included); off, embeddings are exempt with biases
+        and norms.
+    compile: run the model's forward and backward through torch.compile.
+    compile_mode: torch.compile's mode; `auto` replays CUDA graphs (`reduce-overhead`) where
+        every batch has one shape (a language model's blocks) on one GPU, which takes the
+        launch of each kernel off the host, and is torch's `default` elsewhere.
     log_to: where metrics.jsonl's records, the curves and an attention picture also go
         (`attnkit.train.loggers`): `tensorboard`, `wandb` (offline unless WANDB_MODE says
         otherwise) as the run `log_name` (unset: the run folder's name) of `log_project`.
@@ -202,6 +210,7 @@ class TrainSection:
     decay_over: str = "steps"
     warmup: int = 100
     weight_decay: float = 0.01
+    decay_embeddings: bool = False
     beta1: float = 0.9
     beta2: float = 0.98
     eps: float = 1e-9
@@ -210,6 +219,7 @@ class TrainSection:
     label_smoothing: float = 0.1
     precision: str = "fp32"
     compile: bool = False
+    compile_mode: str = "auto"
     device: str = "auto"
     threads: int = 0
     reuse_freed_memory: bool = True
@@ -227,6 +237,7 @@ class TrainSection:
         choice("train.decay_over", self.decay_over, DECAY_OVER)
         choice("train.precision", self.precision, PRECISIONS)
         choice("train.device", self.device, DEVICES)
+        choice("train.compile_mode", self.compile_mode, COMPILE_MODES)
         _each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
         _each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
         _each(non_negative, "train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")

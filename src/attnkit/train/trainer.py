@@ -169,7 +169,7 @@ class Trainer:
         torch.manual_seed(c.seed + self.dist.rank)
         self.model.to(self.device)
         self.optimizer = build_optimizer(
-            self.model, c.lr, c.weight_decay, (c.beta1, c.beta2), c.eps
+            self.model, c.lr, c.weight_decay, (c.beta1, c.beta2), c.eps, c.decay_embeddings
         )
         factor = schedule_factor(
             c.schedule, lr=c.lr, warmup=c.warmup, steps=c.steps, min_lr=c.min_lr
@@ -192,9 +192,20 @@ class Trainer:
             forward = DistributedDataParallel(
                 forward, device_ids=[self.device.index] if self.device.type == "cuda" else None
             )
+        self.cuda_graphs = c.compile and self._compile_mode() == "reduce-overhead"
         if c.compile:
-            forward = torch.compile(forward)
+            forward = torch.compile(forward, mode=self._compile_mode())
         self.forward_model = forward
+
+    def _compile_mode(self) -> str:
+        """`train.compile_mode`, with `auto` resolved: CUDA graphs where they replay, on one
+        GPU with batches of one shape (a `one_shape` dataset), torch's default elsewhere."""
+        mode = self.train_cfg.compile_mode
+        if mode != "auto":
+            return mode
+        one_shape = getattr(getattr(self.train_data, "dataset", None), "one_shape", False)
+        alone = self.device.type == "cuda" and not self.dist.active
+        return "reduce-overhead" if one_shape and alone else "default"
 
     def _start(self) -> None:
         if self.dist.is_main:
@@ -311,6 +322,8 @@ class Trainer:
             # DDP all-reduces on every backward unless told to wait for the last micro-batch.
             sync = i == n - 1 or not self.dist.active
             ctx = contextlib.nullcontext() if sync else self.forward_model.no_sync()
+            if self.cuda_graphs:  # the last step's graph outputs are no longer read
+                torch.compiler.cudagraph_mark_step_begin()
             with ctx:
                 with self._autocast():
                     terms = self.objective(self.forward_model, batch)
