@@ -4,6 +4,7 @@
     python -m bench generate --threads 2     # one benchmark, with its own options
     python -m bench window linear --reps 1   # several in turn; the options go to each
     python -m bench train --help             # a benchmark's options
+    python -m bench train --device cuda      # its GPU form, where it has one
 
 Run it from the repository root. The registry is `BENCHMARKS` below: a name,
 the module under bench/ that measures it, and the line the list shows. Each
@@ -19,6 +20,7 @@ one line here.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from dataclasses import dataclass
@@ -28,15 +30,19 @@ from dataclasses import dataclass
 class Benchmark:
     module: str
     about: str
+    gpu_module: str = ""  # what `--device cuda` runs instead: the same work, measured on a GPU
 
 
 BENCHMARKS = {
     "train": Benchmark(
         "bench.training",
         "training tokens/s against transformers, torch.nn.Transformer, nanoGPT (and MFU)",
+        gpu_module="bench.train_gpu",
     ),
     "generate": Benchmark(
-        "bench.bench_generate", "decoding tokens/s and memory against transformers' generate"
+        "bench.bench_generate",
+        "decoding tokens/s and memory against transformers' generate",
+        gpu_module="bench.generate_gpu",
     ),
     "onnx": Benchmark(
         "bench.bench_onnx", "greedy decoding of the exported ONNX graphs in ONNX Runtime vs attnkit"
@@ -102,8 +108,14 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"no benchmark {options[0]!r}\n\n{listing()}")
         print(listing())
         return
+    device = argparse.ArgumentParser(add_help=False)
+    device.add_argument("--device", default="cpu")
+    on_gpu = device.parse_known_args(options)[0].device != "cpu"
     for name in names:
-        importlib.import_module(BENCHMARKS[name].module).main(options)
+        benchmark = BENCHMARKS[name]
+        if on_gpu and not benchmark.gpu_module:
+            raise SystemExit(f"benchmark {name!r} runs on the CPU only; leave out --device")
+        importlib.import_module(benchmark.gpu_module if on_gpu else benchmark.module).main(options)
 
 
 if __name__ == "__main__":

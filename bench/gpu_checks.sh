@@ -20,7 +20,8 @@ for step in $steps; do
     tests)
         python -m pytest -q -x -p no:cacheprovider -n 4 tests/models/test_models.py \
             tests/train/test_trainer.py tests/nn/test_lora.py tests/data/test_lm_windows.py \
-            tests/train/test_loss_watch.py tests/generation 2>&1 | tail -15 ;;
+            tests/train/test_loss_watch.py tests/train/test_trainer_cuda.py tests/generation \
+            2>&1 | tail -15 ;;
     train)
         python -m bench train --device cuda --data-dir "$DATA" --steps 300 --warmup 100 \
             --window 50 --profile "$OUT" --out "$OUT/train_gpu" 2>&1 | grep -v Warning | tail -12 ;;
@@ -41,7 +42,8 @@ print(f"best {best[1]:.4f} at {best[0]}, last {val[-1][1]:.4f}; tokens/s median 
 PY
         ;;
     decode)
-        python -m bench generate --device cuda --out "$OUT/generate_gpu" 2>&1 | tail -20 ;;
+        python -m bench generate --device cuda --reps 2 --out "$OUT/generate_gpu" 2>&1 \
+            | grep -v "Writing model" | tail -20 ;;
     esac
     echo "[$step took $(( $(date +%s) - start )) s]"
 done

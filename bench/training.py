@@ -328,12 +328,6 @@ def peak_memory(name: str, side: str, mode: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    device = argparse.ArgumentParser(add_help=False)
-    device.add_argument("--device", default="cpu")
-    if device.parse_known_args(argv)[0].device != "cpu":
-        from bench import train_gpu  # the GPU's own work: attnkit train against nanoGPT's loop
-
-        return train_gpu.main(argv)
     parser = argparse.ArgumentParser(
         prog="python -m bench train", description=__doc__.split("\n")[0]
     )

@@ -141,22 +141,27 @@ def randomise_updates(model: nn.Module) -> None:
                 module.lora_B.normal_(std=0.1)
 
 
-def peaked(shape: str, vocab_size: int = 40, scale: float = 4.0, seed: int = 1) -> TransformerModel:
+def peaked(
+    shape: str, vocab_size: int = 40, scale: float = 4.0, seed: int = 1, **changes
+) -> TransformerModel:
     """A random model whose next-token distributions are far from uniform, EOS included.
 
     Its config carries the special ids of an attnkit tokenizer (<s> 1, </s> 2), as a trained
-    model's does, so decoding starts and stops on them.
+    model's does, so decoding starts and stops on them; `changes` override any field.
     """
     model = tiny_model(
         shape,
         seed,
         layers=1,
-        vocab_size=vocab_size,
-        dropout=0.0,
-        embedding_dropout=0.0,
-        tie_embeddings="none",
-        eos_id=2,
-        decoder_start_id=1,
+        **{
+            "vocab_size": vocab_size,
+            "dropout": 0.0,
+            "embedding_dropout": 0.0,
+            "tie_embeddings": "none",
+            "eos_id": 2,
+            "decoder_start_id": 1,
+            **changes,
+        },
     ).eval()
     with torch.no_grad():
         model.head.weight.mul_(scale)
