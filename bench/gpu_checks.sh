@@ -24,12 +24,21 @@ for step in $steps; do
             2>&1 | tail -15 ;;
     train)
         python -m bench train --device cuda --data-dir "$DATA" --steps 300 --warmup 100 \
-            --window 50 --profile "$OUT" --out "$OUT/train_gpu" 2>&1 | grep -v Warning | tail -12 ;;
+            --window 50 --modes auto default --profile "$OUT" --out "$OUT/train_gpu" 2>&1 \
+            | grep -v Warning | tail -12 ;;
     recipe)
-        python -m attnkit train configs/tinyshakespeare_char_gpu.toml --set "data.data_dir=$DATA" \
-            --set "train.out_dir=$OUT/recipe" > "$OUT/recipe.log" 2>&1
+        recipe=(configs/tinyshakespeare_char_gpu.toml --set "data.data_dir=$DATA")
+        python -m attnkit train "${recipe[@]}" --set "train.out_dir=$OUT/recipe" \
+            > "$OUT/recipe.log" 2>&1 || {
+            echo "the recipe failed (log: recipe.log); again with torch's default compile mode"
+            python -m attnkit train "${recipe[@]}" --set "train.out_dir=$OUT/recipe_default" \
+                --set train.compile_mode=default > "$OUT/recipe_default.log" 2>&1
+        }
+        run="$OUT/recipe"; [ -f "$OUT/recipe_default/metrics.jsonl" ] && run="$OUT/recipe_default"
         tail -3 "$OUT/recipe.log"
-        cp "$OUT/recipe/metrics.jsonl" "$OUT/recipe_metrics.jsonl"
+        python -m attnkit generate "$run" --device cuda --prompt $'\n' --max-new-tokens 500 \
+            --top-k 200 --temperature 0.8 --seed 1337 > "$OUT/sample.txt" 2>&1
+        cp "$run/metrics.jsonl" "$OUT/recipe_metrics.jsonl"
         python - "$OUT/recipe_metrics.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
