@@ -148,6 +148,18 @@ def _progress(total: int, desc: str, enabled: bool):
     )
 
 
+def cmd_recipes(args: argparse.Namespace) -> int:
+    """List the packaged recipes, one line each: the name `attnkit train` takes, what it trains."""
+    from attnkit import recipes
+
+    names = recipes.names()
+    width = max(map(len, names))
+    for name in names:
+        print(f"{name:<{width}}  {recipes.summary(name)}")
+    print(f"\nrun one: attnkit train NAME (or a path to a TOML file); the files: {recipes.FOLDER}")
+    return 0
+
+
 def cmd_translate(args: argparse.Namespace) -> int:
     """Translate lines from --input (or stdin), one output line per input line, in order."""
     from attnkit.files import check_writable
@@ -287,8 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: 1)")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("train", help="train a model from a run config (TOML)")
-    p.add_argument("config", help="run config, e.g. configs/multi30k_de_en.toml")
+    p = sub.add_parser("train", help="train a model from a recipe or a run config (TOML)")
+    p.add_argument(
+        "config",
+        metavar="RECIPE_OR_TOML",
+        help="a packaged recipe's name (attnkit recipes lists them), e.g. tinyshakespeare_char, "
+        "or the path of a run config",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -297,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--resume", action="store_true", help="continue the run in train.out_dir")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("recipes", help="list the packaged recipes that attnkit train runs by name")
+    p.set_defaults(func=cmd_recipes)
 
     p = sub.add_parser("translate", help="translate lines with an encoder-decoder run")
     add_run_options(p)

@@ -30,6 +30,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
+from attnkit import recipes
 from attnkit.checks import (
     check,
     choice,
@@ -350,15 +351,12 @@ class RunConfig:
 
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-        """Read a TOML file, then apply `section.key=value` overrides.
+        """Read a TOML file, or the packaged recipe of that name, then apply `section.key=value`
+        overrides.
 
         The file (or an override) must name `data.task`: the defaults alone describe no run.
         """
-        path = Path(path)
-        if not path.is_file():
-            raise AttnkitError(
-                f"no run config at {path}; pass a TOML file such as configs/demo.toml"
-            )
+        path = recipes.resolve(path)
         try:
             # TOML is UTF-8; read_lines names the line of any byte that is not.
             data = tomllib.loads("".join(read_lines(path, keepends=True)))
@@ -370,7 +368,8 @@ class RunConfig:
             raise AttnkitError(
                 f"{path} {'holds no settings' if not data else 'names no data.task'}; a run "
                 f"config needs at least [data] task (one of {', '.join(TASKS)}) and, for a task "
-                "that reads text, corpus (a known corpus or a path); see configs/demo.toml"
+                "that reads text, corpus (a known corpus or a path), as every recipe has "
+                "(attnkit recipes)"
             )
         return config
 
