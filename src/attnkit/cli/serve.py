@@ -22,22 +22,55 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve runs over HTTP: OpenAI-style completions, translate")
     p.add_argument("runs", nargs="+", help="run folders (attnkit's, or imported from HF)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch threads (default 0: torch's, one per core)"
+    )
     add_compute_type_option(p)
     p.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
-                   help="how long a request waits for others to share its decode")  # fmt: skip
-    p.add_argument("--max-batch", type=int, default=d.max_batch)
-    p.add_argument("--max-input-tokens", type=int, default=d.max_input_tokens)
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
-    p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds a request may take")
+                   help="how long a request waits for others to share its decode "
+                   f"(default {d.batch_wait_ms})")  # fmt: skip
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        default=d.max_batch,
+        help=f"most requests decoded together (default {d.max_batch})",
+    )
+    p.add_argument(
+        "--max-input-tokens",
+        type=int,
+        default=d.max_input_tokens,
+        help=f"longer inputs get 400 (default {d.max_input_tokens})",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=d.max_new_tokens,
+        help=f"a request asking more gets 400 (default {d.max_new_tokens})",
+    )
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=d.max_concurrent,
+        help=f"requests in flight at once; more get 429 (default {d.max_concurrent})",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=d.timeout_s,
+        help=f"seconds a request may take; slower ones get 504 (default {d.timeout_s})",
+    )
     p.add_argument(
         "--api-key",
         default=os.environ.get("ATTNKIT_API_KEY"),
         help="require Authorization: Bearer KEY on /v1 requests (default: $ATTNKIT_API_KEY)",
     )
-    p.add_argument("--max-texts", type=int, default=d.max_texts, help="texts in one request")
+    p.add_argument(
+        "--max-texts",
+        type=int,
+        default=d.max_texts,
+        help=f"texts in one request (default {d.max_texts})",
+    )
     p.set_defaults(func=cmd_serve)
 
 

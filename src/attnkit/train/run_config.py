@@ -42,6 +42,7 @@ from attnkit.checks import (
     within,
 )
 from attnkit.config import ModelConfig
+from attnkit.devices import parse_device
 from attnkit.embeddings.word2vec import Word2VecConfig
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
@@ -59,7 +60,6 @@ SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
 DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
-DEVICES = ("auto", "cpu", "cuda")
 TOKENIZER_KINDS = KINDS
 # The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
 # place that says so: `EvalSection.lower_is_better`, which the Trainer's best checkpoint and
@@ -179,6 +179,8 @@ class TrainSection:
     init_embeddings: word vectors (a word2vec run folder, or a word2vec or GloVe
         file) that start the token embeddings of a new model, for the tokens
         that stand for a word they have (`attnkit.embeddings.pretrained`).
+    device: `auto` (a CUDA GPU where there is one, else the CPU) or any torch device:
+        `cpu`, `cuda`, `cuda:1`, `mps`, `xpu`, ...; one this machine lacks is refused.
     log_to: where metrics.jsonl's records, the curves and an attention picture also go
         (`attnkit.train.loggers`): `tensorboard`, `wandb` (offline unless WANDB_MODE says
         otherwise) as the run `log_name` (unset: the run folder's name) of `log_project`.
@@ -220,7 +222,8 @@ class TrainSection:
         choice("train.schedule", self.schedule, SCHEDULES)
         choice("train.decay_over", self.decay_over, DECAY_OVER)
         choice("train.precision", self.precision, PRECISIONS)
-        choice("train.device", self.device, DEVICES)
+        if self.device != "auto":  # whether this machine has it is checked where it is used
+            parse_device(self.device, "train.device")
         _each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
         _each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
         _each(non_negative, "train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
