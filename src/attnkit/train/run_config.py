@@ -112,12 +112,24 @@ class DataSection:
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
         Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
         corpus its config does not name.
+    data_dir: where known corpora are looked for (then `$ATTNKIT_DATA`, then the cache).
+    src_lang, tgt_lang: the languages (file suffixes, or a dataset's columns) of a
+        translation's source and target; a word2vec run reads both sides' text.
+    train_split, valid_split: the corpus splits trained on and validated on.
+    valid_fraction: the share at the end of a one-file text held out for validation (a
+        language model's or masked LM's corpus).
+    tokenizer, vocab_size: the kind of tokenizer trained on the training text, and its
+        vocabulary's size (a `char` vocabulary is as large as the text needs).
+    lowercase: lowercase both sides before training; `attnkit translate` and `eval` then
+        lowercase their input the same way.
+    max_len: the longest example kept, in tokens a side; longer ones are skipped and counted.
     source_field, target_field, text_field: a dataset's columns of source, target and running
         text; unset, the ones named like the languages or `translation`, and `text`.
     max_tokens: the token budget of one batch for sentence tasks.
     batch_size: sequences per batch for the language model and the demo.
     block_size: tokens of context per language-model example.
     mask_prob: share of tokens the masked-LM objective hides (BERT: 0.15).
+    num_workers: processes that prepare batches beside training (torch's DataLoader).
     """
 
     task: str = "translation"
@@ -157,9 +169,21 @@ class DataSection:
 class TrainSection:
     """Optimisation, precision and checkpoints.
 
+    out_dir: the run folder the training writes (`attnkit.run`).
+    seed: seeds the weights, the batches' order, dropout and sampling.
+    steps: optimizer steps to train for (the time budget may end the run first).
     lr: the peak learning rate. With `inverse-sqrt` the rate is the paper's
         d_model^-0.5 · min(step^-0.5, step · warmup^-1.5) scaled to peak at
         `lr`; the paper's own peak is (d_model · warmup)^-0.5.
+    min_lr: where a `cosine` or `linear` decay ends.
+    schedule: the rate after warmup: `inverse-sqrt` (the paper), `cosine` or `linear` decay
+        to `min_lr`, or `constant`.
+    warmup: steps over which the rate rises linearly from zero to `lr`.
+    weight_decay: AdamW's decoupled weight decay, on weight matrices only (not on biases,
+        norms or embeddings).
+    beta1, beta2, eps: AdamW's moment decays and epsilon (the paper: 0.9, 0.98, 1e-9).
+    clip_norm: the largest gradient norm; a larger one is scaled down to it (0 is off).
+    label_smoothing: epsilon of label smoothing (the paper: 0.1).
     max_minutes: a wall-clock budget for this session's training; the run
         stops, saves and finishes (averaging, curves) when it is spent; 0 is none.
     decay_over: `steps` ends a cosine or linear decay at `steps`; `minutes`
@@ -169,7 +193,11 @@ class TrainSection:
     precision: `bf16` autocasts on CPU and CUDA; `fp16` (CUDA only) adds a
         gradient scaler; `auto` is bf16 where the CPU or GPU multiplies
         bfloat16 in hardware (AVX512-BF16, AMX), else fp32.
-    keep_last: step checkpoints kept on disk; `average_last` of them are
+    compile: wrap the model in `torch.compile` (checkpoints stay plain).
+    threads: torch threads for training; 0 leaves torch's default (one per core).
+    log_every: steps between the training records of metrics.jsonl (and their log lines).
+    save_every: steps between checkpoints (the last step always saves).
+    keep_last, average_last: step checkpoints kept on disk; `average_last` of them are
         averaged into the final model (the paper averaged the last 5).
     reuse_freed_memory: on a CPU, let the C library keep freed memory for the
         next step instead of faulting large activations in afresh each time
@@ -181,7 +209,8 @@ class TrainSection:
         that stand for a word they have (`attnkit.embeddings.pretrained`).
     device: `auto` (a CUDA GPU where there is one, else the CPU) or any torch device:
         `cpu`, `cuda`, `cuda:1`, `mps`, `xpu`, ...; one this machine lacks is refused.
-    log_to: where metrics.jsonl's records, the curves and an attention picture also go
+    log_to, log_project, log_name: where metrics.jsonl's records, the curves and an
+        attention picture also go
         (`attnkit.train.loggers`): `tensorboard`, `wandb` (offline unless WANDB_MODE says
         otherwise) as the run `log_name` (unset: the run folder's name) of `log_project`.
     """
