@@ -12,6 +12,7 @@ library, build afresh (remove docs/_build) to run them all again: the test alway
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -38,8 +39,13 @@ root_doc = "index"
 myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 
-# The course runs at build time; a cell that raises fails the build, as does a slow one.
+# The course runs at build time; a cell that raises fails the build, as does a slow one. Each
+# page's kernel takes one thread: the build runs pages side by side (-j), and the models are tiny.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 nb_execution_mode = "cache"
+# Where executed pages are cached; the docs test names a folder per state of the library, so
+# that a cached output is never one that older code computed.
+nb_execution_cache_path = os.environ.get("ATTNKIT_DOCS_CACHE", "")
 nb_execution_in_temp = True  # what a page writes (pictures, run folders) stays out of docs/
 nb_execution_timeout = 120
 nb_execution_raise_on_error = True
