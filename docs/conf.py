@@ -65,3 +65,15 @@ html_theme_options = {"navigation_with_keys": True}
 
 # Quotes and ellipses typeset, but not dashes: `--help` and `--set` stay as typed.
 smartquotes_action = "qe"
+
+
+def _open_execution_cache(app) -> None:
+    """Create the jupyter-cache database before the pages are read: with `-j`, two reader
+    processes would otherwise both create it, and one of them fails."""
+    from jupyter_cache import get_cache
+
+    get_cache(app.env.mystnb_config.execution_cache_path).db  # noqa: B018 (opening creates it)
+
+
+def setup(app) -> None:
+    app.connect("builder-inited", _open_execution_cache, priority=900)  # after myst-nb's own
