@@ -27,7 +27,7 @@ for step in $steps; do
             --window 50 --modes auto default --profile "$OUT" --out "$OUT/train_gpu" 2>&1 \
             | grep -v Warning | tail -12 ;;
     recipe)
-        recipe=(configs/tinyshakespeare_char_gpu.toml --set "data.data_dir=$DATA")
+        recipe=(tinyshakespeare_char_gpu --set "data.data_dir=$DATA")
         python -m attnkit train "${recipe[@]}" --set "train.out_dir=$OUT/recipe" \
             > "$OUT/recipe.log" 2>&1 || {
             echo "the recipe failed (log: recipe.log); again with torch's default compile mode"

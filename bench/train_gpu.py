@@ -1,6 +1,6 @@
 """Training tokens/s on a GPU: `attnkit train` against nanoGPT's loop, same recipe, same GPU.
 
-The work is nanoGPT's Tiny Shakespeare GPU recipe (`configs/tinyshakespeare_char_gpu.toml`;
+The work is nanoGPT's Tiny Shakespeare GPU recipe (the recipe `tinyshakespeare_char_gpu`;
 `bench/peers/nanogpt_train.py`'s `gpu` recipe): 6 layers, 6 heads, d_model 384, block
 256, batch 64 (16,384 tokens a step), dropout 0.2, bf16 autocast, torch.compile and the
 fused AdamW on both sides.
@@ -28,12 +28,13 @@ from pathlib import Path
 
 import torch
 
+from attnkit import recipes
 from attnkit.train.run_config import RunConfig
 from attnkit.train.tasks import train
 from bench.harness import Result, finish, opening
 from bench.peers import nanogpt_train
 
-CONFIG = Path(__file__).parent.parent / "configs" / "tinyshakespeare_char_gpu.toml"
+CONFIG = recipes.path("tinyshakespeare_char_gpu")
 RECIPE = nanogpt_train.RECIPES["gpu"]
 
 

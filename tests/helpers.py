@@ -6,6 +6,7 @@ sizes a test module needs passed to it (`WIDE`, `DECODING`, or its own fields).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,15 @@ from attnkit.run import RunFolder, save_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
 
 VOCAB = 24
+
+# The browser the page tests drive (Debian's Chromium, through Playwright), and where they keep
+# their screenshots (under $ATTNKIT_TEST_ARTIFACTS, else test-artifacts/, which git ignores).
+CHROMIUM = "/usr/bin/chromium"
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking"]  # fmt: skip
+ARTIFACTS = Path(
+    os.environ.get("ATTNKIT_TEST_ARTIFACTS", Path(__file__).parents[1] / "test-artifacts")
+)
 
 # The text of the run folders `tiny_run` builds: German and English, for their tokenizer.
 RUN_LINES = ["ein hund läuft", "zwei kinder spielen im park", "a dog runs", "the cat sleeps"]

@@ -11,7 +11,10 @@
     RUN_DIR/checkpoints/step-0000500/    the weights at each saved step
     RUN_DIR/checkpoints/best/            the weights with the best validation metric
     RUN_DIR/train.lock                   held by the training under way (`attnkit.train.lock`)
-    RUN_DIR/tensorboard/, RUN_DIR/wandb/ with `train.log_to`, the sinks' own files
+    RUN_DIR/adapters.safetensors         a model's adapters alone (`attnkit.nn.adapters`)
+    RUN_DIR/vectors.bin                  a word2vec run's vectors, in word2vec's binary format
+    RUN_DIR/tensorboard/                 with `train.log_to`, TensorBoard's own files
+    RUN_DIR/wandb/                       with `train.log_to`, Weights & Biases' own files
 
 Every command accepts such a folder. Files are written to a temporary name
 and renamed, so a crash mid-write never leaves a half-written file behind.

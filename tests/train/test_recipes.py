@@ -1,4 +1,4 @@
-"""Every shipped recipe in configs/ still runs: a few steps of its own model on the real corpus."""
+"""Every packaged recipe still runs: a few steps of its own model on the real corpus."""
 
 import json
 from pathlib import Path
@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnkit import recipes
 from attnkit.cli import main
 from attnkit.train.run_config import RunConfig
 from tests.helpers import tiny_run
 
-CONFIGS = Path(__file__).parents[2] / "configs"
-RECIPES = sorted(p for p in CONFIGS.glob("*.toml") if p.stem != "demo")  # demo: test_demo.py
+RECIPES = [recipes.path(n) for n in recipes.names() if n != "demo"]  # demo: test_demo.py
 
 
 def test_the_recipes_are_all_here():

@@ -2,12 +2,12 @@ import dataclasses
 import json
 import math
 import random
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from attnkit import recipes
 from attnkit.cli import main
 from attnkit.data import CORPORA, cmudict
 from attnkit.data.sources import corpus_text
@@ -472,6 +472,6 @@ def test_eval_metric_per_on_text_files_accepts_any_target_of_a_repeated_source(t
 
 
 def test_cmudict_is_validated_by_error_rates_not_bleu():
-    recipe = Path(__file__).parents[2] / "configs" / "cmudict_g2p.toml"
+    recipe = recipes.path("cmudict_g2p")
     with pytest.raises(AttnkitError, match="choose one of val_loss, val_ppl, per, wer"):
         validate(RunConfig.load(recipe, ["eval.metric=bleu"]))

@@ -22,23 +22,34 @@ def add_embed_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("embed", help="query, score, export and draw word vectors")
     commands = p.add_subparsers(dest="embed_command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, func, words: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    def command(name: str, help: str, func, words: dict | None = None) -> argparse.ArgumentParser:
         q = commands.add_parser(name, help=help)
         q.add_argument("vectors", help="a word2vec run folder or a vector file")
-        for word in words:
-            q.add_argument(word)
-        q.add_argument("--format", default="auto", help="word2vec, word2vec-binary or glove")
-        q.add_argument("--limit", type=_positive, help="read only the first N words")
+        for word, text in (words or {}).items():
+            q.add_argument(word, help=text)
+        q.add_argument(
+            "--format",
+            default="auto",
+            help="word2vec, word2vec-binary or glove (default auto: told by the file itself)",
+        )
+        q.add_argument("--limit", type=_positive, help="read only the first N words (default: all)")
         q.set_defaults(func=func)
         return q
 
-    q = command("nearest", "the words closest to a word", cmd_nearest, ("word",))
+    q = command("nearest", "the words closest to a word", cmd_nearest, {"word": "the word asked"})
     q.add_argument("-k", type=_positive, default=10, help="how many (default 10)")
-    command("similarity", "the cosine of two words", cmd_similarity, ("word", "other"))
-    q = command("analogy", "A is to B as C is to ? (3CosAdd)", cmd_analogy, ("a", "b", "c"))
+    pair = {"word": "the first word", "other": "the second word"}
+    command("similarity", "the cosine of two words", cmd_similarity, pair)
+    terms = {"a": "A, as man", "b": "B, as king", "c": "C, as woman (the answer: queen)"}
+    q = command("analogy", "A is to B as C is to ? (3CosAdd)", cmd_analogy, terms)
     q.add_argument("-k", type=_positive, default=5, help="how many answers (default 5)")
     q = command("eval", "Spearman on WordSim-353 and SimLex-999, analogy accuracy", cmd_eval)
-    q.add_argument("--restrict", type=_positive, default=300_000, help="search the first N words")
+    q.add_argument(
+        "--restrict",
+        type=_positive,
+        default=300_000,
+        help="search the first N words (default 300000)",
+    )
     q = command("export", "write the vectors in word2vec's text or binary format", cmd_export)
     q.add_argument("out", help="the file to write")
     q.add_argument("--binary", action="store_true", help="the binary format (default: text)")
@@ -48,8 +59,8 @@ def add_embed_parser(sub: argparse._SubParsersAction) -> None:
 
     q = commands.add_parser("positions", help="draw the sinusoidal positional encoding")
     q.add_argument("png", help="the picture to write")
-    q.add_argument("--d-model", type=int, default=128)
-    q.add_argument("--length", type=int, default=100, help="positions drawn")
+    q.add_argument("--d-model", type=int, default=128, help="dimensions drawn (default 128)")
+    q.add_argument("--length", type=int, default=100, help="positions drawn (default 100)")
     q.set_defaults(func=cmd_positions)
 
 

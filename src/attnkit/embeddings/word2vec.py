@@ -50,7 +50,19 @@ ARCHITECTURES = ("skip-gram", "cbow")
 @dataclass(frozen=True)
 class Word2VecConfig:
     """The hyper-parameters, named and defaulted as gensim's (`sg` is `architecture`); the
-    [word2vec] section of a run config."""
+    [word2vec] section of a run config.
+
+    architecture: `skip-gram` (predict each context word from the word) or `cbow` (the word
+        from the mean of its context's vectors).
+    dim: the vectors' dimension.
+    window: the most words on each side that count as context (1..window drawn per word).
+    negative: noise words drawn per prediction (negative sampling's k).
+    ns_exponent: the noise distribution is count^ns_exponent (word2vec's 0.75).
+    sample: the threshold of subsampling frequent words (0 keeps every word).
+    min_count: words seen fewer times are left out of the vocabulary.
+    epochs: passes over the text.
+    alpha, min_alpha: the learning rate, falling linearly from alpha to min_alpha.
+    """
 
     architecture: str = "skip-gram"
     dim: int = 100

@@ -30,6 +30,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
+from attnkit import recipes
 from attnkit.checks import (
     check,
     choice,
@@ -42,6 +43,7 @@ from attnkit.checks import (
 )
 from attnkit.config import ModelConfig
 from attnkit.data.datasets import WINDOWS
+from attnkit.devices import parse_device
 from attnkit.embeddings.word2vec import Word2VecConfig
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
@@ -60,7 +62,6 @@ DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune")
-DEVICES = ("auto", "cpu", "cuda")
 TOKENIZER_KINDS = KINDS
 # The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
 # place that says so: `EvalSection.lower_is_better`, which the Trainer's best checkpoint and
@@ -113,6 +114,17 @@ class DataSection:
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
         Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
         corpus its config does not name.
+    data_dir: where known corpora are looked for (then `$ATTNKIT_DATA`, then the cache).
+    src_lang, tgt_lang: the languages (file suffixes, or a dataset's columns) of a
+        translation's source and target; a word2vec run reads both sides' text.
+    train_split, valid_split: the corpus splits trained on and validated on.
+    valid_fraction: the share at the end of a one-file text held out for validation (a
+        language model's or masked LM's corpus).
+    tokenizer, vocab_size: the kind of tokenizer trained on the training text, and its
+        vocabulary's size (a `char` vocabulary is as large as the text needs).
+    lowercase: lowercase both sides before training; `attnkit translate` and `eval` then
+        lowercase their input the same way.
+    max_len: the longest example kept, in tokens a side; longer ones are skipped and counted.
     source_field, target_field, text_field: a dataset's columns of source, target and running
         text; unset, the ones named like the languages or `translation`, and `text`.
     max_tokens: the token budget of one batch for sentence tasks.
@@ -123,6 +135,7 @@ class DataSection:
         nanoGPT draws them; `shifted`, the block grid moved by one random offset per
         epoch; `blocks`, the same blocks every epoch. Validation always reads fixed blocks.
     mask_prob: share of tokens the masked-LM objective hides (BERT: 0.15).
+    num_workers: processes that prepare batches beside training (torch's DataLoader).
     """
 
     task: str = "translation"
@@ -164,9 +177,21 @@ class DataSection:
 class TrainSection:
     """Optimisation, precision and checkpoints.
 
+    out_dir: the run folder the training writes (`attnkit.run`).
+    seed: seeds the weights, the batches' order, dropout and sampling.
+    steps: optimizer steps to train for (the time budget may end the run first).
     lr: the peak learning rate. With `inverse-sqrt` the rate is the paper's
         d_model^-0.5 · min(step^-0.5, step · warmup^-1.5) scaled to peak at
         `lr`; the paper's own peak is (d_model · warmup)^-0.5.
+    min_lr: where a `cosine` or `linear` decay ends.
+    schedule: the rate after warmup: `inverse-sqrt` (the paper), `cosine` or `linear` decay
+        to `min_lr`, or `constant`.
+    warmup: steps over which the rate rises linearly from zero to `lr`.
+    weight_decay: AdamW's decoupled weight decay, on weight matrices only (not on biases,
+        norms or embeddings).
+    beta1, beta2, eps: AdamW's moment decays and epsilon (the paper: 0.9, 0.98, 1e-9).
+    clip_norm: the largest gradient norm; a larger one is scaled down to it (0 is off).
+    label_smoothing: epsilon of label smoothing (the paper: 0.1).
     max_minutes: a wall-clock budget for this session's training; the run
         stops, saves and finishes (averaging, curves) when it is spent; 0 is none.
     decay_over: `steps` ends a cosine or linear decay at `steps`; `minutes`
@@ -176,7 +201,11 @@ class TrainSection:
     precision: `bf16` autocasts on CPU and CUDA; `fp16` (CUDA only) adds a
         gradient scaler; `auto` is bf16 where the CPU or GPU multiplies
         bfloat16 in hardware (AVX512-BF16, AMX), else fp32.
-    keep_last: step checkpoints kept on disk; `average_last` of them are
+    compile: wrap the model in `torch.compile` (checkpoints stay plain).
+    threads: torch threads for training; 0 leaves torch's default (one per core).
+    log_every: steps between the training records of metrics.jsonl (and their log lines).
+    save_every: steps between checkpoints (the last step always saves).
+    keep_last, average_last: step checkpoints kept on disk; `average_last` of them are
         averaged into the final model (the paper averaged the last 5).
     reuse_freed_memory: on a CPU, let the C library keep freed memory for the
         next step instead of faulting large activations in afresh each time
@@ -189,11 +218,13 @@ class TrainSection:
     decay_embeddings: weight decay on the token and position tables too, as nanoGPT decays
         every matrix (its tied embedding included); off, embeddings are exempt with biases
         and norms.
-    compile: run the model's forward and backward through torch.compile.
     compile_mode: torch.compile's mode; `auto` replays CUDA graphs (`reduce-overhead`) where
         every batch has one shape (a language model's blocks) on one GPU, which takes the
         launch of each kernel off the host, and is torch's `default` elsewhere.
-    log_to: where metrics.jsonl's records, the curves and an attention picture also go
+    device: `auto` (a CUDA GPU where there is one, else the CPU) or any torch device:
+        `cpu`, `cuda`, `cuda:1`, `mps`, `xpu`, ...; one this machine lacks is refused.
+    log_to, log_project, log_name: where metrics.jsonl's records, the curves and an
+        attention picture also go
         (`attnkit.train.loggers`): `tensorboard`, `wandb` (offline unless WANDB_MODE says
         otherwise) as the run `log_name` (unset: the run folder's name) of `log_project`.
     """
@@ -236,7 +267,8 @@ class TrainSection:
         choice("train.schedule", self.schedule, SCHEDULES)
         choice("train.decay_over", self.decay_over, DECAY_OVER)
         choice("train.precision", self.precision, PRECISIONS)
-        choice("train.device", self.device, DEVICES)
+        if self.device != "auto":  # whether this machine has it is checked where it is used
+            parse_device(self.device, "train.device")
         choice("train.compile_mode", self.compile_mode, COMPILE_MODES)
         _each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
         _each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
@@ -368,15 +400,12 @@ class RunConfig:
 
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-        """Read a TOML file, then apply `section.key=value` overrides.
+        """Read a TOML file, or the packaged recipe of that name, then apply `section.key=value`
+        overrides.
 
         The file (or an override) must name `data.task`: the defaults alone describe no run.
         """
-        path = Path(path)
-        if not path.is_file():
-            raise AttnkitError(
-                f"no run config at {path}; pass a TOML file such as configs/demo.toml"
-            )
+        path = recipes.resolve(path)
         try:
             # TOML is UTF-8; read_lines names the line of any byte that is not.
             data = tomllib.loads("".join(read_lines(path, keepends=True)))
@@ -388,7 +417,8 @@ class RunConfig:
             raise AttnkitError(
                 f"{path} {'holds no settings' if not data else 'names no data.task'}; a run "
                 f"config needs at least [data] task (one of {', '.join(TASKS)}) and, for a task "
-                "that reads text, corpus (a known corpus or a path); see configs/demo.toml"
+                "that reads text, corpus (a known corpus or a path), as every recipe has "
+                "(attnkit recipes)"
             )
         return config
 

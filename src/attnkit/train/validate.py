@@ -17,6 +17,7 @@ from attnkit.config import ModelConfig
 from attnkit.data import CORPORA
 from attnkit.data.hf_datasets import is_dataset
 from attnkit.data.reverse import BOS, EOS, VOCAB
+from attnkit.devices import resolve_device
 from attnkit.files import nearest_folder
 from attnkit.run import RunFolder
 from attnkit.train.loggers import check_installed
@@ -66,6 +67,7 @@ def validate(config: RunConfig) -> None:
         "unset train.log_to (its metrics.jsonl and curves.png are written as always)",
     )
     check_installed(config.train.log_to)
+    resolve_device(config.train.device)  # a device this machine lacks, before any work
     if task == "word2vec":  # no Transformer, no validation: its [word2vec] section is all
         check_out_dir(config.train.out_dir)
         return

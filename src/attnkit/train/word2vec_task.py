@@ -109,6 +109,7 @@ def train(
                 record = _train_step(model, progress, threads, step + 1, stopping)
                 step += 1
                 folder.append_metrics(record)
+                log.info("step %d/%d  loss %.4f", step, len(chunks), record["train_loss"])
                 # What the Trainer's callbacks get on a logging step (words count as tokens).
                 info = {**record, "loss": record["train_loss"], "total": len(chunks)}
                 for callback in callbacks:
