@@ -9,7 +9,10 @@ word2vec text or binary format or GloVe's text format (told apart by itself).
     attnkit embed eval VECTORS                 WordSim-353, SimLex-999, Google analogies
     attnkit embed export VECTORS OUT [--binary]
     attnkit embed plot VECTORS PNG WORD...     the words on their first two principal components
-    attnkit embed positions PNG                the sinusoidal positional encoding, three ways
+    attnkit embed plot VECTORS PNG WORD... --strips [--dims N]
+                                               each word's vector as a strip of colours
+    attnkit embed positions PNG [--layout split] [--dims 4 5 6 7]
+                                               the sinusoidal positional encoding, three ways
 """
 
 from __future__ import annotations
@@ -44,12 +47,19 @@ def add_embed_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--binary", action="store_true", help="the binary format (default: text)")
     q = command("plot", "draw words on their first two principal components", cmd_plot)
     q.add_argument("png", help="the picture to write")
-    q.add_argument("words", nargs="+", help="three words or more")
+    q.add_argument("words", nargs="+", help="three words or more (one or more with --strips)")
+    q.add_argument("--strips", action="store_true", help="each vector as a strip of colours")
+    q.add_argument("--dims", type=_positive, help="with --strips: the first N dimensions")
 
     q = commands.add_parser("positions", help="draw the sinusoidal positional encoding")
     q.add_argument("png", help="the picture to write")
     q.add_argument("--d-model", type=int, default=128)
     q.add_argument("--length", type=int, default=100, help="positions drawn")
+    q.add_argument(
+        "--layout", choices=("interleaved", "split"), default="interleaved",
+        help="interleaved: sin and cos alternate (the paper); split: sines, then cosines",
+    )  # fmt: skip
+    q.add_argument("--dims", type=int, nargs="+", help="the dimensions drawn as curves")
     q.set_defaults(func=cmd_positions)
 
 
@@ -119,14 +129,20 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from attnkit.viz import plot_word_vectors
+    from attnkit.viz import plot_vector_strips, plot_word_vectors
 
-    print(f"wrote {plot_word_vectors(_load(args), args.words, args.png)}")
+    if args.strips:
+        print(f"wrote {plot_vector_strips(_load(args), args.words, args.png, dims=args.dims)}")
+    else:
+        print(f"wrote {plot_word_vectors(_load(args), args.words, args.png)}")
     return 0
 
 
 def cmd_positions(args: argparse.Namespace) -> int:
     from attnkit.viz import plot_positional_encoding
 
-    print(f"wrote {plot_positional_encoding(args.png, args.d_model, args.length)}")
+    path = plot_positional_encoding(
+        args.png, args.d_model, args.length, layout=args.layout, dims=args.dims
+    )
+    print(f"wrote {path}")
     return 0
