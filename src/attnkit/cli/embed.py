@@ -1,13 +1,15 @@
 """`attnkit embed`: word vectors from the command line.
 
-VECTORS is a word2vec run folder (its vectors.bin) or a vector file in the
-word2vec text or binary format or GloVe's text format (told apart by itself).
+VECTORS is a word2vec or GloVe run folder (its vectors.bin), the run folder of
+a trained model (the rows of its token embedding, each as the word its token
+stands for: `attnkit.embeddings.from_model`), or a vector file in the word2vec
+text or binary format or GloVe's text format (told apart by itself).
 
     attnkit embed nearest VECTORS WORD [-k 10]
     attnkit embed similarity VECTORS WORD WORD
     attnkit embed analogy VECTORS A B C        A is to B as C is to ?  (B - A + C)
     attnkit embed eval VECTORS                 WordSim-353, SimLex-999, Google analogies
-    attnkit embed export VECTORS OUT [--binary]
+    attnkit embed export VECTORS OUT [--binary]   (a model's run folder: its embeddings' vectors)
     attnkit embed plot VECTORS PNG WORD...     the words on their first two principal components
     attnkit embed plot VECTORS PNG WORD... --strips [--dims N]
                                                each word's vector as a strip of colours
@@ -27,11 +29,15 @@ def add_embed_parser(sub: argparse._SubParsersAction) -> None:
 
     def command(name: str, help: str, func, words: tuple[str, ...] = ()) -> argparse.ArgumentParser:
         q = commands.add_parser(name, help=help)
-        q.add_argument("vectors", help="a word2vec run folder or a vector file")
+        q.add_argument("vectors", help="a run folder (word vectors or a model) or a vector file")
         for word in words:
             q.add_argument(word)
         q.add_argument("--format", default="auto", help="word2vec, word2vec-binary or glove")
         q.add_argument("--limit", type=_positive, help="read only the first N words")
+        q.add_argument(
+            "--side", choices=("target", "source"), default="target",
+            help="a translation model's run folder: the decoder's (target) or encoder's embedding",
+        )  # fmt: skip
         q.set_defaults(func=func)
         return q
 
@@ -70,12 +76,20 @@ def _positive(text: str) -> int:
 
 
 def _load(args: argparse.Namespace):
-    from attnkit.embeddings.vectors import load_vectors
+    from attnkit.embeddings.vectors import WordVectors, load_vectors
     from attnkit.run import RunFolder
 
     path = Path(args.vectors)
     if path.is_dir():
-        path = RunFolder(path).vectors
+        folder = RunFolder(path)
+        if not folder.vectors.is_file() and folder.weights.is_file():
+            from attnkit.embeddings.from_model import model_vectors
+            from attnkit.run import load_pretrained
+
+            vectors = model_vectors(load_pretrained(path), folder.load_tokenizer(), args.side)
+            limit = args.limit or len(vectors)
+            return WordVectors(vectors.words[:limit], vectors.vectors[:limit])
+        path = folder.vectors
     return load_vectors(path, format=args.format, limit=args.limit)
 
 
