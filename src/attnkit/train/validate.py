@@ -20,7 +20,7 @@ from attnkit.data.reverse import BOS, EOS, VOCAB
 from attnkit.files import nearest_folder
 from attnkit.run import RunFolder
 from attnkit.train.loggers import check_installed
-from attnkit.train.run_config import RunConfig
+from attnkit.train.run_config import VECTOR_TASKS, RunConfig
 
 SHAPE_OF_TASK = {
     "translation": "encoder-decoder",
@@ -61,12 +61,12 @@ def validate(config: RunConfig) -> None:
             "not a dataset that attnkit.data.hf_datasets reads; unset them or give a dataset",
         )
     check(
-        task != "word2vec" or not config.train.log_to,
-        "train.log_to sends the Trainer's records on, but a word2vec run trains without it; "
+        task not in VECTOR_TASKS or not config.train.log_to,
+        f"train.log_to sends the Trainer's records on, but a {task} run trains without it; "
         "unset train.log_to (its metrics.jsonl and curves.png are written as always)",
     )
     check_installed(config.train.log_to)
-    if task == "word2vec":  # no Transformer, no validation: its [word2vec] section is all
+    if task in VECTOR_TASKS:  # no Transformer, no validation: its [word2vec] or [glove] is all
         check_out_dir(config.train.out_dir)
         return
     metrics = METRICS_OF_TASK[task]
@@ -88,8 +88,8 @@ def validate(config: RunConfig) -> None:
         not config.train.init_embeddings
         or vectors.is_file()
         or RunFolder(vectors).vectors.is_file(),
-        f"train.init_embeddings {str(vectors)!r} is neither a vector file nor a word2vec run "
-        "folder holding vectors.bin",
+        f"train.init_embeddings {str(vectors)!r} is neither a vector file nor a word2vec or "
+        "GloVe run folder holding vectors.bin",
     )
     _check_beyond_teacher_forcing(config)
     _check_guided_attention(config)
