@@ -5,9 +5,10 @@
     [glove]  dim, window, min_count, symmetric, distance_weighting, x_max, alpha, eta, epochs
     [train]  out_dir, seed, threads (0: torch's), max_minutes
 
-The text becomes sentences of words as word2vec's does (`word2vec_task.iter_sentences`) and
-is read twice, a sentence at a time: once to count the words (those under
-`glove.min_count` are left out), once to count their co-occurrences in chunks
+The text becomes sentences of words as word2vec's does (`word2vec_task.iter_sentences`,
+through the [pretokenize] steps if any) and is read twice, a sentence at a time: once to
+count the words (those under `glove.min_count` are left out), once to count their
+co-occurrences in chunks
 (`attnkit.embeddings.glove`). A step is one epoch of AdaGrad over the shuffled counts: it
 appends its mean cost, rate, pairs and words a second to metrics.jsonl; the state is
 saved (trainer_state.pt) and the vectors written (vectors.bin, w + c) after each, and when
@@ -35,7 +36,7 @@ from attnkit.train.run_config import RunConfig
 from attnkit.train.stopping import Stopping, TrainResult
 from attnkit.train.validate import validate
 from attnkit.train.vector_runs import finish, restore_state, save_state
-from attnkit.train.word2vec_task import iter_sentences
+from attnkit.train.word2vec_task import iter_sentences, pretokenizer_for, record_pretokenizer
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +56,12 @@ def train(
     lock.check_free(folder)
     if not resume:
         ckpt.check_new_run(folder.root)
-    words, counts = count_words(iter_sentences(config.data), config.glove.min_count)
+    pretokenizer = pretokenizer_for(config)
+    text = config.data, pretokenizer
+    words, counts = count_words(iter_sentences(*text), config.glove.min_count)
     model = Glove(words, counts, config.glove, seed=config.train.seed)
     start = time.perf_counter()
-    pairs, table_bytes = count_cooccurrences(iter_sentences(config.data), words, config.glove)
+    pairs, table_bytes = count_cooccurrences(iter_sentences(*text), words, config.glove)
     corpus_words = int(counts.sum())
     log.info(
         "GloVe: %d words of text, %d in the vocabulary, %d co-occurring pairs counted in %.1f s "
@@ -74,6 +77,7 @@ def train(
     with lock.hold(folder, check=check):
         step = _restore(folder, model) if resume else 0
         folder.write_run_config(config.to_toml())
+        record_pretokenizer(folder, pretokenizer)
         stopping.begin()
         stopped = "finished"
         with stopping.on_signals(lambda: step):

@@ -9,6 +9,7 @@
     [guided_attention]    a loss keeping cross-attention near the diagonal (monotonic tasks)
     [word2vec]            skip-gram or CBOW word vectors (`data.task = "word2vec"`)
     [glove]               GloVe word vectors (`data.task = "glove"`)
+    [pretokenize]         words before tokens: a rule, jieba, phrases, stop words, stems
 
 Every key has a default and a check. Values from the file and from
 `--set section.key=value` overrides go through the same type check, and an
@@ -47,6 +48,7 @@ from attnkit.embeddings.word2vec import Word2VecConfig
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
 from attnkit.presets import PRESETS
+from attnkit.pretokenize import PretokenizeConfig
 from attnkit.tokenizer import KINDS
 from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
@@ -292,6 +294,7 @@ SECTIONS: dict[str, type] = {
     "guided_attention": GuidedAttentionSection,
     "word2vec": Word2VecConfig,
     "glove": GloveConfig,
+    "pretokenize": PretokenizeConfig,
 }
 # The sections of plain options; [model] is a preset plus `ModelConfig` fields.
 OPTION_SECTIONS = tuple(name for name in SECTIONS if name != "model")
@@ -310,6 +313,7 @@ class RunConfig:
     guided_attention: GuidedAttentionSection = field(default_factory=GuidedAttentionSection)
     word2vec: Word2VecConfig = field(default_factory=Word2VecConfig)
     glove: GloveConfig = field(default_factory=GloveConfig)
+    pretokenize: PretokenizeConfig = field(default_factory=PretokenizeConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The resolved config, every key explicit, as `from_dict` reads it back."""

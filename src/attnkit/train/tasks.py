@@ -51,6 +51,7 @@ from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
 from attnkit.nn.adapters import apply_adapters
 from attnkit.nn.lora import apply_lora
+from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import checkpoint as ckpt
@@ -219,7 +220,10 @@ def _tokenizer(config: RunConfig, texts: Iterable[str]) -> Tokenizer:
             )
         return Tokenizer.load(base)
     d = config.data
-    return Tokenizer.train(d.tokenizer, texts=texts, vocab_size=d.vocab_size)
+    pretokenizer = Pretokenizer(config.pretokenize) if config.pretokenize.on else None
+    return Tokenizer.train(
+        d.tokenizer, texts=texts, vocab_size=d.vocab_size, pretokenizer=pretokenizer
+    )
 
 
 def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:

@@ -19,6 +19,7 @@ from attnkit.data.hf_datasets import is_dataset
 from attnkit.data.reverse import BOS, EOS, VOCAB
 from attnkit.files import nearest_folder
 from attnkit.run import RunFolder
+from attnkit.tokenizer import PHRASE_KINDS
 from attnkit.train.loggers import check_installed
 from attnkit.train.run_config import VECTOR_TASKS, RunConfig
 
@@ -66,6 +67,7 @@ def validate(config: RunConfig) -> None:
         "unset train.log_to (its metrics.jsonl and curves.png are written as always)",
     )
     check_installed(config.train.log_to)
+    _check_pretokenize(config)
     if task in VECTOR_TASKS:  # no Transformer, no validation: its [word2vec] or [glove] is all
         check_out_dir(config.train.out_dir)
         return
@@ -95,6 +97,32 @@ def validate(config: RunConfig) -> None:
     _check_guided_attention(config)
     _check_model(config)
     check_out_dir(config.train.out_dir)
+
+
+def _check_pretokenize(config: RunConfig) -> None:
+    """The [pretokenize] options that make sense for the task and the tokenizer."""
+    p, task = config.pretokenize, config.data.task
+    if not p.on or task in VECTOR_TASKS:
+        return
+    check(
+        task != "reverse",
+        "the reverse demo has a fixed vocabulary of digits; unset the [pretokenize] options",
+    )
+    check(
+        not p.lossy,
+        f"{' and '.join(p.lossy)} drop or change words for good, which only word vectors may "
+        f"do (data.task word2vec or glove); unset them for data.task {task!r}",
+    )
+    if p.phrases:
+        check(
+            config.data.tokenizer in PHRASE_KINDS,
+            f"a {config.data.tokenizer} tokenizer splits phrases again at their delimiter; set "
+            f"data.tokenizer to one of {', '.join(PHRASE_KINDS)}, or unset pretokenize.phrases",
+        )
+    check(
+        not config.train.init_from,
+        "train.init_from's tokenizer is used as it is; unset the [pretokenize] options",
+    )
 
 
 def _check_beyond_teacher_forcing(config: RunConfig) -> None:

@@ -21,6 +21,8 @@ Spearman correlations and Google analogy accuracy in metrics.jsonl.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import re
 import time
@@ -35,6 +37,8 @@ from attnkit.data.hf_datasets import is_dataset
 from attnkit.data.sources import corpus_text, text_lines
 from attnkit.embeddings.word2vec import Progress, Word2Vec, count_words
 from attnkit.errors import AttnkitError
+from attnkit.files import atomic_write
+from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import lock
@@ -54,14 +58,57 @@ def split_words(line: str) -> list[str]:
     return _WORD.findall(line)
 
 
-def sentences(data: DataSection) -> list[list[str]]:
-    """The training text of `data` as sentences of words, empty lines left out."""
-    return list(iter_sentences(data))
+def sentences(data: DataSection, pretokenizer: Pretokenizer | None = None) -> list[list[str]]:
+    """The training text of `data` as sentences of words, empty lines left out; through
+    `pretokenizer`'s steps if given (`attnkit.pretokenize`)."""
+    return list(iter_sentences(data, pretokenizer))
 
 
-def iter_sentences(data: DataSection) -> Iterator[list[str]]:
+def iter_sentences(
+    data: DataSection, pretokenizer: Pretokenizer | None = None
+) -> Iterator[list[str]]:
     """`sentences`, one at a time: a text file (or a monolingual corpus) is read as it goes,
     so that a second pass reads it again rather than holding it."""
+    lines = _lines(data)
+    if pretokenizer is None:
+        return (words for line in lines if (words := split_words(line)))
+    split = (pretokenizer.split(line, split_words) for line in lines)
+    return (words for found in split if (words := pretokenizer.words(found)))
+
+
+def pretokenizer_for(config: RunConfig) -> Pretokenizer | None:
+    """The [pretokenize] steps of a word-vector run, its phrases learned from the text
+    (which is read once more for each pass); None if none."""
+    if not config.pretokenize.on:
+        return None
+    pretokenizer = Pretokenizer(config.pretokenize)
+    if config.pretokenize.phrases:
+        split = Pretokenizer(dataclasses.replace(config.pretokenize, phrases=0, stop_words="",
+                                                 stem="none"), rule=pretokenizer.rule)  # fmt: skip
+        pretokenizer.learn(_Reread(lambda: iter_sentences(config.data, split)))
+        log.info("%d phrases learned, such as %s", len(pretokenizer.phrases),
+                 ", ".join(list(pretokenizer.phrases.passes[0].scores)[:5]))  # fmt: skip
+    return pretokenizer
+
+
+def record_pretokenizer(folder: RunFolder, pretokenizer: Pretokenizer | None) -> None:
+    """Keep the steps and phrases a word-vector run's words went through (pretokenize.json)."""
+    if pretokenizer is not None:
+        data = json.dumps(pretokenizer.to_dict(), ensure_ascii=False, indent=1)
+        atomic_write(folder.pretokenize, lambda p: p.write_text(data, encoding="utf-8"))
+
+
+class _Reread:
+    """An iterable that reads its source afresh each time it is iterated."""
+
+    def __init__(self, source: Callable[[], Iterator[list[str]]]) -> None:
+        self.source = source
+
+    def __iter__(self) -> Iterator[list[str]]:
+        return self.source()
+
+
+def _lines(data: DataSection) -> Iterable[str]:
     known = CORPORA.get(data.corpus)
     if known is not None and known.pairs is not None:
         raise AttnkitError(
@@ -76,7 +123,7 @@ def iter_sentences(data: DataSection) -> Iterator[list[str]]:
         )
     else:
         lines = (line.lower() if data.lowercase else line for line in text_lines(data))
-    return (words for line in lines if (words := split_words(line)))
+    return lines
 
 
 def train(
@@ -92,7 +139,8 @@ def train(
     lock.check_free(folder)
     if not resume:
         ckpt.check_new_run(folder.root)
-    text = sentences(config.data)
+    pretokenizer = pretokenizer_for(config)
+    text = sentences(config.data, pretokenizer)
     words, counts = count_words(text, config.word2vec.min_count)
     model = Word2Vec(words, counts, config.word2vec, seed=config.train.seed)
     corpus = model.encode(text)
@@ -104,6 +152,7 @@ def train(
     with lock.hold(folder, check=check):
         step = _restore(folder, model) if resume else 0
         folder.write_run_config(config.to_toml())
+        record_pretokenizer(folder, pretokenizer)
         stopping.begin()
         stopped = "finished"
         with stopping.on_signals(lambda: step):
