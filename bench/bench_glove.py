@@ -10,8 +10,8 @@ split the same way). Two comparisons:
 1. Whole vocabulary (min_count 5): attnkit's GloVe (dimension 100, a symmetric window of
    10 weighted 1/distance, alpha 0.75, eta 0.05, `--epochs` 25) at the paper's x_max 100
    and at the reference tool's demo x_max 10, beside attnkit's skip-gram and CBOW
-   (gensim's settings, 5 epochs), rep r seeding each with r. Timed: from the sentences to
-   the vectors, counting included; words/s count every word of the text once per epoch,
+   (gensim's settings, 5 epochs), round-robin, rep r seeding each with r. Timed: from the
+   sentences to the vectors, counting included; words/s count every word of the text once per epoch,
    as the word2vec benchmark does, and the seconds to the vectors are in the notes, which
    is what a user waits for. Quality by attnkit.embeddings.evaluation, as there.
 2. The same GloVe against mittens' (the GloVe of `pip install mittens`; glove-python does
@@ -64,10 +64,12 @@ def whole_vocabulary(sentences: list[list[str]], args: argparse.Namespace) -> li
         "skip-gram": Word2VecConfig(architecture="skip-gram"),
         "CBOW": Word2VecConfig(architecture="cbow"),
     }
-    for name, config in runs.items():
-        quality: dict[str, list[float]] = {score: [] for score in SCORES}
-        speeds, seconds, pairs = [], [], 0
-        for rep in range(1, args.reps + 1):
+    quality = {name: {score: [] for score in SCORES} for name in runs}
+    speeds: dict[str, list[float]] = {name: [] for name in runs}
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    pairs = 0
+    for rep in range(1, args.reps + 1):  # round-robin, so that a change of load hits all alike
+        for name, config in runs.items():
             start = time.perf_counter()
             words, counts = count_words(sentences, config.min_count)
             if isinstance(config, GloveConfig):
@@ -78,15 +80,19 @@ def whole_vocabulary(sentences: list[list[str]], args: argparse.Namespace) -> li
             else:
                 model = Word2Vec(words, counts, config, seed=rep)
                 model.fit(model.encode(sentences), threads=args.threads)
-            seconds.append(time.perf_counter() - start)
-            speeds.append(text_words * config.epochs / seconds[-1])
+            seconds[name].append(time.perf_counter() - start)
+            speeds[name].append(text_words * config.epochs / seconds[name][-1])
             for score, value in scores(model.word_vectors()).items():
-                quality[score].append(value)
-        extra = {"seconds to the vectors": statistics.median(seconds), "epochs": config.epochs}
-        if pairs:
+                quality[name][score].append(value)
+    for name, config in runs.items():
+        extra = {
+            "seconds to the vectors": statistics.median(seconds[name]),
+            "epochs": config.epochs,
+        }
+        if isinstance(config, GloveConfig):
             extra["co-occurring pairs"] = f"{pairs:,}"
-        results.append(Result(f"{name}: training", "words/s", speeds, extra=extra))
-        results += _quality_rows(name, quality)
+        results.append(Result(f"{name}: training", "words/s", speeds[name], extra=extra))
+        results += _quality_rows(name, quality[name])
     return results
 
 
