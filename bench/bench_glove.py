@@ -37,7 +37,7 @@ from attnkit.embeddings.word2vec import Word2Vec, Word2VecConfig, count_words
 from attnkit.files import read_lines
 from attnkit.kernels import glove, sgns
 from attnkit.kernels.glove import Cooccurrences
-from attnkit.train.word2vec_task import split_words
+from attnkit.train.vector_text import split_words
 from bench.bench_word2vec import SCORES, default_text, scores, wikipedia_lines
 from bench.harness import Result, alternate, finish, opening
 

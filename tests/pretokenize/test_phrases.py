@@ -11,7 +11,7 @@ from gensim.models.phrases import Phrases as GensimPhrases
 
 from attnkit.errors import AttnkitError
 from attnkit.pretokenize.phrases import Phrases, learn_phrases
-from attnkit.train.word2vec_task import split_words
+from attnkit.train.vector_text import split_words
 
 
 @pytest.fixture(scope="module")

@@ -178,7 +178,7 @@ def test_options_are_refused_where_they_make_no_sense(tmp_path, task, settings, 
 
 
 def test_word_vectors_of_chinese_text_take_jiebas_words_without_its_punctuation() -> None:
-    from attnkit.train.word2vec_task import split_words
+    from attnkit.train.vector_text import split_words
 
     p = _pretokenizer(segment="jieba")
     text = "我爱北京天安门。 他来了!"

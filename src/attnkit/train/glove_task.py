@@ -5,7 +5,7 @@
     [glove]  dim, window, min_count, symmetric, distance_weighting, x_max, alpha, eta, epochs
     [train]  out_dir, seed, threads (0: torch's), max_minutes
 
-The text becomes sentences of words as word2vec's does (`word2vec_task.iter_sentences`,
+The text becomes sentences of words as word2vec's does (`attnkit.train.vector_text`,
 through the [pretokenize] steps if any) and is read twice, a sentence at a time: once to
 count the words (those under `glove.min_count` are left out), once to count their
 co-occurrences in chunks
@@ -34,9 +34,8 @@ from attnkit.train import checkpoint as ckpt
 from attnkit.train import lock
 from attnkit.train.run_config import RunConfig
 from attnkit.train.stopping import Stopping, TrainResult
-from attnkit.train.validate import validate
-from attnkit.train.vector_runs import finish, restore_state, save_state
-from attnkit.train.word2vec_task import iter_sentences, pretokenizer_for, record_pretokenizer
+from attnkit.train.vector_runs import begin, finish, restore_state, save_state
+from attnkit.train.vector_text import iter_sentences, record_pretokenizer
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +50,7 @@ def train(
     resume_command: str = "attnkit.train.tasks.train(config, resume=True)",
 ) -> TrainResult:
     """Learn the vectors `config` describes in the run folder `train.out_dir`."""
-    validate(config)
-    folder = RunFolder(config.train.out_dir)
-    lock.check_free(folder)
-    if not resume:
-        ckpt.check_new_run(folder.root)
-    pretokenizer = pretokenizer_for(config)
+    folder, pretokenizer = begin(config, resume)
     text = config.data, pretokenizer
     words, counts = count_words(iter_sentences(*text), config.glove.min_count)
     model = Glove(words, counts, config.glove, seed=config.train.seed)

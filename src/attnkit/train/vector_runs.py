@@ -1,5 +1,5 @@
-"""What the word-vector tasks of `attnkit train` (word2vec, GloVe) share: their state saved
-and resumed, and the scores and curves that end a run.
+"""What the word-vector tasks of `attnkit train` (word2vec, GloVe) share: the checks that
+start a run, their state saved and resumed, and the scores and curves that end a run.
 
 A state (trainer_state.pt) holds the task's name, the step, the settings and seed, the
 vocabulary and its counts, and the task's tensors; the vectors go beside it as vectors.bin.
@@ -20,7 +20,13 @@ from attnkit.embeddings import evaluation
 from attnkit.embeddings.vectors import WordVectors, save_vectors
 from attnkit.errors import AttnkitError
 from attnkit.files import atomic_write
+from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder
+from attnkit.train import checkpoint as ckpt
+from attnkit.train import lock
+from attnkit.train.run_config import RunConfig
+from attnkit.train.validate import validate
+from attnkit.train.vector_text import pretokenizer_for
 from attnkit.viz import plot_curves
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,17 @@ class VectorModel(Protocol):
     seed: int
     words: list[str]
     counts: Tensor
+
+
+def begin(config: RunConfig, resume: bool) -> tuple[RunFolder, Pretokenizer | None]:
+    """Check `config` and its run folder (new, or one to resume), then learn its
+    [pretokenize] steps: the folder and the pretokenizer (None if none)."""
+    validate(config)
+    folder = RunFolder(config.train.out_dir)
+    lock.check_free(folder)
+    if not resume:
+        ckpt.check_new_run(folder.root)
+    return folder, pretokenizer_for(config)
 
 
 def save_state(
