@@ -83,7 +83,7 @@ class RunFolder:
         self.trainer_state = self.root / "trainer_state.pt"
         self.metrics = self.root / "metrics.jsonl"
         self.curves = self.root / "curves.png"
-        self.vectors = self.root / "vectors.bin"  # a word2vec run's, in word2vec's binary format
+        self.vectors = self.root / "vectors.bin"  # a word2vec or GloVe run's (word2vec binary)
         self.pretokenize = self.root / "pretokenize.json"  # a word-vector run's [pretokenize]
         self.tokenizer_pretokenize = pretokenize_file(self.tokenizer)  # a Transformer run's
         self.checkpoints = self.root / "checkpoints"

@@ -206,14 +206,7 @@ class Tokenizer:
             raise AttnkitError(
                 f"{path} is not a tokenizer.json that Hugging Face tokenizers can read ({err})"
             ) from None
-        beside = pretokenize_file(path)
-        if not beside.is_file():
-            return cls(backend)
-        try:
-            pretokenizer = Pretokenizer.from_dict(json.loads(beside.read_text(encoding="utf-8")))
-        except (ValueError, KeyError, TypeError) as err:
-            raise AttnkitError(f"{beside} is not a pretokenizer attnkit wrote ({err})") from None
-        return cls(backend, pretokenizer)
+        return cls(backend, Pretokenizer.read(pretokenize_file(path)))
 
     def save(self, path: PathLike) -> Path:
         """Write to a `.json` path, or else into that folder as `tokenizer.json`; returns the file.
@@ -225,12 +218,10 @@ class Tokenizer:
         if path.suffix != ".json":
             path = path / TOKENIZER_FILE
         text = self.backend.to_str(pretty=True)
-        beside = pretokenize_file(path)
         if self.pretokenizer is not None:
-            data = json.dumps(self.pretokenizer.to_dict(), ensure_ascii=False, indent=1)
-            atomic_write(beside, lambda p: p.write_text(data, encoding="utf-8"))
-        else:
-            beside.unlink(missing_ok=True)  # a stale one would be read with this tokenizer
+            self.pretokenizer.save(pretokenize_file(path))
+        else:  # a stale one would be read with this tokenizer
+            pretokenize_file(path).unlink(missing_ok=True)
         return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 
     # -- encoding ---------------------------------------------------------

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from attnkit.checks import check, choice, finite_fields, non_negative, positive
 from attnkit.errors import AttnkitError
+from attnkit.files import PathLike, atomic_write
 from attnkit.pretokenize import segment as jieba_segment
 from attnkit.pretokenize.phrases import Phrases
 from attnkit.pretokenize.segment import SEGMENTERS
@@ -215,6 +218,22 @@ class Pretokenizer:
         config = dataclasses.asdict(self.config)
         config["phrase_connectors"] = list(config["phrase_connectors"])
         return {"config": config, "phrases": self.phrases.to_dict() if self.phrases else None}
+
+    def save(self, path: PathLike) -> Path:
+        """Write the settings and phrases to a JSON file."""
+        text = json.dumps(self.to_dict(), ensure_ascii=False, indent=1)
+        return atomic_write(Path(path), lambda p: p.write_text(text, encoding="utf-8"))
+
+    @classmethod
+    def read(cls, path: PathLike) -> Pretokenizer | None:
+        """The pretokenizer `save` wrote to `path`, or None if there is no such file."""
+        path = Path(path)
+        if not path.is_file():
+            return None
+        try:
+            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (ValueError, KeyError, TypeError) as err:
+            raise AttnkitError(f"{path} is not a pretokenizer attnkit wrote ({err})") from None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Pretokenizer:

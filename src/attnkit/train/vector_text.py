@@ -12,7 +12,6 @@ phrases are learned from the text first, one more reading for each pass.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -22,7 +21,6 @@ from attnkit.data import CORPORA
 from attnkit.data.hf_datasets import is_dataset
 from attnkit.data.sources import corpus_text, text_lines
 from attnkit.errors import AttnkitError
-from attnkit.files import atomic_write
 from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder
 from attnkit.train.run_config import DataSection, RunConfig
@@ -73,8 +71,7 @@ def pretokenizer_for(config: RunConfig) -> Pretokenizer | None:
 def record_pretokenizer(folder: RunFolder, pretokenizer: Pretokenizer | None) -> None:
     """Keep the steps and phrases a word-vector run's words went through (pretokenize.json)."""
     if pretokenizer is not None:
-        data = json.dumps(pretokenizer.to_dict(), ensure_ascii=False, indent=1)
-        atomic_write(folder.pretokenize, lambda p: p.write_text(data, encoding="utf-8"))
+        pretokenizer.save(folder.pretokenize)
 
 
 class _Reread:
