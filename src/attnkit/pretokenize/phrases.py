@@ -106,9 +106,10 @@ class Phrases:
     passes: list[PhraseModel]
 
     @classmethod
-    def learn(cls, sentences: Sequence[Sequence[str]], passes: int = 1, **settings: Any) -> Phrases:
-        """`passes` passes over `sentences` (a sequence: each pass reads it again), each on
-        the text the passes before it joined."""
+    def learn(cls, sentences: Iterable[Sequence[str]], passes: int = 1, **settings: Any) -> Phrases:
+        """`passes` passes over `sentences` (a list, or an iterable that reads its source
+        afresh each time: each pass reads it again), each on the text the passes before it
+        joined."""
         models: list[PhraseModel] = []
         for _ in range(passes):
             joined = (cls(models).join(s) for s in sentences)

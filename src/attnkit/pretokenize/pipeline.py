@@ -129,8 +129,9 @@ class Pretokenizer:
 
     # -- learning ----------------------------------------------------------------------
 
-    def learn(self, sentences: Sequence[Sequence[str]]) -> None:
-        """Learn the phrases (if asked) from `sentences` of words, as `split` gives them."""
+    def learn(self, sentences: Iterable[Sequence[str]]) -> None:
+        """Learn the phrases (if asked) from `sentences` of words, as `split` gives them: a
+        list, or an iterable that reads its source afresh each time (one reading a pass)."""
         if self.config.phrases:
             c = self.config
             self.phrases = Phrases.learn(
