@@ -75,6 +75,9 @@ BENCHMARKS = {
     "word2vec": Benchmark(
         "bench.bench_word2vec", "word2vec skip-gram and CBOW against gensim: words/s and quality"
     ),
+    "glove": Benchmark(
+        "bench.bench_glove", "GloVe beside word2vec, and against mittens: words/s and quality"
+    ),
     "serve": Benchmark(
         "bench.bench_serve",
         "attnkit serve under concurrent clients, batched across requests or not",

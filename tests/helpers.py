@@ -223,3 +223,9 @@ def rewrite_weights(run: Path, change: Callable[[dict[str, Tensor]], None]) -> N
     tensors = load_file(run / "model.safetensors")
     change(tensors)
     save_file(tensors, str(run / "model.safetensors"))
+
+
+def hashtags_apart(text: str) -> str:
+    """A user's pre-tokenization rule, as `pretokenize.rule = "tests.helpers:hashtags_apart"`
+    names it: "#NewYork" becomes "# NewYork"."""
+    return text.replace("#", "# ")

@@ -19,15 +19,14 @@ class _Attention(nn.Module):
         self.heads, self.dropout = heads, dropout
         self.c_attn = nn.Linear(d, 3 * d, bias=bias)
         self.c_proj = nn.Linear(d, d, bias=bias)
-        self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.c_attn(x).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        p = self.dropout if self.training else 0.0  # on the attention weights, inside SDPA
+        p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(b, t, d)))
+        return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, d))
 
 
 class _Block(nn.Module):
@@ -36,21 +35,17 @@ class _Block(nn.Module):
         self.ln_1, self.attn = nn.LayerNorm(d, bias=bias), _Attention(d, heads, bias, dropout)
         self.ln_2 = nn.LayerNorm(d, bias=bias)
         self.mlp = nn.Sequential(
-            nn.Linear(d, 4 * d, bias=bias),
-            nn.GELU(),
-            nn.Linear(4 * d, d, bias=bias),
-            nn.Dropout(dropout),
+            nn.Linear(d, 4 * d, bias=bias), nn.GELU(), nn.Linear(4 * d, d, bias=bias)
         )
+        self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.resid_dropout(self.attn(self.ln_1(x)))
+        return x + self.resid_dropout(self.mlp(self.ln_2(x)))
 
 
 class NanoGPT(nn.Module):
-    """`bias=False` and `nanogpt_init=True` are nanoGPT's own defaults; `dropout` acts where
-    nanoGPT's does: on the summed embeddings, the attention weights, and each residual branch's
-    output."""
+    """`bias=False` and `nanogpt_init=True` are nanoGPT's own defaults."""
 
     def __init__(
         self,
@@ -83,10 +78,13 @@ class NanoGPT(nn.Module):
                 for last in (block.attn.c_proj, block.mlp[2]):
                     nn.init.normal_(last.weight, std=0.02 / (2 * layers) ** 0.5)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def logits(self, idx: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
+        return self.lm_head(self.ln_f(x))
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self.logits(idx)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))

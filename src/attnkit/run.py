@@ -51,7 +51,7 @@ from attnkit.models import TransformerModel, build_model
 from attnkit.nn.adapters import adapter_state_dict
 from attnkit.nn.compute_type import compute_type_of, convert
 from attnkit.nn.lora import merged_copy
-from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer
+from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer, pretokenize_file
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,9 @@ class RunFolder:
         self.trainer_state = self.root / "trainer_state.pt"
         self.metrics = self.root / "metrics.jsonl"
         self.curves = self.root / "curves.png"
-        self.vectors = self.root / "vectors.bin"  # a word2vec run's, in word2vec's binary format
+        self.vectors = self.root / "vectors.bin"  # a word2vec or GloVe run's (word2vec binary)
+        self.pretokenize = self.root / "pretokenize.json"  # a word-vector run's [pretokenize]
+        self.tokenizer_pretokenize = pretokenize_file(self.tokenizer)  # a Transformer run's
         self.checkpoints = self.root / "checkpoints"
         self.best_weights = self.checkpoints / "best" / WEIGHTS_FILE
         self.lock = self.root / "train.lock"
@@ -97,7 +99,8 @@ class RunFolder:
         """The files attnkit writes at the folder's top (beside `checkpoints/` and the lock)."""
         return (
             *(self.config, self.weights, self.tokenizer, self.fingerprint, self.run_config),
-            *(self.trainer_state, self.metrics, self.curves, self.vectors),
+            *(self.trainer_state, self.metrics, self.curves, self.vectors, self.pretokenize),
+            self.tokenizer_pretokenize,
         )
 
     def owns(self, entry: Path) -> bool:

@@ -22,6 +22,7 @@ def test_the_recipes_are_all_here():
         "tinyshakespeare_char",
         "cmudict_g2p",
         "word2vec",
+        "glove",
     }
 
 
@@ -40,8 +41,8 @@ def test_recipe_trains_and_evaluates(recipe: Path, data_dir: Path, tmp_path: Pat
     ]
     if config.data.task == "translation":
         overrides.append("data.max_tokens=600")  # small batches: a smoke test, not a run
-    if config.data.task == "word2vec":  # no steps to cap: one epoch of the real text
-        overrides.append("word2vec.epochs=1")
+    if config.data.task in ("word2vec", "glove"):  # no steps to cap: one epoch of the real text
+        overrides.append(f"{config.data.task}.epochs=1")
     if config.train.device == "cuda" and not torch.cuda.is_available():
         # A GPU recipe on a machine without one: its model, data and loop, plainly, on the CPU.
         overrides += ["train.device=cpu", "train.compile=false", "train.precision=fp32"]
@@ -51,7 +52,7 @@ def test_recipe_trains_and_evaluates(recipe: Path, data_dir: Path, tmp_path: Pat
         overrides.append(f"train.init_from={base}")
     assert main(["train", str(recipe), *(a for o in overrides for a in ("--set", o))]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    if config.data.task == "word2vec":
+    if config.data.task in ("word2vec", "glove"):
         assert records[-1]["wordsim353_coverage"] > 0.2 and records[0]["epoch"] == 1
         assert (tmp_path / "run" / "vectors.bin").is_file()
         return

@@ -163,6 +163,19 @@ class Corpus:
         return Corpus(self.ids[int(starts[0]) : int(starts[-1])], starts - starts[0])
 
 
+def encode(sentences: Iterable[Sequence[str]], index: dict[str, int]) -> Corpus:
+    """Sentences as the ids `index` gives their words, unknown words left out, each cut at
+    MAX_SENTENCE words."""
+    ids: list[int] = []
+    starts = [0]
+    for sentence in sentences:
+        known = [index[w] for w in sentence if w in index]
+        for at in range(0, len(known), MAX_SENTENCE):
+            ids.extend(known[at : at + MAX_SENTENCE])
+            starts.append(len(ids))
+    return Corpus(torch.tensor(ids, dtype=torch.long), torch.tensor(starts, dtype=torch.long))
+
+
 class Word2Vec:
     """Input and output vectors, and the skip-gram or CBOW negative-sampling SGD that moves them."""
 
@@ -191,15 +204,7 @@ class Word2Vec:
 
     def encode(self, sentences: Iterable[Sequence[str]]) -> Corpus:
         """Sentences as word ids, unknown words left out, each cut at MAX_SENTENCE words."""
-        index = {w: i for i, w in enumerate(self.words)}
-        ids: list[int] = []
-        starts = [0]
-        for sentence in sentences:
-            known = [index[w] for w in sentence if w in index]
-            for at in range(0, len(known), MAX_SENTENCE):
-                ids.extend(known[at : at + MAX_SENTENCE])
-                starts.append(len(ids))
-        return Corpus(torch.tensor(ids, dtype=torch.long), torch.tensor(starts, dtype=torch.long))
+        return encode(sentences, {w: i for i, w in enumerate(self.words)})
 
     def train_pass(
         self, corpus: Corpus, alphas: tuple[float, float], seed: int, threads: int = 1

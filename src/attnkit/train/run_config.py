@@ -8,6 +8,8 @@
     [sequence_loss]       training on a sentence reward (BLEU, chrF): self-critical, minimum risk
     [guided_attention]    a loss keeping cross-attention near the diagonal (monotonic tasks)
     [word2vec]            skip-gram or CBOW word vectors (`data.task = "word2vec"`)
+    [glove]               GloVe word vectors (`data.task = "glove"`)
+    [pretokenize]         words before tokens: a rule, jieba, phrases, stop words, stems
 
 Every key has a default and a check. Values from the file and from
 `--set section.key=value` overrides go through the same type check, and an
@@ -44,10 +46,12 @@ from attnkit.checks import (
 from attnkit.config import ModelConfig
 from attnkit.data.datasets import WINDOWS
 from attnkit.devices import parse_device
+from attnkit.embeddings.glove import GloveConfig
 from attnkit.embeddings.word2vec import Word2VecConfig
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
 from attnkit.presets import PRESETS
+from attnkit.pretokenize import PretokenizeConfig
 from attnkit.tokenizer import KINDS
 from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
@@ -56,7 +60,8 @@ from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
 
-TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec")
+TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec", "glove")
+VECTOR_TASKS = ("word2vec", "glove")  # word vectors, no Transformer: `train/vector_runs.py`
 SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
 DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
@@ -109,8 +114,8 @@ class DataSection:
     """What to learn from and how to batch it.
 
     task: `translation` (encoder-decoder), `language-model` (decoder),
-        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo) or
-        `word2vec` (word vectors, no Transformer).
+        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo),
+        `word2vec` or `glove` (word vectors, no Transformer).
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
         Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
         corpus its config does not name.
@@ -212,7 +217,7 @@ class TrainSection:
         (`train/host_memory.py`; it applies to the whole process).
     init_from: a run folder whose model (config and weights) and tokenizer
         start this run, to fine-tune it; the [model] section is then not used.
-    init_embeddings: word vectors (a word2vec run folder, or a word2vec or GloVe
+    init_embeddings: word vectors (a word2vec or GloVe run folder, or a word2vec or GloVe
         file) that start the token embeddings of a new model, for the tokens
         that stand for a word they have (`attnkit.embeddings.pretrained`).
     decay_embeddings: weight decay on the token and position tables too, as nanoGPT decays
@@ -338,6 +343,8 @@ SECTIONS: dict[str, type] = {
     "sequence_loss": SequenceLossSection,
     "guided_attention": GuidedAttentionSection,
     "word2vec": Word2VecConfig,
+    "glove": GloveConfig,
+    "pretokenize": PretokenizeConfig,
 }
 # The sections of plain options; [model] is a preset plus `ModelConfig` fields.
 OPTION_SECTIONS = tuple(name for name in SECTIONS if name != "model")
@@ -355,6 +362,8 @@ class RunConfig:
     sequence_loss: SequenceLossSection = field(default_factory=SequenceLossSection)
     guided_attention: GuidedAttentionSection = field(default_factory=GuidedAttentionSection)
     word2vec: Word2VecConfig = field(default_factory=Word2VecConfig)
+    glove: GloveConfig = field(default_factory=GloveConfig)
+    pretokenize: PretokenizeConfig = field(default_factory=PretokenizeConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The resolved config, every key explicit, as `from_dict` reads it back."""

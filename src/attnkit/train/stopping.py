@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from attnkit.embeddings.glove import Glove
 from attnkit.embeddings.word2vec import Word2Vec
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
@@ -48,7 +49,7 @@ _NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 class TrainResult:
     """How `Trainer.fit` ended: the model, the last step, why, and the records it wrote."""
 
-    model: TransformerModel | Word2Vec  # what the run trained: a Transformer, or word vectors
+    model: TransformerModel | Word2Vec | Glove  # what the run trained: a Transformer, or vectors
     step: int
     stopped: str
     """`finished`, `early-stopped`, `time-limit`, `interrupted` or `terminated` (SIGTERM)."""

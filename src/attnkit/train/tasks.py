@@ -23,6 +23,7 @@ through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut b
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
 from attnkit.nn.adapters import apply_adapters
 from attnkit.nn.lora import apply_lora
+from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import checkpoint as ckpt
@@ -60,7 +62,7 @@ from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
 from attnkit.train.guided_attention import GuidedAttention
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
-from attnkit.train.run_config import RunConfig
+from attnkit.train.run_config import VECTOR_TASKS, RunConfig
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.sequence_level import SequenceLevel
 from attnkit.train.trainer import Trainer, TrainResult
@@ -92,10 +94,9 @@ def train(
 
     `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
     """
-    if config.data.task == "word2vec":
-        from attnkit.train import word2vec_task
-
-        return word2vec_task.train(
+    if config.data.task in VECTOR_TASKS:
+        runner = importlib.import_module(f"attnkit.train.{config.data.task}_task")
+        return runner.train(
             config, resume=resume, callbacks=callbacks, resume_command=resume_command
         )
     validate(config)  # first, so a bad train.out_dir gets its own sentence, not the lock's
@@ -139,9 +140,10 @@ def _record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) ->
 def build_task(config: RunConfig) -> TaskSetup:
     """The model, data and metrics that `config.data.task` names, once `config` is valid."""
     validate(config)
-    if config.data.task == "word2vec":
+    if config.data.task in VECTOR_TASKS:
         raise AttnkitError(
-            "data.task 'word2vec' trains word vectors, not a Transformer; run it with attnkit train"
+            f"data.task {config.data.task!r} trains word vectors, not a Transformer; run it with "
+            "attnkit train"
         )
     return _build(config)
 
@@ -219,7 +221,10 @@ def _tokenizer(config: RunConfig, texts: Iterable[str]) -> Tokenizer:
             )
         return Tokenizer.load(base)
     d = config.data
-    return Tokenizer.train(d.tokenizer, texts=texts, vocab_size=d.vocab_size)
+    pretokenizer = Pretokenizer(config.pretokenize) if config.pretokenize.on else None
+    return Tokenizer.train(
+        d.tokenizer, texts=texts, vocab_size=d.vocab_size, pretokenizer=pretokenizer
+    )
 
 
 def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
@@ -243,7 +248,7 @@ def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> Transfor
 
 
 def _vector_file(path: str) -> Path:
-    """A vector file, or the vectors.bin of a word2vec run folder."""
+    """A vector file, or the vectors.bin of a word2vec or GloVe run folder."""
     return RunFolder(path).vectors if Path(path).is_dir() else Path(path)
 
 
