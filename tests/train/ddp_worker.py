@@ -14,7 +14,7 @@ import torch
 from attnkit.train import Trainer
 from attnkit.train import distributed as dist
 from attnkit.train.run_config import TrainSection
-from tests.helpers import merge, tiny_model, translation_batches
+from tests.helpers import global_batches, tiny_model
 
 STEPS = 4
 
@@ -22,12 +22,7 @@ STEPS = 4
 def main(out: Path) -> None:
     torch.set_num_threads(1)
     info = dist.from_env()
-    halves = translation_batches(2 * STEPS, batch_size=3, seed=7)
-    pairs = list(zip(halves[0::2], halves[1::2], strict=True))
-    if info.world_size == 1:
-        data = [merge(a, b) for a, b in pairs]
-    else:
-        data = [pair[info.rank] for pair in pairs]
+    data = global_batches(STEPS, info.rank, info.world_size)
     model = tiny_model(dropout=0.0, embedding_dropout=0.0, bias=False)
     settings = TrainSection(
         out_dir=str(out / "run"),

@@ -1,31 +1,10 @@
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import torch
 
-from tests.helpers import tiny_model
-
-ROOT = Path(__file__).parents[2]
+from tests.helpers import run_worker, tiny_model
 
 
-def run(args: list[str], out: Path) -> dict[str, torch.Tensor]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
-        "OMP_NUM_THREADS": "1",
-    }
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    subprocess.run(
-        [sys.executable, *args, str(out)],
-        env=env,
-        check=True,
-        cwd=ROOT,
-        timeout=120,
-        capture_output=True,
-    )
+def run(args: list[str], out) -> dict[str, torch.Tensor]:
+    run_worker(args, out)
     return torch.load(out / "params.pt", weights_only=True)
 
 
