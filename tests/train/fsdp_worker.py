@@ -3,7 +3,9 @@
     python -m torch.distributed.run --standalone --nproc_per_node=2 -m tests.train.fsdp_worker OUT
 
 Each rank takes half of every global batch (`global_batches`). One launch does, in turn
-(rank 0 writes the files):
+(rank 0 writes the files, but the first):
+  refused-R.txt            the sentence rank R stops with when rank 1's run folder is not
+                           rank 0's (`check_shared_folder`)
   grads.pt, lora_grads.pt  every gradient after one backward, as FSDP reduced it, gathered
   straight/                a run of 4 steps, a checkpoint every 2: params.pt, losses.pt
   resumed/                 the same run stopped after step 2, then resumed: params.pt
@@ -22,6 +24,7 @@ from typing import Any
 
 import torch
 
+from attnkit.errors import AttnkitError
 from attnkit.train import Trainer, TrainResult
 from attnkit.train import distributed as dist
 from attnkit.train.objectives import objective_for
@@ -72,6 +75,10 @@ def die_in_step_3(info: dict[str, Any]) -> None:
 def main(out: Path) -> None:
     torch.set_num_threads(1)
     info = dist.setup("cpu")
+    try:
+        dist.check_shared_folder(out / f"seen-by-rank-{info.rank}")
+    except AttnkitError as err:
+        (out / f"refused-{info.rank}.txt").write_text(str(err))
     gradients(False, out / "grads.pt")
     gradients(True, out / "lora_grads.pt")
     train(out / "straight", STEPS)

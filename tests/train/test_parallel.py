@@ -110,3 +110,12 @@ def test_a_rank_that_dies_mid_run_leaves_the_last_checkpoint_loadable(two_ranks,
     result = one_process(tmp_path, resume=True, parallel="fsdp")
     straight = torch.load(two_ranks / "straight" / "params.pt")
     assert_all_close(result.model.state_dict(), straight, rtol=1e-5, atol=1e-6)
+
+
+def test_every_rank_refuses_a_run_folder_that_one_of_them_cannot_see(two_ranks):
+    """Rank 1 looks for the run folder at another path, as a machine whose path is a local
+    disk does: both ranks stop with the same sentence, before any work."""
+    for rank in (0, 1):
+        sentence = (two_ranks / f"refused-{rank}.txt").read_text()
+        assert sentence.startswith("rank 1 on ") and "cannot see the run folder" in sentence
+    assert not (two_ranks / "seen-by-rank-1").exists()

@@ -132,15 +132,14 @@ def check_shared_folder(root: Path) -> None:
     info = from_env()
     if not info.active:
         return
-    probe = None
+    name = broadcast_object(f".reachable-{secrets.token_hex(8)}.tmp")  # rank 0's
     if info.is_main:
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".reachable-{secrets.token_hex(8)}.tmp"
-        probe.write_text(socket.gethostname())
-    probe = broadcast_object(probe)
-    sights = gather_objects((info.rank, socket.gethostname(), probe.is_file()))
+        (root / name).write_text(socket.gethostname())
+    broadcast_object(None)  # written before any rank looks
+    sights = gather_objects((info.rank, socket.gethostname(), (root / name).is_file()))
     if info.is_main:
-        probe.unlink()
+        (root / name).unlink()
     blind = [f"rank {rank} on {host}" for rank, host, seen in sights if not seen]
     if blind:
         raise AttnkitError(
