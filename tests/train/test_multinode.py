@@ -6,8 +6,6 @@ import socket
 import subprocess
 import sys
 
-import torch
-
 from attnkit.run import RunFolder, load_run
 from attnkit.train.checkpoint import load_trainer_state
 from tests.helpers import ROOT, RUN_LINES
@@ -20,8 +18,14 @@ def free_port() -> int:
 
 
 def test_two_nodes_train_one_run_with_the_tokenizer_rank_0_made(tmp_path):
-    text = tmp_path / "text.txt"
-    text.write_text("\n".join(RUN_LINES * 20) + "\n")
+    """A translation run: the BLEU of greedy decoding on validation, under FSDP, takes every
+    rank (each decodes; its forward passes are collectives)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    german, english = RUN_LINES[:2], RUN_LINES[2:]
+    for split, copies in (("train", 24), ("val", 4)):
+        (corpus / f"{split}.de").write_text("\n".join(german * copies) + "\n")
+        (corpus / f"{split}.en").write_text("\n".join(english * copies) + "\n")
     config = tmp_path / "run.toml"
     config.write_text(
         f"""
@@ -29,17 +33,15 @@ def test_two_nodes_train_one_run_with_the_tokenizer_rank_0_made(tmp_path):
 d_model = 16
 n_heads = 2
 d_ff = 32
-n_decoder_layers = 2
-max_len = 16
-shape = "decoder"
-tie_embeddings = "decoder"
+n_encoder_layers = 1
+n_decoder_layers = 1
+max_len = 40
 
 [data]
-task = "language-model"
-corpus = "{text}"
+task = "translation"
+corpus = "{corpus}"
 tokenizer = "char"
-block_size = 12
-batch_size = 4
+max_tokens = 200
 
 [train]
 out_dir = "{tmp_path / "run"}"
@@ -53,6 +55,8 @@ parallel = "fsdp"
 
 [eval]
 every = 4
+decode_examples = 4
+metric = "bleu"
 """
     )
     launch = [
@@ -82,6 +86,5 @@ every = 4
     ]
     run = load_run(folder.root)
     assert run.model.config.vocab_size == run.tokenizer.vocab_size
-    assert torch.isfinite(
-        torch.tensor([r["val_loss"] for r in folder.read_metrics() if "val_loss" in r])
-    ).all()
+    evaluation = [r for r in folder.read_metrics() if "val_loss" in r]
+    assert len(evaluation) == 1 and "bleu" in evaluation[0]

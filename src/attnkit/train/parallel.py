@@ -119,19 +119,28 @@ class Parallel:
 
     @contextlib.contextmanager
     def gathered(self, model: TransformerModel) -> Iterator[None]:
-        """The root's weights (embeddings, head) whole on every rank while the block runs.
+        """Every weight of `model` whole on every rank while the block runs (evaluation).
 
-        FSDP gathers a unit's weights only around its `forward`; decoding reaches the
-        embeddings and the head through other methods (`encode`, `decode_step`).
+        FSDP gathers a unit's weights only around its `forward`; decoding also reaches
+        them through other methods (`encode`, `new_cache`, `decode_step`), token after
+        token, so the whole model is gathered once instead: evaluation holds it whole.
         """
         if not isinstance(model, FSDPModule):
             yield
             return
-        model.unshard()
+        units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        blocks = [m for m in units if m is not model]  # the root keeps FSDP's own setting
+        for unit in blocks:
+            unit.set_reshard_after_forward(False, recurse=False)
+        for unit in units:
+            unit.unshard()
         try:
             yield
         finally:
-            model.reshard()
+            for unit in units:
+                unit.reshard()
+            for unit in blocks:
+                unit.set_reshard_after_forward(True, recurse=False)
 
 
 def _with_new_parameters(model: nn.Module, device: str) -> nn.Module:
