@@ -1,6 +1,6 @@
 import torch
 
-from tests.helpers import run_worker, tiny_model
+from tests.helpers import parallel_model, run_worker
 
 
 def run(args: list[str], out) -> dict[str, torch.Tensor]:
@@ -17,5 +17,5 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     assert single.keys() == double.keys()
     for name, value in single.items():
         torch.testing.assert_close(double[name], value, rtol=1e-5, atol=1e-6, msg=name)
-    initial = tiny_model(dropout=0.0, embedding_dropout=0.0, bias=False)
+    initial = parallel_model()
     assert not torch.equal(initial.state_dict()["head.weight"], single["head.weight"])

@@ -8,7 +8,7 @@ import sys
 
 from attnkit.run import RunFolder, load_run
 from attnkit.train.checkpoint import load_trainer_state
-from tests.helpers import ROOT, RUN_LINES
+from tests.helpers import ROOT, translation_config
 
 
 def free_port() -> int:
@@ -18,51 +18,14 @@ def free_port() -> int:
 
 
 def test_two_nodes_train_one_run_with_the_tokenizer_rank_0_made(tmp_path):
-    """A translation run: the BLEU of greedy decoding on validation, under FSDP, takes every
-    rank (each decodes; its forward passes are collectives)."""
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    german, english = RUN_LINES[:2], RUN_LINES[2:]
-    for split, copies in (("train", 24), ("val", 4)):
-        (corpus / f"{split}.de").write_text("\n".join(german * copies) + "\n")
-        (corpus / f"{split}.en").write_text("\n".join(english * copies) + "\n")
-    config = tmp_path / "run.toml"
-    config.write_text(
-        f"""
-[model]
-d_model = 16
-n_heads = 2
-d_ff = 32
-n_encoder_layers = 1
-n_decoder_layers = 1
-max_len = 40
-
-[data]
-task = "translation"
-corpus = "{corpus}"
-tokenizer = "char"
-max_tokens = 200
-
-[train]
-out_dir = "{tmp_path / "run"}"
-steps = 4
-save_every = 2
-log_every = 2
-warmup = 2
-threads = 1
-device = "cpu"
-parallel = "fsdp"
-
-[eval]
-every = 4
-decode_examples = 4
-metric = "bleu"
-"""
-    )
+    """The CLI's tiny translation under FSDP: the BLEU of greedy decoding on validation takes
+    every rank too (each decodes; FSDP's forward passes are collectives)."""
+    config = translation_config(tmp_path)
+    fsdp = ["--set", "train.parallel=fsdp", "--set", "train.device=cpu", "--set", "eval.every=4"]
     launch = [
         *(sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1"),
         *("--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}"),
-        *("-m", "tests.train.node_worker", "train", str(config)),
+        *("-m", "tests.train.node_worker", "train", config, *fsdp),
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     env["OMP_NUM_THREADS"] = "1"
