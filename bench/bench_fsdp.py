@@ -1,6 +1,6 @@
 """FSDP and activation checkpointing on one GPU: peak memory and tokens/s (issue 41, item 6).
 
-    python -m bench fsdp                          # on CUDA: the table of docs/results/fsdp.md
+    python -m bench fsdp                          # on one CUDA GPU, a table last (under 90 s)
     python -m bench fsdp --device cpu --tiny      # the same path on the CPU, as a check
 
 NCCL needs two GPUs to shard anything; on one, FSDP runs over a group of one: the same code
@@ -18,9 +18,14 @@ docs/explanation/memory.md), so the paper table is checked where a GPU can hold 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
+import weakref
 
 import torch
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from attnkit.data.batch import Batch
 from attnkit.interop.llama import config_from_hf
@@ -48,14 +53,42 @@ MODEL = {
 # The CPU check's: small, with heads to spare for `memory_plan`'s widths of 1/8 and 1/4.
 TINY = {**MODEL, "hidden_size": 512, "num_attention_heads": 8, "num_key_value_heads": 8}
 TINY |= {"intermediate_size": 1376, "num_hidden_layers": 2, "vocab_size": 256}
+
+
+class PeakTensorBytes(TorchDispatchMode):
+    """The most bytes of tensor storage alive at once among those the ops it sees made
+    (activations, gradients, recomputed values), counted as torch allocates and frees them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alive: dict[int, int] = {}
+        self.now = self.peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_leaves(out):
+            # A DTensor holds no storage; the local tensors under it are made by ops too.
+            if isinstance(tensor, torch.Tensor) and not isinstance(tensor, DTensor):
+                storage = tensor.untyped_storage()
+                if id(storage) not in self.alive:
+                    self.alive[id(storage)] = storage.nbytes()
+                    self.now += storage.nbytes()
+                    self.peak = max(self.peak, self.now)
+                    weakref.finalize(storage, self._freed, id(storage))
+        return out
+
+    def _freed(self, key: int) -> None:
+        self.now -= self.alive.pop(key)
+
+
 RUNS = [("ddp", "none"), ("fsdp", "none"), ("fsdp", "block"), ("fsdp", "selective")]
 
 
 def train_steps(
     hf: dict, parallel: str, checkpointing: str, device: torch.device, batch: Batch, steps: int
-) -> tuple[float | None, float]:
-    """Peak bytes (None on the CPU, which keeps no count) and tokens/s of `steps` training
-    steps of a fresh model."""
+) -> tuple[float, float]:
+    """Peak bytes and tokens/s of `steps` training steps of a fresh model. On the CPU, which
+    keeps no count, the peak is `PeakTensorBytes`' (and its tokens/s is slowed by it)."""
     precision = "bf16" if device.type == "cuda" else "fp32"
     settings = TrainSection(parallel=parallel, device=device.type, precision=precision)
     info = dist.setup(device.type, alone=parallel == "fsdp")
@@ -68,6 +101,27 @@ def train_steps(
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    tokens = batch.tgt.numel()
+    tracker = PeakTensorBytes() if device.type == "cpu" else contextlib.nullcontext()
+    with tracker:
+        seconds = _steps(model, optimizer, objective, batch, precision, device, steps)
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated()
+    else:  # what the steps made, the weights made before, AdamW's moments of sharded weights
+        moments = [t for state in optimizer.state.values() for t in state.values()]
+        peak = tracker.peak + _local_bytes(model.parameters())
+        peak += _local_bytes(t for t in moments if isinstance(t, DTensor))
+    del model, optimizer
+    dist.teardown()
+    return peak, tokens * (steps - 2) / seconds
+
+
+def _local_bytes(tensors) -> int:
+    return sum((t.to_local() if isinstance(t, DTensor) else t).nbytes for t in tensors)
+
+
+def _steps(model, optimizer, objective, batch, precision, device, steps) -> float:
+    """Seconds of the training steps after the first two."""
     tokens = batch.tgt.numel()
     for step in range(steps):
         if step == 2:
@@ -84,11 +138,7 @@ def train_steps(
         optimizer.zero_grad(set_to_none=True)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
-    del model, optimizer
-    dist.teardown()
-    return peak, tokens * (steps - 2) / seconds
+    return time.perf_counter() - start
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -101,8 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     hf = TINY if args.tiny else MODEL
-    if args.tiny:
-        args.batch, args.length = 2, 64
+    if args.tiny:  # enough tokens that the activations outweigh the weights
+        args.batch, args.length, args.steps = 8, 256, 3
     gpu = torch.cuda.get_device_name() if device.type == "cuda" else "no GPU"
     opening(f"{gpu}", f"{args.batch} x {args.length} tokens a step", f"{args.steps} steps")
     ids = torch.randint(5, hf["vocab_size"], (args.batch, args.length + 1))
@@ -116,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         estimate = per_gpu(counts, acts[precision], plan, 1, args.batch * args.length)
         rows.append((parallel, checkpointing, peak / GB, estimate / GB, speed))
         print(
-            f"{parallel} {checkpointing}: peak {peak / GB:.2f} GB, {speed:,.0f} tokens/s",
+            f"{parallel} {checkpointing}: peak {peak / GB:.3f} GB, {speed:,.0f} tokens/s",
             flush=True,
         )
     base = rows[0][4]
@@ -125,9 +175,9 @@ def main(argv: list[str] | None = None) -> None:
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for parallel, checkpointing, peak, estimate, speed in rows:
         # The paper formulas know no `selective`: what it keeps depends on the ops.
-        guess = "" if checkpointing == "selective" else f"{estimate:.2f}"
+        guess = "" if checkpointing == "selective" else f"{estimate:.3f}"
         print(
-            f"| {parallel} | {checkpointing} | {peak} | {guess} | {speed:,.0f} | "
+            f"| {parallel} | {checkpointing} | {peak:.3f} | {guess} | {speed:,.0f} | "
             f"{speed / base:.2f}x |"
         )
 

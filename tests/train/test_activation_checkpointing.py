@@ -1,42 +1,14 @@
 """Activation checkpointing: the same gradients as the plain forward pass, less memory held."""
 
-import weakref
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.train.activation_checkpointing import apply_activation_checkpointing
 from attnkit.train.objectives import objective_for
+from bench.bench_fsdp import PeakTensorBytes
 from tests.helpers import tiny_model
-
-
-class PeakTensorBytes(TorchDispatchMode):
-    """The most bytes of tensor storage alive at once among those the ops it sees made
-    (activations, gradients, recomputed values), counted as torch allocates and frees them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.alive: dict[int, int] = {}
-        self.now = self.peak = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for tensor in tree_leaves(out):
-            if isinstance(tensor, torch.Tensor):
-                storage = tensor.untyped_storage()
-                if id(storage) not in self.alive:
-                    self.alive[id(storage)] = storage.nbytes()
-                    self.now += storage.nbytes()
-                    self.peak = max(self.peak, self.now)
-                    weakref.finalize(storage, self._freed, id(storage))
-        return out
-
-    def _freed(self, key: int) -> None:
-        self.now -= self.alive.pop(key)
 
 
 def forward_backward(mode: str) -> tuple[dict[str, torch.Tensor], int]:

@@ -1,5 +1,6 @@
-"""Sharded checkpoints in one process (FSDP over a group of one): what they hold, resuming
-across `train.parallel`, a save cut short, and what readers of the run folder load."""
+"""FSDP in one process (over a group of one): what its sharded checkpoints hold, resuming
+across `train.parallel`, a save cut short, what readers of the run folder load, and the
+settings that change its arithmetic (LoRA, bf16, accumulation)."""
 
 import shutil
 
@@ -112,6 +113,20 @@ def test_bf16_under_fsdp_gathers_bf16_weights_and_keeps_float32_masters(tmp_path
     loss = [[r["train_loss"] for r in run.history if "train_loss" in r] for run in (fp32, bf16)]
     torch.testing.assert_close(torch.tensor(loss[1]), torch.tensor(loss[0]), rtol=2e-2, atol=0)
     assert loss[1] != loss[0]  # computed in bf16 indeed
+
+
+def test_accumulated_micro_batches_under_fsdp_add_up_to_the_whole_batch(tmp_path):
+    """Each micro-batch's gradients are reduce-scattered and added to the slices."""
+    halves = global_batches(2, 0, 2) + global_batches(2, 1, 2)
+    batches = [halves[0], halves[2], halves[1], halves[3]]  # both halves of step 1, of step 2
+    accumulated = Trainer(
+        parallel_model(),
+        batches,
+        train=parallel_settings(tmp_path / "run", 2, parallel="fsdp", accumulate=2),
+    ).fit()
+    whole = fit(tmp_path / "whole", 2)
+    for name, value in whole.model.state_dict().items():
+        torch.testing.assert_close(accumulated.model.state_dict()[name], value, msg=name)
 
 
 def test_fp16_under_fsdp_is_refused_in_one_sentence():
