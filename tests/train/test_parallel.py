@@ -92,7 +92,8 @@ def test_a_sharded_checkpoint_resumed_on_as_many_ranks_continues_bit_for_bit(two
 
 def test_a_sharded_checkpoint_resumes_on_one_process_without_fsdp(two_ranks, tmp_path):
     """Two ranks' slices read whole into the plain model: the sums of the halves are now
-    one sum, equal within float32 rounding (into FSDP over a group of one: the last test)."""
+    one sum, equal within float32 rounding (into FSDP over a group of one: the test of a
+    rank that dies)."""
     shutil.copytree(two_ranks / "at_step_2", tmp_path / "run")
     result = one_process(tmp_path, resume=True, parallel="ddp")
     straight = torch.load(two_ranks / "straight" / "params.pt")
