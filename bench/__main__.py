@@ -87,6 +87,14 @@ BENCHMARKS = {
         "steps with scheduled sampling, self-critical and minimum risk vs teacher forcing",
     ),
     "trainer": Benchmark("bench.bench_trainer", "the Trainer's overhead over a bare training loop"),
+    "fsdp": Benchmark(
+        "bench.bench_fsdp",
+        "one GPU: peak memory and tokens/s of FSDP and activation checkpointing modes",
+    ),
+    "memory": Benchmark(
+        "bench.memory_plan",
+        "on paper: memory per GPU of 1B, 7B, 8x7B with DDP, FSDP, checkpointing, LoRA",
+    ),
     "peak": Benchmark("bench.peak", "the machine's matmul GFLOP/s on each of torch's paths"),
     "fault": Benchmark(
         "bench.fault_injection", "training killed by SIGKILL in checkpoint writes: all recovered?"

@@ -9,6 +9,8 @@
     RUN_DIR/metrics.jsonl                one JSON record per logged interval or evaluation
     RUN_DIR/curves.png                   those records drawn
     RUN_DIR/checkpoints/step-0000500/    the weights at each saved step
+    RUN_DIR/checkpoints/step-0000500/sharded/  under FSDP, also the weights and the
+                                         optimizer's state in one slice per rank
     RUN_DIR/checkpoints/best/            the weights with the best validation metric
     RUN_DIR/train.lock                   held by the training under way (`attnkit.train.lock`)
     RUN_DIR/adapters.safetensors         a model's adapters alone (`attnkit.nn.adapters`)
@@ -58,6 +60,7 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ADAPTERS_FILE = "adapters.safetensors"  # a model's adapters alone (`attnkit.nn.adapters`)
+SHARDS = "sharded"  # a step's sharded checkpoint (`attnkit.train.distributed_checkpoint`)
 _STEP = "step-"
 
 # The ids `generate` starts and stops on, for each model shape that generates, and the
@@ -115,6 +118,9 @@ class RunFolder:
 
     def step_weights(self, step: int) -> Path:
         return self.step_dir(step) / WEIGHTS_FILE
+
+    def step_shards(self, step: int) -> Path:
+        return self.step_dir(step) / SHARDS
 
     def saved_steps(self) -> list[int]:
         """Steps with saved weights, oldest first."""

@@ -53,6 +53,7 @@ from attnkit.files import read_lines
 from attnkit.presets import PRESETS
 from attnkit.pretokenize import PretokenizeConfig
 from attnkit.tokenizer import KINDS
+from attnkit.train.activation_checkpointing import MODES as CHECKPOINTING
 from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.loggers import LOGGERS
@@ -67,6 +68,8 @@ DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune")
+PARALLELS = ("ddp", "fsdp")  # how torchrun's ranks hold the model (`attnkit.train.parallel`)
+REDUCE_PRECISIONS = ("fp32", "bf16")
 TOKENIZER_KINDS = KINDS
 # The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
 # place that says so: `EvalSection.lower_is_better`, which the Trainer's best checkpoint and
@@ -212,6 +215,14 @@ class TrainSection:
     save_every: steps between checkpoints (the last step always saves).
     keep_last, average_last: step checkpoints kept on disk; `average_last` of them are
         averaged into the final model (the paper averaged the last 5).
+    parallel: under torchrun, `ddp` gives every rank the whole model; `fsdp` shards the
+        weights, gradients and AdamW's state over the ranks (FSDP2, `attnkit.train.parallel`;
+        in one process too, over a group of one), and checkpoints them sharded.
+    reduce_precision: the precision gradients are averaged across ranks in (`bf16`: half
+        the traffic); under FSDP with `precision = "bf16"` the weights are gathered in bf16.
+    activation_checkpointing: `block` keeps only each Block's input for backward and
+        recomputes the rest, `selective` recomputes only the cheap ops between the matrix
+        products (`attnkit.train.activation_checkpointing`); `none` keeps everything.
     reuse_freed_memory: on a CPU, let the C library keep freed memory for the
         next step instead of faulting large activations in afresh each time
         (`train/host_memory.py`; it applies to the whole process).
@@ -258,6 +269,9 @@ class TrainSection:
     compile_mode: str = "auto"
     device: str = "auto"
     threads: int = 0
+    parallel: str = "ddp"
+    reduce_precision: str = "fp32"
+    activation_checkpointing: str = "none"
     reuse_freed_memory: bool = True
     log_every: int = 10
     save_every: int = 500
@@ -275,6 +289,9 @@ class TrainSection:
         if self.device != "auto":  # whether this machine has it is checked where it is used
             parse_device(self.device, "train.device")
         choice("train.compile_mode", self.compile_mode, COMPILE_MODES)
+        choice("train.parallel", self.parallel, PARALLELS)
+        choice("train.reduce_precision", self.reduce_precision, REDUCE_PRECISIONS)
+        choice("train.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         _each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
         _each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
         _each(non_negative, "train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
@@ -283,6 +300,11 @@ class TrainSection:
         check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")
         check(self.beta1 < 1 and 0 < self.beta2 < 1, "train.beta1 and train.beta2 must be < 1")
         within("train.label_smoothing", self.label_smoothing, "[0, 1)")
+        check(
+            self.parallel != "fsdp" or self.precision != "fp16",
+            "train.precision 'fp16' needs a loss scaler, which FSDP's sharded gradients do not "
+            "take; use 'bf16' with train.parallel 'fsdp'",
+        )
         check(
             self.schedule != "inverse-sqrt" or self.warmup > 0,
             "train.schedule 'inverse-sqrt' needs train.warmup > 0",

@@ -100,10 +100,17 @@ def train(
             config, resume=resume, callbacks=callbacks, resume_command=resume_command
         )
     validate(config)  # first, so a bad train.out_dir gets its own sentence, not the lock's
-    if dist.from_env().is_main:
-        lock.check_free(RunFolder(config.train.out_dir))  # not after a tokenizer is trained
+    folder = RunFolder(config.train.out_dir)
+    # Under torchrun every rank joins now: rank 0 alone makes the tokenizer, the others wait.
+    dist.setup("cuda" if resolve_device(config.train.device).type == "cuda" else "cpu")
+
+    def check_folder() -> None:
+        lock.check_free(folder)  # not after a tokenizer is trained
         if not resume:
-            ckpt.check_new_run(config.train.out_dir)
+            ckpt.check_new_run(folder.root)
+
+    dist.refuse_together(check_folder)
+    dist.check_shared_folder(folder.root)
     setup = _build(config)
     if setup.tokenizer is not None and dist.from_env().is_main:
         _record_vocabulary(RunFolder(config.train.out_dir), setup.tokenizer, resume)
@@ -208,7 +215,27 @@ def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
 
 
 def _tokenizer(config: RunConfig, texts: Iterable[str]) -> Tokenizer:
+    """The run's tokenizer; under torchrun rank 0 makes it and writes it into the run folder
+    (`check_shared_folder` made sure every rank sees it), where the other ranks load it."""
     saved = RunFolder(config.train.out_dir).tokenizer
+    info = dist.from_env()
+    if not info.active:
+        return _make_tokenizer(config, texts, saved)
+    made: list[Tokenizer] = []
+
+    def make() -> None:
+        made.append(_make_tokenizer(config, texts, saved))
+        if not saved.is_file():
+            made[0].save(saved)
+
+    dist.refuse_together(make)  # the other ranks wait for rank 0's file, or its refusal
+    if info.is_main:
+        return made[0]
+    log.info("rank %d: using the tokenizer rank 0 wrote, %s", info.rank, saved)
+    return Tokenizer.load(saved)
+
+
+def _make_tokenizer(config: RunConfig, texts: Iterable[str], saved: Path) -> Tokenizer:
     if saved.is_file():
         log.info("using the tokenizer of the run folder, %s", saved)
         return Tokenizer.load(saved)

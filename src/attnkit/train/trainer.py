@@ -23,7 +23,10 @@ resume under changed settings follows them.
 The records it writes are measured by `attnkit.train.metrics`, a stop before
 `train.steps` is decided by `attnkit.train.stopping`, the checkpoints are
 written and resumed by `attnkit.train.checkpoint`, and the run folder is held
-by one training at a time (`attnkit.train.lock`).
+by one training at a time (`attnkit.train.lock`). How the ranks hold the model (DDP,
+FSDP) is `attnkit.train.parallel`'s, with its sharded checkpoints in
+`attnkit.train.distributed_checkpoint`; recomputing activations is
+`attnkit.train.activation_checkpointing`'s.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from attnkit.data.batch import Batch
 from attnkit.devices import resolve_device
@@ -46,12 +48,14 @@ from attnkit.nn.moe import take_dropped_tokens
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
-from attnkit.train import lock, loggers
+from attnkit.train import distributed_checkpoint, lock, loggers
+from attnkit.train.activation_checkpointing import apply_activation_checkpointing
 from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.loss_watch import LossWatch
 from attnkit.train.metrics import Interval, Metric, validate
 from attnkit.train.objectives import Objective, objective_for
 from attnkit.train.optim import TimeBudget, build_optimizer, build_scheduler, schedule_factor
+from attnkit.train.parallel import Parallel
 from attnkit.train.precision import training_precision
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from attnkit.train.stopping import STOP_SIGNALS, Stopping, TrainResult
@@ -66,8 +70,10 @@ class Trainer:
     `set_epoch`, it is called before each epoch so shuffling differs per epoch
     but is reproducible. For an exact resume, iterating the data must not draw
     from the global RNG (give a DataLoader its own `generator`). `metrics` are
-    computed on rank 0 at each evaluation. Under torchrun, `fit` joins the
-    process group; `attnkit.train.distributed.teardown()` leaves it.
+    computed on rank 0 at each evaluation (on every rank under FSDP, whose forward passes
+    all take part in). Under torchrun, or alone with `train.parallel = "fsdp"`, `fit` joins
+    a process group; `attnkit.train.distributed.teardown()` leaves it. Under FSDP the
+    result's model is the whole model on rank 0's CPU, and the sharded one on the others.
     `resume_command` is what the log tells to run to continue a stopped run.
     """
 
@@ -124,43 +130,47 @@ class Trainer:
         c = self.train_cfg
         if c.threads:
             torch.set_num_threads(c.threads)
-        self.dist = dist.setup("cuda" if resolve_device(c.device).type == "cuda" else "cpu")
-        if self.dist.active and not self.objective.one_forward:
+        device_type = "cuda" if resolve_device(c.device).type == "cuda" else "cpu"
+        self.dist = dist.setup(device_type, alone=c.parallel == "fsdp")
+        if (self.dist.active or c.parallel == "fsdp") and not self.objective.one_forward:
             raise AttnkitError(
                 f"this run's objective ({type(self.objective).__name__}) backpropagates through "
-                "more than one forward pass per step, which DistributedDataParallel cannot "
-                "synchronise; train it in one process"
+                "more than one forward pass per step, which DDP and FSDP cannot synchronise; "
+                "train it in one process with train.parallel 'ddp'"
             )
         self.device = resolve_device(c.device, self.dist.local_rank)
+        self.parallel = Parallel(c, self.dist, self.device, self.precision)
         check = None if resume else lambda: ckpt.check_new_run(self.run_dir)
         with lock.hold(self.folder, is_main=self.dist.is_main, check=check):
             self._prepare(resume)
             with self.stopping.on_signals(lambda: self.step), loggers.open_for(self) as self.sinks:
                 stopped = self._loop()
             self._finish(stopped)
-        return TrainResult(
-            self.model.eval(), self.step, stopped, self.run_dir, self.history, self.best
-        )
+        whole = self.parallel.consolidated(self.model)
+        model = self.model if whole is None else whole
+        return TrainResult(model.eval(), self.step, stopped, self.run_dir, self.history, self.best)
 
     def evaluate(self) -> dict[str, float]:
         """Validation loss and perplexity over `val_data`, plus the extra metrics."""
-        return validate(
-            self.model,
-            self.objective,
-            self.val_data,
-            self.metrics,
-            device=self.device,
-            seed=self.train_cfg.seed,
-            max_batches=self.eval_cfg.max_batches,
-            autocast=self._autocast,
-            is_main=self.dist.is_main,
-        )
+        with self.parallel.gathered(self.model):
+            return validate(
+                self.model,
+                self.objective,
+                self.val_data,
+                self.metrics,
+                device=self.device,
+                seed=self.train_cfg.seed,
+                max_batches=self.eval_cfg.max_batches,
+                autocast=self._autocast,
+                # FSDP's forward passes are collectives: every rank decodes, rank 0's counts.
+                is_main=self.dist.is_main or self.parallel.sharded,
+            )
 
     # -- setup ----------------------------------------------------------------------------------
 
     def _prepare(self, resume: bool) -> None:
         """The optimizer, schedule and scaler, a new run's folder or the saved state, and the
-        model that runs forward (DDP, compiled)."""
+        model that runs forward (checkpointed, sharded or DDP, compiled)."""
         c = self.train_cfg
         if self.dist.is_main and (cut := ckpt.remove_cut_writes(self.run_dir)):
             log.info("removed %d temporary files of saves cut short in %s", cut, self.run_dir)
@@ -168,6 +178,8 @@ class Trainer:
             reuse_freed_memory()
         torch.manual_seed(c.seed + self.dist.rank)
         self.model.to(self.device)
+        apply_activation_checkpointing(self.model, c.activation_checkpointing)
+        self.parallel.shard(self.model)  # before the optimizer, which then updates the shards
         self.optimizer = build_optimizer(
             self.model, c.lr, c.weight_decay, (c.beta1, c.beta2), c.eps, c.decay_embeddings
         )
@@ -187,11 +199,7 @@ class Trainer:
             self._resume()
         else:
             self._start()
-        forward = self.model
-        if self.dist.active:
-            forward = DistributedDataParallel(
-                forward, device_ids=[self.device.index] if self.device.type == "cuda" else None
-            )
+        forward = self.parallel.wrap(self.model)
         self.cuda_graphs = c.compile and self._compile_mode() == "reduce-overhead"
         if c.compile:
             forward = torch.compile(forward, mode=self._compile_mode())
@@ -204,7 +212,7 @@ class Trainer:
         if mode != "auto":
             return mode
         one_shape = getattr(getattr(self.train_data, "dataset", None), "one_shape", False)
-        alone = self.device.type == "cuda" and not self.dist.active
+        alone = self.device.type == "cuda" and not (self.dist.active or self.parallel.sharded)
         return "reduce-overhead" if one_shape and alone else "default"
 
     def _start(self) -> None:
@@ -216,12 +224,20 @@ class Trainer:
                 self.tokenizer.save(self.folder.tokenizer)
 
     def _resume(self) -> None:
-        state = ckpt.resume(self.run_dir, self.model, self.dist.rank, self.dist.world_size)
+        info, sharded = self.dist, self.parallel.sharded
+        state = ckpt.resume(self.run_dir, self.model, info.rank, info.world_size, not sharded)
         self.model.to(self.device)
         now = ckpt.settings(self.train_cfg, self.eval_cfg)
         changes = ckpt.changed_settings(state, now, self.run_dir)
         ckpt.restore_optimization(
-            state, self.optimizer, self.scheduler, self.scaler, changed=bool(changes)
+            state,
+            self.optimizer,
+            self.scheduler,
+            self.scaler,
+            changed=bool(changes),
+            load_optimizer=lambda: distributed_checkpoint.restore(
+                self.folder, state, self.model, self.optimizer
+            ),
         )
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.saved_step = self.step
@@ -319,8 +335,9 @@ class Trainer:
         sums = torch.zeros(6, dtype=torch.float64, device=self.device)
         for i in range(n):
             batch = next(batches).to(self.device, non_blocking=True)
-            # DDP all-reduces on every backward unless told to wait for the last micro-batch.
-            sync = i == n - 1 or not self.dist.active
+            # DDP all-reduces on every backward unless told to wait for the last micro-batch;
+            # FSDP reduce-scatters each, which keeps the gradients sharded.
+            sync = i == n - 1 or not self.dist.active or self.parallel.sharded
             ctx = contextlib.nullcontext() if sync else self.forward_model.no_sync()
             if self.cuda_graphs:  # the last step's graph outputs are no longer read
                 torch.compiler.cudagraph_mark_step_begin()
@@ -378,8 +395,9 @@ class Trainer:
         )
         if better:
             self.best, self.bad_evals = value, 0
+            whole = self.parallel.consolidated(self.model)  # FSDP: every rank gathers
             if self.dist.is_main:
-                ckpt.save_best(self.run_dir, self.model)
+                ckpt.save_best(self.run_dir, whole)
         else:
             self.bad_evals += 1
         if e.patience and self.bad_evals >= e.patience:
@@ -396,12 +414,15 @@ class Trainer:
     def _save(self) -> None:
         self.watch.check(self.run_dir, self.saved_step)  # a checkpoint is never of a bad step
         rngs = dist.gather_objects(ckpt.rng_state())
+        whole, sharded = self.parallel.consolidated(self.model), self.parallel.sharded
+        if sharded:  # every rank writes its slices, before rank 0 names the step
+            distributed_checkpoint.save_shards(self.folder, self.step, self.model, self.optimizer)
         if self.dist.is_main:
             state = {
                 "step": self.step,
                 "epoch": self.epoch,
                 "position": self.position,
-                "optimizer": self.optimizer.state_dict(),
+                "optimizer": None if sharded else self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
                 "rng": rngs,
@@ -411,7 +432,7 @@ class Trainer:
                 "world_size": self.dist.world_size,
                 "settings": ckpt.settings(self.train_cfg, self.eval_cfg),
             }
-            ckpt.save_checkpoint(self.run_dir, self.model, state, self.train_cfg.keep_last)
+            ckpt.save_checkpoint(self.run_dir, whole, state, self.train_cfg.keep_last)
             log.debug("saved step %d to %s", self.step, self.run_dir)
         self.saved_step = self.step
 
