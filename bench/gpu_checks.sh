@@ -4,13 +4,13 @@
 # decoding against transformers' generate. Run from the repository root with the Tiny
 # Shakespeare text under DATA (default ../shared/data); results and logs go to OUT.
 #
-#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [decode]
+#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode]
 set -uo pipefail
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attnkit-gpu}
 DATA=${DATA:-../shared/data}
 mkdir -p "$OUT"
-steps=${*:-tests train recipe decode}
+steps=${*:-tests train recipe fsdp decode}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
 
@@ -21,10 +21,11 @@ for step in $steps; do
         python -m pytest -q -x -p no:cacheprovider -n 4 tests/models/test_models.py \
             tests/train/test_trainer.py tests/nn/test_lora.py tests/data/test_lm_windows.py \
             tests/train/test_loss_watch.py tests/train/test_trainer_cuda.py tests/generation \
+            tests/train/test_activation_checkpointing.py \
             2>&1 | tail -15 ;;
     train)
         python -m bench train --device cuda --data-dir "$DATA" --steps 300 --warmup 100 \
-            --window 50 --modes auto default --profile "$OUT" --out "$OUT/train_gpu" 2>&1 \
+            --window 50 --modes ${MODES:-auto default} --profile "$OUT" --out "$OUT/train_gpu" 2>&1 \
             | grep -v Warning | tail -12 ;;
     recipe)
         recipe=(tinyshakespeare_char_gpu --set "data.data_dir=$DATA")
@@ -50,6 +51,8 @@ print(f"best {best[1]:.4f} at {best[0]}, last {val[-1][1]:.4f}; tokens/s median 
       f"{sorted(speed)[len(speed) // 2]:,.0f}")
 PY
         ;;
+    fsdp)
+        python -m bench fsdp --device cuda 2>&1 | grep -v Warning | tail -12 ;;
     decode)
         python -m bench generate --device cuda --reps 2 --out "$OUT/generate_gpu" 2>&1 \
             | grep -v "Writing model" | tail -20 ;;

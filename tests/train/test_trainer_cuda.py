@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 from attnkit.data import LanguageModelDataset
 from attnkit.errors import AttnkitError
 from attnkit.train import Trainer
+from attnkit.train.compilation import compile_mode
 from attnkit.train.run_config import TrainSection
 from tests.helpers import VOCAB, tiny_model, translation_batches
 
@@ -27,16 +28,17 @@ def settings(tmp_path, **changes) -> TrainSection:
     return TrainSection(**{**base, "save_every": 100, **changes})
 
 
-def test_auto_compile_mode_replays_cuda_graphs_only_for_batches_of_one_shape_on_a_gpu(tmp_path):
-    lm = Trainer(tiny_model("decoder"), lm_loader(), train=settings(tmp_path, device="cpu"))
-    mt = Trainer(tiny_model(), translation_batches(2), train=settings(tmp_path, device="cpu"))
-    lm.dist = mt.dist = type("One", (), {"active": False})()
-    for trainer in (lm, mt):
-        trainer.device = torch.device("cpu")
-        assert trainer._compile_mode() == "default"  # no CUDA graphs on a CPU
-    lm.device = mt.device = torch.device("cuda")
-    assert lm._compile_mode() == "reduce-overhead"
-    assert mt._compile_mode() == "default"  # sentences of many lengths: a graph per shape
+def test_auto_compile_mode_replays_cuda_graphs_only_for_batches_of_one_shape_on_one_gpu():
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    assert compile_mode("auto", gpu, one_shape=True, alone=True) == "reduce-overhead"
+    assert compile_mode("auto", cpu, one_shape=True, alone=True) == "default"
+    # Sentences of many lengths (a graph each), or collectives between the graph's pieces.
+    assert compile_mode("auto", gpu, one_shape=False, alone=True) == "default"
+    assert compile_mode("auto", gpu, one_shape=True, alone=False) == "default"
+    assert compile_mode("max-autotune", cpu, one_shape=False, alone=False) == "max-autotune"
+    # What a language model's batches say of themselves, and a list of batches does not.
+    assert getattr(lm_loader().dataset, "one_shape", False)
+    assert not getattr(translation_batches(2), "dataset", None)
 
 
 @needs_cuda

@@ -54,6 +54,7 @@ from attnkit.presets import PRESETS
 from attnkit.pretokenize import PretokenizeConfig
 from attnkit.tokenizer import KINDS
 from attnkit.train.activation_checkpointing import MODES as CHECKPOINTING
+from attnkit.train.compilation import MODES as COMPILE_MODES
 from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.loggers import LOGGERS
@@ -67,7 +68,6 @@ SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
 DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
-COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune")
 PARALLELS = ("ddp", "fsdp")  # how torchrun's ranks hold the model (`attnkit.train.parallel`)
 REDUCE_PRECISIONS = ("fp32", "bf16")
 TOKENIZER_KINDS = KINDS

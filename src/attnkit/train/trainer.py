@@ -50,6 +50,7 @@ from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
 from attnkit.train import distributed_checkpoint, lock, loggers
 from attnkit.train.activation_checkpointing import apply_activation_checkpointing
+from attnkit.train.compilation import compile_mode
 from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.loss_watch import LossWatch
 from attnkit.train.metrics import Interval, Metric, validate
@@ -200,20 +201,13 @@ class Trainer:
         else:
             self._start()
         forward = self.parallel.wrap(self.model)
-        self.cuda_graphs = c.compile and self._compile_mode() == "reduce-overhead"
-        if c.compile:
-            forward = torch.compile(forward, mode=self._compile_mode())
-        self.forward_model = forward
-
-    def _compile_mode(self) -> str:
-        """`train.compile_mode`, with `auto` resolved: CUDA graphs where they replay, on one
-        GPU with batches of one shape (a `one_shape` dataset), torch's default elsewhere."""
-        mode = self.train_cfg.compile_mode
-        if mode != "auto":
-            return mode
         one_shape = getattr(getattr(self.train_data, "dataset", None), "one_shape", False)
-        alone = self.device.type == "cuda" and not (self.dist.active or self.parallel.sharded)
-        return "reduce-overhead" if one_shape and alone else "default"
+        alone = not (self.dist.active or self.parallel.sharded)
+        mode = compile_mode(c.compile_mode, self.device, one_shape=one_shape, alone=alone)
+        self.cuda_graphs = c.compile and mode == "reduce-overhead"
+        if c.compile:
+            forward = torch.compile(forward, mode=mode)
+        self.forward_model = forward
 
     def _start(self) -> None:
         if self.dist.is_main:
