@@ -25,7 +25,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from safetensors.torch import load_file, save_file, save_model
 from torch import Tensor
 
 from attnkit.config import ModelConfig
+from attnkit.data.section import DataSection
 from attnkit.devices import check_device
 from attnkit.errors import AttnkitError
 from attnkit.files import WriteError, append_line, atomic_write
@@ -145,7 +146,8 @@ class RunFolder:
         atomic_write(self.run_config, lambda p: p.write_text(toml))
 
     def data_defaults(self) -> dict[str, Any]:
-        """The [data] section of the run config it was trained from ({} if there is none)."""
+        """The keys of the [data] section of the run config it was trained from, as recorded
+        ({} if there is none)."""
         if not self.run_config.is_file():
             return {}
         try:
@@ -154,6 +156,12 @@ class RunFolder:
             raise AttnkitError(
                 f"{self.run_config} is not valid TOML ({err}); fix or remove it"
             ) from None
+
+    def data_section(self) -> DataSection:
+        """The [data] section it was trained with (`data_defaults`), each key it does not
+        record at its default; a key no longer known is not the run's to keep."""
+        names = {setting.name for setting in dataclasses.fields(DataSection)}
+        return DataSection(**{k: v for k, v in self.data_defaults().items() if k in names})
 
     def load_tokenizer(self, check: bool = True) -> Tokenizer:
         """The run's tokenizer; a run folder without one is refused in one sentence.
@@ -194,11 +202,14 @@ class RunFolder:
 
 @dataclass(frozen=True)
 class Run:
-    """A run folder loaded for use: its model (in eval mode) and its tokenizer."""
+    """A run folder loaded for use: its model (in eval mode), its tokenizer, and the [data]
+    section it was trained with, which says how its input is prepared
+    (`attnkit.data.section.prepare_sources`)."""
 
     folder: RunFolder
     model: TransformerModel
     tokenizer: Tokenizer
+    data: DataSection = field(default_factory=DataSection)
 
     @property
     def compute_type(self) -> str:
@@ -227,7 +238,8 @@ def load_run(
     model = load_pretrained(
         folder.root, device, tokenizer=tokenizer, overrides=overrides, compute_type=compute_type
     )
-    return Run(folder, model, tokenizer or folder.load_tokenizer(check=check_tokenizer))
+    tokenizer = tokenizer or folder.load_tokenizer(check=check_tokenizer)
+    return Run(folder, model, tokenizer, folder.data_section())
 
 
 def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:

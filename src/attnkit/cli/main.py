@@ -150,8 +150,9 @@ def _progress(total: int, desc: str, enabled: bool):
 
 def cmd_translate(args: argparse.Namespace) -> int:
     """Translate lines from --input (or stdin), one output line per input line, in order."""
+    from attnkit.data.section import prepare_sources
     from attnkit.files import check_writable
-    from attnkit.inference import read_texts, translate, write_lines
+    from attnkit.inference import read_texts, translate_run, write_lines
 
     for path, option in ((args.output, "--output"), (args.attention_plot, "--attention-plot")):
         if path:
@@ -159,18 +160,10 @@ def cmd_translate(args: argparse.Namespace) -> int:
     lines = read_texts(args.input)
     run = load_run_of(args)
     model, tokenizer = run.model, run.tokenizer
-    saved = run.folder.data_defaults()
-    if saved.get("lowercase"):
-        lines = [line.lower() for line in lines]  # the model was trained on lowercased text
-    if saved.get("corpus") == "cmudict":  # a G2P model reads words as their letters
-        from attnkit.data.cmudict import graphemes
-
-        lines = [graphemes("".join(line.lower().split())) for line in lines]
     config = generation_config(args, model)
     with _progress(len(lines), "translating", not args.no_progress) as bar:
-        outputs = translate(
-            model,
-            tokenizer,
+        outputs = translate_run(
+            run,
             lines,
             config,
             batch_size=args.batch_size,
@@ -181,7 +174,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if args.attention_plot and lines:
         from attnkit.viz import plot_model_attention
 
-        src = tokenizer.encode(lines[0], add_eos=True)[: model.config.max_len]
+        (source,) = prepare_sources(run.data, lines[:1])  # what the model read
+        src = tokenizer.encode(source, add_eos=True)[: model.config.max_len]
         tgt = tokenizer.encode(outputs[0], add_bos=True)[: model.config.max_len]
         picture = plot_model_attention(
             model, src, args.attention_plot, kind=args.attention_kind, tgt=tgt,

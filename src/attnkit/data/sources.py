@@ -12,16 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from attnkit.data import hf_datasets
 from attnkit.data.corpora import CORPORA, corpus_files, corpus_pairs
+from attnkit.data.section import DataSection, lowered
 from attnkit.data.text import read_aligned
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
-
-if TYPE_CHECKING:
-    from attnkit.train.run_config import DataSection
 
 
 def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[str]]:
@@ -62,7 +59,7 @@ def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[s
 
 
 def _cased(d: DataSection, sides: list[list[str]]) -> list[list[str]]:
-    return [[line.lower() for line in side] for side in sides] if d.lowercase else sides
+    return [lowered(d, side) for side in sides]
 
 
 def text_lines(d: DataSection, *, keepends: bool = False) -> Iterator[str]:

@@ -1,6 +1,7 @@
 """A training run's configuration: one TOML file, one frozen dataclass per section.
 
     [model]  a preset and `ModelConfig` fields       [data]  task, corpus, tokenizer, batching
+                                                     (`attnkit.data.section`)
     [train]  optimisation, precision, checkpoints    [eval]  validation, metrics, early stopping
     [lora]   low-rank adapters, for fine-tuning a run given as `train.init_from`
     [adapters]  bottleneck adapters (Houlsby), for the same
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
 from attnkit.checks import (
     check,
     choice,
+    each,
     finite_fields,
     known,
     lookup,
@@ -41,11 +42,11 @@ from attnkit.checks import (
     within,
 )
 from attnkit.config import ModelConfig
+from attnkit.data.section import TASKS, DataSection
 from attnkit.embeddings.word2vec import Word2VecConfig
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
 from attnkit.presets import PRESETS
-from attnkit.tokenizer import KINDS
 from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.loggers import LOGGERS
@@ -53,25 +54,17 @@ from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
 
-TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec")
 SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
 DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 DEVICES = ("auto", "cpu", "cuda")
-TOKENIZER_KINDS = KINDS
 # The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
 # place that says so: `EvalSection.lower_is_better`, which the Trainer's best checkpoint and
 # patience read.
 LOWER_IS_BETTER = ("val_loss", "val_ppl", "per", "wer")
 # The ModelConfig fields that the tokenizer sets, which the [model] section may not.
 TOKENIZER_SIZES = ("vocab_size", "src_vocab_size")
-
-
-def _each(rule: Callable[[str, Any], None], section: str, values: Any, *names: str) -> None:
-    """Apply the check `rule` to the keys `names` of one section's `values`."""
-    for name in names:
-        rule(f"{section}.{name}", getattr(values, name))
 
 
 @dataclass(frozen=True)
@@ -99,57 +92,6 @@ class ModelSection:
         """The ModelConfig: preset, then the file's fields, then values the data dictates."""
         base = PRESETS[self.preset] if self.preset else {}
         return ModelConfig.from_dict({**base, **self.overrides, **resolved})
-
-
-@dataclass(frozen=True)
-class DataSection:
-    """What to learn from and how to batch it.
-
-    task: `translation` (encoder-decoder), `language-model` (decoder),
-        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo) or
-        `word2vec` (word vectors, no Transformer).
-    corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
-        Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
-        corpus its config does not name.
-    source_field, target_field, text_field: a dataset's columns of source, target and running
-        text; unset, the ones named like the languages or `translation`, and `text`.
-    max_tokens: the token budget of one batch for sentence tasks.
-    batch_size: sequences per batch for the language model and the demo.
-    block_size: tokens of context per language-model example.
-    mask_prob: share of tokens the masked-LM objective hides (BERT: 0.15).
-    """
-
-    task: str = "translation"
-    corpus: str = ""
-    data_dir: str = "../shared/data"
-    src_lang: str = "de"
-    tgt_lang: str = "en"
-    source_field: str = ""
-    target_field: str = ""
-    text_field: str = ""
-    train_split: str = "train"
-    valid_split: str = "val"
-    valid_fraction: float = 0.1
-    tokenizer: str = "bpe"
-    vocab_size: int = 8000
-    lowercase: bool = False
-    max_len: int = 128
-    max_tokens: int = 4096
-    batch_size: int = 64
-    block_size: int = 128
-    mask_prob: float = 0.15
-    num_workers: int = 0
-
-    def __post_init__(self) -> None:
-        finite_fields(self, "data")
-        choice("data.task", self.task, TASKS)
-        choice("data.tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        _each(positive, "data", self, "vocab_size", "max_len", "max_tokens")
-        _each(positive, "data", self, "batch_size", "block_size")
-        _each(non_negative, "data", self, "num_workers")
-        within("data.valid_fraction", self.valid_fraction, "(0, 1)")
-        within("data.mask_prob", self.mask_prob, "(0, 1)")
-        check(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
 
 
 @dataclass(frozen=True)
@@ -220,10 +162,10 @@ class TrainSection:
         choice("train.decay_over", self.decay_over, DECAY_OVER)
         choice("train.precision", self.precision, PRECISIONS)
         choice("train.device", self.device, DEVICES)
-        _each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
-        _each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
-        _each(non_negative, "train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
-        _each(non_negative, "train", self, "threads", "max_minutes")
+        each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
+        each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
+        each(non_negative, "train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
+        each(non_negative, "train", self, "threads", "max_minutes")
         known("sink", self.log_to, list(LOGGERS), owner="train.log_to")
         check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")
         check(self.beta1 < 1 and 0 < self.beta2 < 1, "train.beta1 and train.beta2 must be < 1")
@@ -268,8 +210,8 @@ class EvalSection:
     max_batches: int = 0
 
     def __post_init__(self) -> None:
-        _each(positive, "eval", self, "every", "decode_examples")
-        _each(non_negative, "eval", self, "patience", "max_batches")
+        each(positive, "eval", self, "every", "decode_examples")
+        each(non_negative, "eval", self, "patience", "max_batches")
 
     @property
     def lower_is_better(self) -> bool:

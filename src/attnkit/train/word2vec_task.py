@@ -33,6 +33,7 @@ import torch
 
 from attnkit.data import CORPORA
 from attnkit.data.hf_datasets import is_dataset
+from attnkit.data.section import DataSection, lowered
 from attnkit.data.sources import corpus_text, text_lines
 from attnkit.embeddings import evaluation
 from attnkit.embeddings.vectors import save_vectors
@@ -42,7 +43,7 @@ from attnkit.files import atomic_write
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import lock
-from attnkit.train.run_config import DataSection, RunConfig
+from attnkit.train.run_config import RunConfig
 from attnkit.train.stopping import Stopping, TrainResult
 from attnkit.train.validate import validate
 from attnkit.viz import plot_curves
@@ -72,7 +73,7 @@ def sentences(data: DataSection) -> list[list[str]]:
         lines = [line for side in corpus_text(data, data.train_split, langs) for line in side]
     else:
         lines = list(text_lines(data))
-        lines = [line.lower() for line in lines] if data.lowercase else lines
+        lines = lowered(data, lines)
     return [words for line in lines if (words := split_words(line))]
 
 
