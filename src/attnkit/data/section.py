@@ -36,6 +36,8 @@ class DataSection:
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
         Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
         corpus its config does not name.
+    data_dir: a folder holding known corpora as `<corpus>/<file>`, searched before
+        `$ATTNKIT_DATA` and the download cache (`attnkit.data.corpora`); unset, only those.
     source_field, target_field, text_field: a dataset's columns of source, target and running
         text; unset, the ones named like the languages or `translation`, and `text`.
     lowercase: learn from lowercased text; a trained run's input is then lowercased too
@@ -48,7 +50,7 @@ class DataSection:
 
     task: str = "translation"
     corpus: str = ""
-    data_dir: str = "../shared/data"
+    data_dir: str = ""
     src_lang: str = "de"
     tgt_lang: str = "en"
     source_field: str = ""

@@ -34,7 +34,7 @@ def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[s
         return _cased(d, hf_datasets.split_text(d, split, langs))
     if d.corpus in CORPORA:
         paths = corpus_files(
-            d.corpus, split, langs=langs, data_dir=d.data_dir, data_dir_option="data.data_dir"
+            d.corpus, split, langs=langs, data_dir=_data_dir(d), data_dir_option="data.data_dir"
         )
     else:
         hf_datasets.check_local(d.corpus)
@@ -62,6 +62,11 @@ def _cased(d: DataSection, sides: list[list[str]]) -> list[list[str]]:
     return [lowered(d, side) for side in sides]
 
 
+def _data_dir(d: DataSection) -> str | None:
+    """`data.data_dir`, None when unset (the empty string is no folder to search)."""
+    return d.data_dir or None
+
+
 def text_lines(d: DataSection, *, keepends: bool = False) -> Iterator[str]:
     """The lines of a monolingual corpus (with their newline if `keepends`), read lazily:
     a known one's, a text file's given as data.corpus, or a dataset's text field."""
@@ -73,7 +78,9 @@ def text_lines(d: DataSection, *, keepends: bool = False) -> Iterator[str]:
 
 def _text_files(d: DataSection) -> list[Path]:
     if d.corpus in CORPORA and not CORPORA[d.corpus].langs:
-        return corpus_files(d.corpus, "train", data_dir=d.data_dir, data_dir_option="data.data_dir")
+        return corpus_files(
+            d.corpus, "train", data_dir=_data_dir(d), data_dir_option="data.data_dir"
+        )
     hf_datasets.check_local(d.corpus)
     path = Path(d.corpus)
     if not path.is_file():
