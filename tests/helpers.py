@@ -6,6 +6,7 @@ sizes a test module needs passed to it (`WIDE`, `DECODING`, or its own fields).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -234,3 +235,64 @@ def rewrite_weights(run: Path, change: Callable[[dict[str, Tensor]], None]) -> N
     tensors = load_file(run / "model.safetensors")
     change(tensors)
     save_file(tensors, str(run / "model.safetensors"))
+
+
+# The word-for-word German -> English of `write_corpus`.
+WORDS = {"ein": "a", "hund": "dog", "katze": "cat", "rennt": "runs", "schläft": "sleeps"}
+# The [model] section of the runs the task tests train: one block a stack, d_model 16.
+TINY_MODEL = """
+[model]
+d_model = 16
+n_heads = 2
+d_ff = 32
+n_encoder_layers = 1
+n_decoder_layers = 1
+max_len = 32
+"""
+
+
+def write_corpus(folder: Path, split: str, n: int, seed: int) -> None:
+    """`n` German sentences of three words and their English, as `{split}.de` and `.en`."""
+    rng = random.Random(seed)
+    de, en = [], []
+    for _ in range(n):
+        words = ["ein", rng.choice(["hund", "katze"]), rng.choice(["rennt", "schläft"])]
+        de.append(" ".join(words))
+        en.append(" ".join(WORDS[w] for w in words))
+    folder.mkdir(exist_ok=True)
+    (folder / f"{split}.de").write_text("\n".join(de) + "\n")
+    (folder / f"{split}.en").write_text("\n".join(en) + "\n")
+
+
+def translation_config(tmp_path: Path) -> str:
+    """A run config (its path) that trains `TINY_MODEL` on a `write_corpus` folder for 4 steps,
+    evaluating BLEU every 2."""
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, "train", 60, 0)
+    write_corpus(corpus, "val", 8, 1)
+    path = tmp_path / "mt.toml"
+    path.write_text(
+        TINY_MODEL
+        + f"""
+[data]
+task = "translation"
+corpus = "{corpus}"
+tokenizer = "char"
+vocab_size = 100
+max_tokens = 200
+
+[train]
+out_dir = "{tmp_path / "run"}"
+steps = 4
+save_every = 2
+log_every = 2
+threads = 1
+average_last = 2
+
+[eval]
+every = 2
+metric = "bleu"
+decode_examples = 4
+"""
+    )
+    return str(path)
