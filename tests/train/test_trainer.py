@@ -13,6 +13,7 @@ from attnkit.run import RunFolder, load_pretrained
 from attnkit.train import Trainer
 from attnkit.train.checkpoint import load_checkpoint, load_trainer_state
 from attnkit.train.run_config import EvalSection, TrainSection
+from attnkit.train.stopping import BestMetric
 from tests.helpers import merge, tiny_model, translation_batches
 
 
@@ -314,3 +315,14 @@ def test_objectives_of_several_backward_passes_are_refused_under_ddp(tmp_path, m
     # Without gradient through the first pass, DDP sees one pass with gradient: allowed.
     one = ScheduledSampling(TranslationObjective(), ScheduledSamplingSection(**settings))
     assert one.one_forward and not trainer.objective.one_forward
+
+
+@pytest.mark.parametrize(
+    ("lower", "values", "best"), [(True, [3, 2, 2.5, 4], 2), (False, [3, 2, 1, 2.5], 3)]
+)
+def test_the_best_metric_follows_its_direction_and_runs_out_of_patience(lower, values, best):
+    tracked = BestMetric(lower_is_better=lower, patience=2)
+    news = [tracked.update(v) for v in values]
+    assert tracked.best == best and news[0] and not news[-1]
+    assert tracked.exhausted  # two evaluations in a row without a better value
+    assert not BestMetric(lower, patience=0, bad_evals=9).exhausted  # 0: never stops

@@ -28,6 +28,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +48,10 @@ from attnkit.train import lock, loggers
 from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.metrics import Interval, Metric, validate
 from attnkit.train.objectives import Objective, objective_for
-from attnkit.train.optim import TimeBudget, build_optimizer, build_scheduler, schedule_factor
+from attnkit.train.optim import optimization
 from attnkit.train.precision import training_precision
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
-from attnkit.train.stopping import STOP_SIGNALS, Stopping, TrainResult, diverged
+from attnkit.train.stopping import STOP_SIGNALS, BestMetric, Stopping, TrainResult, diverged
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +100,8 @@ class Trainer:
         self.tokenizer, self.run_config = tokenizer, run_config
         self.step = self.epoch = self.position = 0
         self.saved_step: int | None = None  # of the last checkpoint in the run folder
-        self.best: float | None = None
-        self.bad_evals = 0
+        e = self.eval_cfg
+        self.best = BestMetric(e.lower_is_better, e.patience)  # eval.metric's, for patience
         self.history: list[dict[str, Any]] = []
         c = self.train_cfg
         self.stopping = Stopping(c.max_minutes, resume_command)
@@ -131,11 +132,12 @@ class Trainer:
         check = None if resume else lambda: ckpt.check_new_run(self.run_dir)
         with lock.hold(self.folder, is_main=self.dist.is_main, check=check):
             self._prepare(resume)
-            with self.stopping.on_signals(lambda: self.step), loggers.open_for(self) as self.sinks:
+            sinks = loggers.open_for(self._log_context())
+            with self.stopping.on_signals(lambda: self.step), sinks as self.sinks:
                 stopped = self._loop()
             self._finish(stopped)
         return TrainResult(
-            self.model.eval(), self.step, stopped, self.run_dir, self.history, self.best
+            self.model.eval(), self.step, stopped, self.run_dir, self.history, self.best.best
         )
 
     def evaluate(self) -> dict[str, float]:
@@ -164,18 +166,7 @@ class Trainer:
             reuse_freed_memory()
         torch.manual_seed(c.seed + self.dist.rank)
         self.model.to(self.device)
-        self.optimizer = build_optimizer(
-            self.model, c.lr, c.weight_decay, (c.beta1, c.beta2), c.eps
-        )
-        factor = schedule_factor(
-            c.schedule, lr=c.lr, warmup=c.warmup, steps=c.steps, min_lr=c.min_lr
-        )
-        budget = TimeBudget(60 * c.max_minutes, c.steps) if c.decay_over == "minutes" else None
-        self.budget = budget
-        self.scheduler = build_scheduler(
-            self.optimizer,
-            factor if budget is None else lambda step: factor(step, budget.last_step(step)),
-        )
+        self.optimizer, self.scheduler, self.budget = optimization(self.model, c)
         self.scaler = torch.amp.GradScaler(
             "cuda", enabled=self.precision == "fp16" and self.device.type == "cuda"
         )
@@ -210,9 +201,8 @@ class Trainer:
         )
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.saved_step = self.step
-        self.best, self.bad_evals = state["best"], state["bad_evals"]
-        if "eval.metric" in changes:
-            self.best, self.bad_evals = None, 0  # the best so far was by another metric
+        if "eval.metric" not in changes:  # else the best so far was by another metric
+            self.best.best, self.best.bad_evals = state["best"], state["bad_evals"]
         if self.dist.is_main:
             # Records written after the checkpoint belong to steps that will run again.
             self.history = [r for r in self.folder.read_metrics() if r["step"] <= self.step]
@@ -220,6 +210,19 @@ class Trainer:
             self._record_run_config()  # the settings the run goes on with
         changed = f" with changed settings: {ckpt.describe(changes)}" if changes else ""
         log.info("resumed %s at step %d%s", self.run_dir, self.step, changed)
+
+    def _log_context(self) -> loggers.LogContext:
+        """What the sinks of `train.log_to` are told of this session."""
+        c, e = self.train_cfg, self.eval_cfg
+        run = self.run_config
+        hparams = run.to_dict() if run else {"train": asdict(c), "eval": asdict(e)}
+        hparams["model"] = {**hparams.get("model", {}), **self.model.config.to_dict()}
+        name = c.log_name or self.run_dir.resolve().name
+        examples = self.val_data if self.val_data is not None else self.train_data
+        return loggers.LogContext(
+            self.folder, c.log_to, c.log_project, name, hparams, e.metric, self.step,
+            self.model, self.tokenizer, examples, self.dist.is_main,
+        )  # fmt: skip
 
     def _record_run_config(self) -> None:
         if self.run_config is not None:
@@ -339,24 +342,16 @@ class Trainer:
             return None
         result = self.evaluate()
         self._record({"step": self.step, "minutes": round(self.stopping.minutes, 2), **result})
-        self.sinks.evaluated(self.step)
+        self.sinks.evaluated(self.step, self.history)
         if e.metric not in result:
             raise AttnkitError(
                 f"eval.metric {e.metric!r} is not computed by this run; choose one of "
                 f"{', '.join(result)}"
             )
-        value = result[e.metric]
         log.info("step %d  %s", self.step, "  ".join(f"{k} {v:.4g}" for k, v in result.items()))
-        better = self.best is None or (
-            value < self.best if e.lower_is_better else value > self.best
-        )
-        if better:
-            self.best, self.bad_evals = value, 0
-            if self.dist.is_main:
-                ckpt.save_best(self.run_dir, self.model)
-        else:
-            self.bad_evals += 1
-        if e.patience and self.bad_evals >= e.patience:
+        if self.best.update(result[e.metric]) and self.dist.is_main:
+            ckpt.save_best(self.run_dir, self.model)
+        if self.best.exhausted:
             log.info("early stop: no better %s in %d evaluations", e.metric, e.patience)
             return "early-stopped"
         return None
@@ -378,8 +373,8 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
                 "rng": rngs,
-                "best": self.best,
-                "bad_evals": self.bad_evals,
+                "best": self.best.best,
+                "bad_evals": self.best.bad_evals,
                 "model_config": self.model.config.to_dict(),
                 "world_size": self.dist.world_size,
                 "settings": ckpt.settings(self.train_cfg, self.eval_cfg),
