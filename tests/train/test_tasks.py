@@ -52,7 +52,7 @@ def test_cli_trains_translation_then_resumes(tmp_path, capsys):
     assert (trained.eos_id, trained.decoder_start_id) == (tokenizer.eos_id, tokenizer.bos_id)
 
     assert main(["train", config, "--set", "train.steps=6", "--resume"]) == 0
-    assert load_trainer_state(run)["step"] == 6
+    assert load_trainer_state(RunFolder(run))["step"] == 6
     assert "finished at step 6" in capsys.readouterr().out
 
     assert main(["train", config]) == 2
@@ -106,7 +106,7 @@ def test_cli_fine_tunes_a_run_through_lora_adapters(tmp_path):
     assert adapted == 2  # the encoder's and the decoder's self-attention
 
     assert main(["train", config, *settings, "--set", "train.steps=6", "--resume"]) == 0
-    assert load_trainer_state(fine)["step"] == 6
+    assert load_trainer_state(RunFolder(fine))["step"] == 6
 
 
 def test_cli_fine_tunes_a_run_through_houlsby_adapters(tmp_path):

@@ -98,13 +98,14 @@ def train(
             config, resume=resume, callbacks=callbacks, resume_command=resume_command
         )
     validate(config)  # first, so a bad train.out_dir gets its own sentence, not the lock's
+    folder = RunFolder(config.train.out_dir)
     if dist.from_env().is_main:
-        lock.check_free(RunFolder(config.train.out_dir))  # not after a tokenizer is trained
+        lock.check_free(folder)  # not after a tokenizer is trained
         if not resume:
-            ckpt.check_new_run(config.train.out_dir)
+            ckpt.check_new_run(folder)
     setup = _build(config)
     if setup.tokenizer is not None and dist.from_env().is_main:
-        _record_vocabulary(RunFolder(config.train.out_dir), setup.tokenizer, resume)
+        _record_vocabulary(folder, setup.tokenizer, resume)
     trainer = Trainer(
         setup.model,
         setup.train_data,

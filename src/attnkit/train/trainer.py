@@ -129,7 +129,7 @@ class Trainer:
                 "synchronise; train it in one process"
             )
         self.device = resolve_device(c.device, self.dist.local_rank)
-        check = None if resume else lambda: ckpt.check_new_run(self.run_dir)
+        check = None if resume else lambda: ckpt.check_new_run(self.folder)
         with lock.hold(self.folder, is_main=self.dist.is_main, check=check):
             self._prepare(resume)
             sinks = loggers.open_for(self._log_context())
@@ -160,7 +160,7 @@ class Trainer:
         """The optimizer, schedule and scaler, a new run's folder or the saved state, and the
         model that runs forward (DDP, compiled)."""
         c = self.train_cfg
-        if self.dist.is_main and (cut := ckpt.remove_cut_writes(self.run_dir)):
+        if self.dist.is_main and (cut := ckpt.remove_cut_writes(self.folder)):
             log.info("removed %d temporary files of saves cut short in %s", cut, self.run_dir)
         if self.device.type == "cpu" and c.reuse_freed_memory:
             reuse_freed_memory()
@@ -192,7 +192,7 @@ class Trainer:
                 self.tokenizer.save(self.folder.tokenizer)
 
     def _resume(self) -> None:
-        state = ckpt.resume(self.run_dir, self.model, self.dist.rank, self.dist.world_size)
+        state = ckpt.resume(self.folder, self.model, self.dist.rank, self.dist.world_size)
         self.model.to(self.device)
         now = ckpt.settings(self.train_cfg, self.eval_cfg)
         changes = ckpt.changed_settings(state, now, self.run_dir)
@@ -350,7 +350,7 @@ class Trainer:
             )
         log.info("step %d  %s", self.step, "  ".join(f"{k} {v:.4g}" for k, v in result.items()))
         if self.best.update(result[e.metric]) and self.dist.is_main:
-            ckpt.save_best(self.run_dir, self.model)
+            ckpt.save_best(self.folder, self.model)
         if self.best.exhausted:
             log.info("early stop: no better %s in %d evaluations", e.metric, e.patience)
             return "early-stopped"
@@ -379,7 +379,7 @@ class Trainer:
                 "world_size": self.dist.world_size,
                 "settings": ckpt.settings(self.train_cfg, self.eval_cfg),
             }
-            ckpt.save_checkpoint(self.run_dir, self.model, state, self.train_cfg.keep_last)
+            ckpt.save_checkpoint(self.folder, self.model, state, self.train_cfg.keep_last)
             log.debug("saved step %d to %s", self.step, self.run_dir)
         self.saved_step = self.step
 
@@ -387,7 +387,7 @@ class Trainer:
         n = self.train_cfg.average_last
         if self.dist.is_main and stopped not in STOP_SIGNALS.values():
             if n > 1:
-                steps = ckpt.average_last(self.run_dir, n)
+                steps = ckpt.average_last(self.folder, n)
                 log.info("model.safetensors is the mean of the checkpoints of steps %s", steps)
             if self.history:
                 from attnkit.viz import plot_curves
