@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnkit.config import ATTENTION_BACKENDS
 from attnkit.errors import AttnkitError
 from attnkit.nn import sdpa_backend
 from attnkit.nn.attention import scaled_dot_product_attention
 from tests.helpers import DECODING, padded_batch, tiny_model
+
+
+def test_every_attention_backend_a_config_may_name_has_its_kernel() -> None:
+    assert tuple(sdpa_backend.BACKENDS) == ATTENTION_BACKENDS
 
 
 def qkv() -> tuple[torch.Tensor, ...]:
