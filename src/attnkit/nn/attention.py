@@ -94,6 +94,10 @@ class AttentionInputs:
     memory: (batch, source length, d_model) the encoder output that
         cross-attention reads; None when the cache holds its keys and values.
     memory_mask: (batch, 1, 1, source length) over the memory, or None.
+    memory_window: (batch, 1, 1, source length) the source keys each row's
+        cross-attention may see at this decoding step (a monotonic window,
+        `nn/monotonic.py`, real tokens only), in place of `memory_mask`; one row
+        per row of the batch even where rows share a memory row. None: no window.
     """
 
     path: AttentionPath = AttentionPath.FUSED
@@ -105,6 +109,7 @@ class AttentionInputs:
     window: Window = NO_WINDOW
     memory: Tensor | None = None
     memory_mask: Tensor | None = None
+    memory_window: Tensor | None = None
 
 
 # Every key, nothing masked, the fused path: what a layer called on its own reads. Frozen,
@@ -279,9 +284,8 @@ class MultiHeadAttention(nn.Module):
 
         With a `cache` (this layer's part of a `KVCache`), self-attention
         appends the new keys and values and attends over all cached ones;
-        cross-attention reuses the cached memory keys and values, within the
-        cache's monotonic window if it has one, and the last layer's
-        cross-attention then moves the window's focus (`KVCache.move_focus`).
+        cross-attention reuses the cached memory keys and values, within
+        `inputs.memory_window` when a decode has a monotonic window.
         Returns the output (batch, queries, d_model) and, on the weights path,
         the attention weights (batch, heads, queries, keys).
         """
@@ -298,12 +302,11 @@ class MultiHeadAttention(nn.Module):
                 raise AttnkitError("cross-attention needs the encoder memory")
             else:
                 k, v = self.memory_kv(inputs.memory)
-            mask, bias, is_causal = inputs.memory_mask, None, False
-            # A monotonic window (`KVCache.set_monotonic`) replaces the memory's padding mask,
-            # which it includes, by one of each row's own.
-            window = None if cache is None else cache.memory_window()
-            mask = mask if window is None else window
-            moves_focus = cache is not None and cache.moves_focus
+            # A monotonic window replaces the memory's padding mask, which it includes, by one
+            # of each row's own.
+            window = inputs.memory_window
+            mask = inputs.memory_mask if window is None else window
+            bias, is_causal = None, False
         else:
             q, k, v = self.qkv_proj(x).split((q_dim, kv_dim, kv_dim), dim=-1)
             q = self._heads(q, self.n_heads)
@@ -332,7 +335,7 @@ class MultiHeadAttention(nn.Module):
                 return self.out_proj(out.transpose(1, 2).flatten(2)), None
             mask, bias = inputs.mask, inputs.bias
             is_causal = inputs.causal and mask is None and bias is None
-            window, moves_focus = None, False
+            window = None
         # Beams of one sentence share its cached memory (`KVCache.group`): their queries
         # attend together, as more query positions over one copy of the keys and values.
         group = q.shape[0] // k.shape[0] if self.cross else 1
@@ -340,7 +343,7 @@ class MultiHeadAttention(nn.Module):
             if window is not None:  # each row's own window goes with its queries
                 mask = _group_rows(window.expand(-1, -1, q.shape[2], -1), group)
             q = _group_rows(q, group)
-        weights_asked = need_weights or moves_focus or inputs.path is AttentionPath.WEIGHTS
+        weights_asked = need_weights or inputs.path is AttentionPath.WEIGHTS
         # A decoding step (every query sees every key) in one C call, over the cache as it lies.
         step = cache is not None and (self.cross or q.shape[2] == 1) and not weights_asked
         if step and dropout_p == 0 and _one_mask_for_all_heads(mask) and step_attention.runs(q, k):
@@ -363,8 +366,6 @@ class MultiHeadAttention(nn.Module):
             out = out.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
             if weights is not None:
                 weights = weights.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
-        if moves_focus:
-            cache.move_focus(weights)
         return self.out_proj(out.transpose(1, 2).flatten(2)), weights
 
 
