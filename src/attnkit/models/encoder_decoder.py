@@ -33,6 +33,20 @@ from attnkit.nn.copy import PointerGenerator
 
 
 class EncoderDecoder(TransformerModel):
+    """The paper's model: an encoder over the source, a decoder over the target that attends
+    to the encoder's output (figure 1).
+
+    src_embed, tgt_embed: each side's token embedding and positions, one table for both
+        with `tie_embeddings = "all"`; encoder: a non-causal `Stack`; decoder: a causal
+        `Stack` with cross-attention; head: the output projection (tied to the target
+        embedding unless `tie_embeddings = "none"`); copy: the pointer-generator with
+        `copy_attention` (`nn/copy.py`), else None.
+
+    `forward(src, tgt)` is the teacher-forced pass; `encode` and `decode` are its halves.
+    For generation `new_cache` encodes the source once into a `DecodingState` and
+    `decode_step` runs the decoder a step at a time on it.
+    """
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         if config.shape != "encoder-decoder":

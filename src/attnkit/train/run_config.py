@@ -237,6 +237,14 @@ OPTION_SECTIONS = tuple(name for name in SECTIONS if name != "model")
 
 @dataclass(frozen=True)
 class RunConfig:
+    """One training run: a frozen section for each TOML table (`SECTIONS`), each key with a
+    default and a check; read by `load` (a file and `--set` overrides), written back by
+    `to_toml` into the run folder, so a run records what it was trained with.
+
+    The rules that span sections (a task's model shape and metric, the run folder) are
+    checked by `attnkit.train.validate`.
+    """
+
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     train: TrainSection = field(default_factory=TrainSection)
