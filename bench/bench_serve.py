@@ -98,9 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write OUT.json and OUT.md")
     args = parser.parse_args(argv)
     if not (Path(args.run) / "model.safetensors").is_file():
-        raise SystemExit(
-            f"{args.run} holds no trained run; train configs/multi30k_de_en.toml first"
-        )
+        raise SystemExit(f"{args.run} holds no trained run; train the multi30k_de_en recipe first")
     with gzip.open(args.data_dir / "multi30k" / "val.de.gz", "rt", encoding="utf-8") as f:
         texts = f.read().splitlines()
     header = opening(f"{args.clients} clients x {args.seconds:g} s, greedy /v1/translate, "

@@ -4,14 +4,22 @@
     RUN_DIR/model.safetensors            the weights (a tied matrix stored once)
     RUN_DIR/tokenizer.json               the tokenizer, when there is one
     RUN_DIR/tokenizer_fingerprint        its vocabulary's fingerprint, checked when loading
+    RUN_DIR/tokenizer.pretokenize.json   a Transformer run's [pretokenize] steps, applied
+                                         before the tokenizer (`attnkit.pretokenize`)
+    RUN_DIR/pretokenize.json             a word-vector run's [pretokenize] steps
     RUN_DIR/run_config.toml              the run config it was trained from
     RUN_DIR/trainer_state.pt             what resuming needs (`attnkit.train.checkpoint`)
     RUN_DIR/metrics.jsonl                one JSON record per logged interval or evaluation
     RUN_DIR/curves.png                   those records drawn
     RUN_DIR/checkpoints/step-0000500/    the weights at each saved step
+    RUN_DIR/checkpoints/step-0000500/sharded/  under FSDP, also the weights and the
+                                         optimizer's state in one slice per rank
     RUN_DIR/checkpoints/best/            the weights with the best validation metric
     RUN_DIR/train.lock                   held by the training under way (`attnkit.train.lock`)
-    RUN_DIR/tensorboard/, RUN_DIR/wandb/ with `train.log_to`, the sinks' own files
+    RUN_DIR/adapters.safetensors         a model's adapters alone (`attnkit.nn.adapters`)
+    RUN_DIR/vectors.bin                  a word2vec run's vectors, in word2vec's binary format
+    RUN_DIR/tensorboard/                 with `train.log_to`, TensorBoard's own files
+    RUN_DIR/wandb/                       with `train.log_to`, Weights & Biases' own files
 
 Every command accepts such a folder. Files are written to a temporary name
 and renamed, so a crash mid-write never leaves a half-written file behind.
@@ -35,9 +43,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file, save_model
-from torch import Tensor
+from safetensors.torch import save_file, save_model
 
 from attnkit.config import ModelConfig
 from attnkit.data.section import DataSection
@@ -49,13 +55,15 @@ from attnkit.models import TransformerModel, build_model
 from attnkit.nn.adapters import adapter_state_dict
 from attnkit.nn.compute_type import compute_type_of, convert
 from attnkit.nn.lora import merged_copy
-from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer
+from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer, pretokenize_file
+from attnkit.weights import load_weights
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ADAPTERS_FILE = "adapters.safetensors"  # a model's adapters alone (`attnkit.nn.adapters`)
+SHARDS = "sharded"  # a step's sharded checkpoint (`attnkit.train.distributed_checkpoint`)
 _STEP = "step-"
 
 # The ids `generate` starts and stops on, for each model shape that generates, and the
@@ -84,7 +92,9 @@ class RunFolder:
         self.trainer_state = self.root / "trainer_state.pt"
         self.metrics = self.root / "metrics.jsonl"
         self.curves = self.root / "curves.png"
-        self.vectors = self.root / "vectors.bin"  # a word2vec run's, in word2vec's binary format
+        self.vectors = self.root / "vectors.bin"  # a word2vec or GloVe run's (word2vec binary)
+        self.pretokenize = self.root / "pretokenize.json"  # a word-vector run's [pretokenize]
+        self.tokenizer_pretokenize = pretokenize_file(self.tokenizer)  # a Transformer run's
         self.checkpoints = self.root / "checkpoints"
         self.best_weights = self.checkpoints / "best" / WEIGHTS_FILE
         self.lock = self.root / "train.lock"
@@ -95,7 +105,8 @@ class RunFolder:
         """The files attnkit writes at the folder's top (beside `checkpoints/` and the lock)."""
         return (
             *(self.config, self.weights, self.tokenizer, self.fingerprint, self.run_config),
-            *(self.trainer_state, self.metrics, self.curves, self.vectors),
+            *(self.trainer_state, self.metrics, self.curves, self.vectors, self.pretokenize),
+            self.tokenizer_pretokenize,
         )
 
     def owns(self, entry: Path) -> bool:
@@ -110,6 +121,9 @@ class RunFolder:
 
     def step_weights(self, step: int) -> Path:
         return self.step_dir(step) / WEIGHTS_FILE
+
+    def step_shards(self, step: int) -> Path:
+        return self.step_dir(step) / SHARDS
 
     def saved_steps(self) -> list[int]:
         """Steps with saved weights, oldest first."""
@@ -326,64 +340,3 @@ def _unset_decoding_ids(config: ModelConfig) -> dict[str, str]:
     if config.copy_attention != "none":
         roles = {**roles, "unk_id": "unk"}
     return {name: role for name, role in roles.items() if getattr(config, name) is None}
-
-
-def load_weights(
-    model: TransformerModel, weights_path: str | Path, device: str | torch.device = "cpu"
-) -> TransformerModel:
-    """Load a model.safetensors into `model` in place, refusing any mismatch in one sentence.
-
-    A damaged file (truncated, a broken header, NaN or Inf in a tensor) is named
-    as damaged (`read_weights`), apart from weights that do not fit the model.
-    """
-    tensors = read_weights(weights_path, device)
-    try:
-        missing, unexpected = model.load_state_dict(tensors, strict=False)
-    except RuntimeError as err:
-        raise AttnkitError(
-            f"the weights in {weights_path} do not fit the model of {model.config.shape!r} "
-            f"shape and its config: {err}"
-        ) from None
-    # Tied weights are stored once, so their second name is reported missing; that is fine.
-    tied = {name for name in missing if _is_tied(model, name)}
-    if set(missing) - tied or unexpected:
-        raise AttnkitError(
-            f"the weights in {weights_path} do not match the model's config: missing "
-            f"{sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]}"
-        )
-    return model
-
-
-def read_weights(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Tensor]:
-    """The tensors of a safetensors file, refusing a damaged one in one sentence.
-
-    A truncated file or a broken header fails to parse; NaN or Inf in a tensor
-    would load, then make decoding crash or print nothing, so every floating
-    tensor is checked (one pass over the weights).
-    """
-    path = Path(path)
-    try:
-        tensors = load_file(path, device=str(device))
-    except (SafetensorError, OSError) as err:
-        raise AttnkitError(
-            f"{path.name} in {path.parent} is damaged ({err}): the file cannot be read; "
-            "replace it with an intact copy"
-        ) from None
-    check_finite(tensors, path)
-    return tensors
-
-
-def check_finite(tensors: dict[str, Tensor], path: Path) -> None:
-    """Refuse weights read from `path` with a NaN or an infinity, naming the first such tensor."""
-    for name, tensor in tensors.items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            what = "NaN" if bool(torch.isnan(tensor).any()) else "infinite"
-            raise AttnkitError(
-                f"{path.name} in {path.parent} is damaged: its tensor {name!r} holds {what} "
-                "values; replace the file with an intact copy"
-            )
-
-
-def _is_tied(model: torch.nn.Module, name: str) -> bool:
-    target = model.get_parameter(name)
-    return any(p is target and n != name for n, p in model.named_parameters(remove_duplicate=False))

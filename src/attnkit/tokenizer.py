@@ -7,6 +7,10 @@ six kinds (`bpe`, `byte-bpe`, `wordpiece`, `unigram`, `char`, `word`: see
 same ids (`<pad>` 0, `<s>` 1, `</s>` 2, `<unk>` 3, `<mask>` 4), so models,
 data and decoders agree without asking.
 
+A `Pretokenizer` (`attnkit.pretokenize`: the user's rule, jieba's words,
+phrases) may rewrite text before the model sees it and after ids are decoded;
+it is learned with the vocabulary and saved beside it, as `tokenizer.pretokenize.json`.
+
 Any Hugging Face `tokenizer.json` loads too; its own special tokens (`[PAD]`,
 `[CLS]`, `[SEP]`, `[UNK]`, `[MASK]`, `<|endoftext|>`, ...) are found by name,
 so `pad_id` and the others are right for it.
@@ -25,6 +29,7 @@ from tokenizers import Tokenizer as Backend
 
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write, check_utf8
+from attnkit.pretokenize import Pretokenizer
 from attnkit.tokenizer_training import BOS_ID as BOS_ID
 from attnkit.tokenizer_training import EOS_ID as EOS_ID
 from attnkit.tokenizer_training import KINDS as KINDS
@@ -37,6 +42,9 @@ from attnkit.tokenizer_training import train_backend
 logger = logging.getLogger(__name__)
 
 TOKENIZER_FILE = "tokenizer.json"  # its name in a run folder and in a Hugging Face folder
+PRETOKENIZE_SUFFIX = (
+    ".pretokenize.json"  # tokenizer.json's pretokenizer: tokenizer.pretokenize.json
+)
 
 # Names under which the usual tokenizer families spell each role: attnkit and
 # fairseq/RoBERTa (`<s>`), BERT (`[CLS]`), GPT-2 (`<|endoftext|>` for both ends).
@@ -52,12 +60,13 @@ _ROLE_NAMES = {
 class Tokenizer:
     """Text to ids and back, batched; see the module docstring for the special ids."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, pretokenizer: Pretokenizer | None = None) -> None:
         # Padding and truncation are done here, counted and visible, never by
         # settings hidden inside a loaded tokenizer.json.
         backend.no_padding()
         backend.no_truncation()
         self.backend = backend
+        self.pretokenizer = pretokenizer
         self._special = _find_special_ids(backend)
         self.n_truncated = 0
         """How many sequences `encode` and `encode_batch` have truncated so far."""
@@ -74,6 +83,7 @@ class Tokenizer:
         vocab_size: int = 8000,
         min_frequency: int | None = None,
         normalization: str = "none",
+        pretokenizer: Pretokenizer | None = None,
     ) -> Tokenizer:
         """Learn a vocabulary of `vocab_size` tokens (the five specials included).
 
@@ -85,6 +95,8 @@ class Tokenizer:
         normalization: the Unicode normal form applied before tokenizing
             (`nfc`, `nfd`, `nfkc`, `nfkd`) or `none`, which keeps the text as
             it is and so lets byte-level BPE round-trip any string exactly.
+        pretokenizer: learns its phrases from the same text, which it then rewrites
+            before the vocabulary is learned (`attnkit.pretokenize`).
         """
         backend, count = train_backend(
             kind,
@@ -93,8 +105,9 @@ class Tokenizer:
             vocab_size=vocab_size,
             min_frequency=min_frequency,
             normalization=normalization,
+            pretokenizer=pretokenizer,
         )
-        tokenizer = cls(backend)
+        tokenizer = cls(backend, pretokenizer)
         logger.info(
             "trained a %s tokenizer of %d tokens on %d lines",
             kind,
@@ -142,7 +155,7 @@ class Tokenizer:
             raise AttnkitError(
                 f"{path} is not a tokenizer.json that Hugging Face tokenizers can read ({err})"
             ) from None
-        return cls(backend)
+        return cls(backend, Pretokenizer.read(pretokenize_file(path)))
 
     def save(self, path: PathLike) -> Path:
         """Write to a `.json` path, or else into that folder as `tokenizer.json`; returns the file.
@@ -154,6 +167,10 @@ class Tokenizer:
         if path.suffix != ".json":
             path = path / TOKENIZER_FILE
         text = self.backend.to_str(pretty=True)
+        if self.pretokenizer is not None:
+            self.pretokenizer.save(pretokenize_file(path))
+        else:  # a stale one would be read with this tokenizer
+            pretokenize_file(path).unlink(missing_ok=True)
         return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 
     # -- encoding ---------------------------------------------------------
@@ -195,6 +212,8 @@ class Tokenizer:
                     f"max_length {max_length} leaves no room for text after BOS/EOS; raise it"
                 )
         texts = list(texts)
+        if self.pretokenizer is not None:
+            texts = [self.pretokenizer.text(str(text)) for text in texts]
         try:
             encoded = self.backend.encode_batch_fast(texts, add_special_tokens=False)
         except TypeError:
@@ -227,7 +246,10 @@ class Tokenizer:
     def decode_batch(self, batch: Sequence[Sequence[int]], skip_special: bool = True) -> list[str]:
         """`decode` for many sequences (a list of lists or a 2-D tensor)."""
         rows = [_as_list(ids) for ids in _as_list(batch)]
-        return self.backend.decode_batch(rows, skip_special_tokens=skip_special)
+        texts = self.backend.decode_batch(rows, skip_special_tokens=skip_special)
+        if self.pretokenizer is not None:
+            texts = [self.pretokenizer.restore(text) for text in texts]
+        return texts
 
     # -- vocabulary -------------------------------------------------------
 
@@ -259,7 +281,9 @@ class Tokenizer:
     @property
     def fingerprint(self) -> str:
         """A short hash of every token and its id: equal for tokenizers that give the same ids."""
-        vocab = sorted(self.backend.get_vocab(with_added_tokens=True).items())
+        vocab: Any = sorted(self.backend.get_vocab(with_added_tokens=True).items())
+        if self.pretokenizer is not None:  # the same ids of other words are other tokens
+            vocab = [vocab, self.pretokenizer.to_dict()]
         return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
 
     def has(self, role: str) -> bool:
@@ -284,6 +308,11 @@ class Tokenizer:
     def __repr__(self) -> str:
         model = type(self.backend.model).__name__
         return f"Tokenizer({model}, vocab_size={self.vocab_size})"
+
+
+def pretokenize_file(path: Path) -> Path:
+    """Where the pretokenizer of the tokenizer file `path` is saved."""
+    return path.with_name(path.stem + PRETOKENIZE_SUFFIX)
 
 
 def _find_special_ids(backend: Backend) -> dict[str, int | None]:

@@ -29,6 +29,7 @@ ids, so models, data and decoders agree without asking:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from tokenizers import Tokenizer as Backend
 from attnkit.checks import choice
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, read_lines
+from attnkit.pretokenize import Pretokenizer
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID, MASK_ID = 0, 1, 2, 3, 4
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>")
@@ -47,6 +49,8 @@ KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char", "word")
 # character but space, alone (`_` too, which \w would count as a letter).
 WORD_PATTERN = r"\d+(?:[.,]\d+)+|[^\W_]+(?:[-'’][^\W_]+)*|[^\w\s]|_"
 NORMALIZATIONS = ("none", "nfc", "nfd", "nfkc", "nfkd")
+# The kinds whose own pre-tokenizer keeps a phrase's delimiter inside one word.
+PHRASE_KINDS = ("bpe", "unigram", "word")
 
 
 def train_backend(
@@ -57,6 +61,7 @@ def train_backend(
     vocab_size: int = 8000,
     min_frequency: int | None = None,
     normalization: str = "none",
+    pretokenizer: Pretokenizer | None = None,
 ) -> tuple[Backend, int]:
     """A backend of `kind` trained on `files` and `texts`, and the lines it learned from
     (`attnkit.tokenizer.Tokenizer.train` says what each setting does)."""
@@ -73,12 +78,23 @@ def train_backend(
         )
     if min_frequency is None:
         min_frequency = 1 if kind in ("char", "word") else 2
-    backend, trainer = _build(kind, vocab_size, min_frequency)
+    phrases = pretokenizer is not None and pretokenizer.config.phrases > 0
+    if phrases and kind not in PHRASE_KINDS:
+        raise AttnkitError(
+            f"a {kind} tokenizer splits phrases again at their delimiter; use one of "
+            f"{', '.join(PHRASE_KINDS)}, or unset pretokenize.phrases"
+        )
+    joiner = pretokenizer.config.phrase_delimiter if phrases else ""
+    backend, trainer = _build(kind, vocab_size, min_frequency, joiner)
     if normalization != "none":
         backend.normalizer = getattr(normalizers, normalization.upper())()
     # A character vocabulary learns the newline as the character it is; the
     # subword kinds learn from sentences and get it in their alphabet.
     lines = _CountingLines(files, texts, keepends=kind == "char")
+    if pretokenizer is not None:
+        read = list(lines)
+        pretokenizer.learn_from_text(read)
+        lines = _CountingLines((), map(pretokenizer.text, read), keepends=kind == "char")
     backend.train_from_iterator(lines, trainer)
     if lines.count == 0:
         raise AttnkitError(
@@ -87,8 +103,9 @@ def train_backend(
     return backend, lines.count
 
 
-def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any]:
-    """An untrained backend and its trainer for one kind."""
+def _build(kind: str, vocab_size: int, min_frequency: int, joiner: str = "") -> tuple[Backend, Any]:
+    """An untrained backend and its trainer for one kind; a `word` token may hold `joiner`
+    between its letters (a phrase's delimiter)."""
     specials = [AddedToken(token, special=True, normalized=False) for token in SPECIAL_TOKENS]
     common = {"vocab_size": vocab_size, "special_tokens": specials, "show_progress": False}
     # Sentences are learnt one a line without their newline, yet running text
@@ -130,7 +147,7 @@ def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any
         backend.pre_tokenizer = pre_tokenizers.Sequence(
             [
                 pre_tokenizers.WhitespaceSplit(),
-                pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated"),
+                pre_tokenizers.Split(Regex(_word_pattern(joiner)), behavior="isolated"),
             ]
         )
     else:
@@ -139,6 +156,15 @@ def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any
         backend.pre_tokenizer = pre_tokenizers.Metaspace()
         backend.decoder = decoders.Metaspace()
     return backend, trainer
+
+
+def _word_pattern(joiner: str) -> str:
+    """WORD_PATTERN, its words also joined by `joiner` if one is given."""
+    if not joiner:
+        return WORD_PATTERN
+    return WORD_PATTERN.replace(
+        "(?:[-'’][^\\W_]+)*", f"(?:(?:[-'’]|{re.escape(joiner)})[^\\W_]+)*", 1
+    )
 
 
 class _CountingLines:

@@ -4,7 +4,6 @@ and keeps a screenshot (under $ATTNKIT_TEST_ARTIFACTS, else test-artifacts/)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,15 +12,8 @@ from playwright.sync_api import expect, sync_playwright
 
 from attnkit.serve.app import create_app
 from attnkit.serve.runs import served_runs
-from tests.helpers import tiny_run
+from tests.helpers import ARTIFACTS, BROWSER_FLAGS, CHROMIUM, tiny_run
 from tests.serve.live import serving
-
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking"]  # fmt: skip
-ARTIFACTS = Path(
-    os.environ.get("ATTNKIT_TEST_ARTIFACTS", Path(__file__).parents[2] / "test-artifacts")
-)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +27,7 @@ def page_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_the_page_translates_and_shows_attention(page_url: str) -> None:
     assert Path(CHROMIUM).is_file(), "Chromium is missing: apt-get install chromium"
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
         page = browser.new_page(viewport={"width": 1280, "height": 1400})
         failed: list[str] = []
         page.on("requestfailed", lambda r: failed.append(r.url))

@@ -1,12 +1,12 @@
 import dataclasses
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from attnkit import recipes
 from attnkit.cli import main
 from attnkit.data import CORPORA, cmudict
 from attnkit.data.section import TASKS
@@ -342,7 +342,9 @@ def test_the_best_checkpoint_and_patience_follow_a_falling_error_rate(tmp_path):
     result = Trainer(
         tiny_model(),
         translation_batches(3),
-        train=TrainSection(out_dir=str(tmp_path), steps=10, save_every=10, log_every=1),
+        train=TrainSection(
+            out_dir=str(tmp_path), steps=10, save_every=10, log_every=1, device="cpu"
+        ),
         eval=EvalSection(every=1, metric="per", patience=2),
         metrics=[metric],
     ).fit()
@@ -421,7 +423,7 @@ def test_eval_metric_per_on_text_files_accepts_any_target_of_a_repeated_source(t
 
 
 def test_cmudict_is_validated_by_error_rates_not_bleu():
-    recipe = Path(__file__).parents[2] / "configs" / "cmudict_g2p.toml"
+    recipe = recipes.path("cmudict_g2p")
     with pytest.raises(AttnkitError, match="choose one of val_loss, val_ppl, per, wer"):
         validate(RunConfig.load(recipe, ["eval.metric=bleu"]))
 

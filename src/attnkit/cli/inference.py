@@ -133,6 +133,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def add_inference_parsers(sub: argparse._SubParsersAction) -> None:
+    from attnkit.data import CORPORA
+
     p = sub.add_parser("translate", help="translate lines with an encoder-decoder run")
     add_run_options(p)
     add_beam_options(p)
@@ -154,10 +156,13 @@ def add_inference_parsers(sub: argparse._SubParsersAction) -> None:
     add_run_options(p)
     p.add_argument("--prompt", required=True, help="the text to continue")
     p.add_argument("--greedy", dest="sample", action="store_false", help="argmax, not sampling")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="logits divided by this (default 1.0)"
+    )
     p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest (0: all)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
-    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible (default: "
+                   "none, a new draw each time)")  # fmt: skip
     p.add_argument("--attention-plot", metavar="PNG", help="draw the self-attention of the text")
     p.set_defaults(func=cmd_generate)
 
@@ -169,12 +174,19 @@ def add_inference_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", help="corpus split (default: test, or val where there is no test)")
     p.add_argument(
         "--corpus",
-        help="multi30k, cmudict or tinyshakespeare (default: the run's, else by model shape)",
+        help=f"{', '.join(CORPORA)} or a path (default: the run's, else by the model's shape)",
     )
     p.add_argument("--src-lang", help="source language (default: the run's, else de)")
     p.add_argument("--tgt-lang", help="target language (default: the run's, else en)")
     p.add_argument("--data-dir", help="folder holding <corpus>/<files> (see attnkit.data)")
-    p.add_argument("--limit", type=int, default=0, help="score only the first N sentences/batches")
-    p.add_argument("--block-size", type=int, default=256, help="language-model context per block")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        help="score only the first N sentences/blocks (default 0: all)",
+    )
+    p.add_argument(
+        "--block-size", type=int, default=256, help="language-model context per block (default 256)"
+    )
     p.add_argument("--output", help="also write the translations here")
     p.set_defaults(func=cmd_eval)

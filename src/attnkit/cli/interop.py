@@ -26,16 +26,22 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def add_interop_parsers(sub: argparse._SubParsersAction) -> None:
+    from attnkit.interop import FAMILIES
+
     about = {
-        "hf": "a Hugging Face folder (config.json, model.safetensors): gpt2, bert or marian",
+        "hf": "a Hugging Face folder (config.json, model.safetensors) of a model_type attnkit "
+        f"maps: {', '.join(FAMILIES)}",
         "onnx": "ONNX graphs for ONNX Runtime (model.onnx, or encoder.onnx and decoder.onnx)",
     }
     run, out = ("run_dir", "attnkit run folder"), {k: ("out_dir", v) for k, v in about.items()}
-    for name, func, formats in (
-        ("import", cmd_import_hf, {"hf": (("src_dir", about["hf"]), run)}),
-        ("export", cmd_export, {"hf": (run, out["hf"]), "onnx": (run, out["onnx"])}),
-    ):
-        p = sub.add_parser(name, help=f"{name} a model: {name} {'|'.join(formats)} ...")
+    families = ", ".join(FAMILIES)
+    for name, func, formats, text in (
+        ("import", cmd_import_hf, {"hf": (("src_dir", about["hf"]), run)},
+         f"import hf: a Hugging Face model ({families}) as a run folder"),
+        ("export", cmd_export, {"hf": (run, out["hf"]), "onnx": (run, out["onnx"])},
+         f"export hf | onnx: a run folder as a Hugging Face model ({families}) or ONNX graphs"),
+    ):  # fmt: skip
+        p = sub.add_parser(name, help=text)
         kinds = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
         for kind, folders in formats.items():
             q = kinds.add_parser(kind, help=about[kind])

@@ -1,4 +1,4 @@
-"""attnkit's commands: demo, train, translate, generate, eval, embed, serve, import, export.
+"""The command line: `attnkit COMMAND ...`, every command named in `attnkit --help`.
 
 Only wiring lives here and in the modules of each group of commands (`train`,
 `inference`, `embed`, `serve`, `interop`): each command parses its options,
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import platform
 import sys
 
 from attnkit.cli.embed import add_embed_parser
@@ -25,14 +26,30 @@ log = logging.getLogger("attnkit")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnkit", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    import torch
+
+    from attnkit import __version__
+
+    parser = argparse.ArgumentParser(prog="attnkit")
+    versions = f"torch {torch.__version__}, Python {platform.python_version()}"
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"attnkit {__version__} ({versions})",
+        help="print attnkit's version (and torch's and Python's) and exit",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_train_parsers(sub)
     add_inference_parsers(sub)
     add_embed_parser(sub)
     add_serve_parser(sub)
     add_interop_parsers(sub)
+    # Named from the parsers themselves, so that a new command cannot be left out.
+    parser.description = (
+        f"attnkit, a Transformer toolkit on PyTorch. Commands: {', '.join(sub.choices)}. "
+        "attnkit COMMAND --help says more about each."
+    )
     return parser
 
 

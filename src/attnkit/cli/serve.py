@@ -21,22 +21,28 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve runs over HTTP: OpenAI-style completions, translate")
     p.add_argument("runs", nargs="+", help="run folders (attnkit's, or imported from HF)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch threads (default 0: torch's, one per core)"
+    )
     add_compute_type_option(p)
-    p.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
-                   help="how long a request waits for others to share its decode")  # fmt: skip
-    p.add_argument("--max-batch", type=int, default=d.max_batch)
-    p.add_argument("--max-input-tokens", type=int, default=d.max_input_tokens)
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
-    p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds a request may take")
+    limits = {  # option: (type, default, what it does); the defaults are ServeSettings'
+        "--batch-wait-ms": (float, d.batch_wait_ms, "how long a request waits for others to "
+                            "share its decode"),
+        "--max-batch": (int, d.max_batch, "most requests decoded together"),
+        "--max-input-tokens": (int, d.max_input_tokens, "longer inputs get 400"),
+        "--max-new-tokens": (int, d.max_new_tokens, "a request asking more gets 400"),
+        "--max-concurrent": (int, d.max_concurrent, "requests in flight at once; more get 429"),
+        "--timeout": (float, d.timeout_s, "seconds a request may take; slower ones get 504"),
+        "--max-texts": (int, d.max_texts, "texts in one request"),
+    }  # fmt: skip
+    for option, (kind, default, text) in limits.items():
+        p.add_argument(option, type=kind, default=default, help=f"{text} (default {default})")
     p.add_argument(
         "--api-key",
         default=os.environ.get("ATTNKIT_API_KEY"),
         help="require Authorization: Bearer KEY on /v1 requests (default: $ATTNKIT_API_KEY)",
     )
-    p.add_argument("--max-texts", type=int, default=d.max_texts, help="texts in one request")
     p.set_defaults(func=cmd_serve)
 
 

@@ -1,4 +1,4 @@
-"""`attnkit demo | train`: a model trained, with a progress bar fed by the Trainer.
+"""`attnkit demo | train | recipes`: a model trained (with a progress bar), the recipes listed.
 
 Bad input arrives as an `AttnkitError`, which `attnkit.cli.main` prints as its one sentence.
 """
@@ -8,42 +8,50 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import time
+import sys
 from pathlib import Path
 
 
 class _Progress:
-    """A tqdm bar fed by the Trainer's per-step callback: loss, learning rate, tokens/s, ETA."""
+    """A tqdm bar fed by the Trainer's per-step callback: steps and ETA every step; loss,
+    learning rate and tokens/s on the steps that log them (`train.log_every`: reading the
+    loss off a GPU waits for it, so the Trainer does it only then).
+
+    Only on a terminal: in a log file, a pipe or CI a bar's carriage returns pile up into one
+    endless line, so there the progress is the training's own log line, one every
+    `train.log_every` steps and one at the last step.
+    """
 
     def __init__(self, total: int, desc: str) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True)
-        self.tokens, self.last = 0.0, time.perf_counter()
+        self.bar = None
+        if sys.stderr.isatty():
+            self.bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True)
 
     def __call__(self, info: dict) -> None:
+        if self.bar is None:
+            return
         if info.get("total", self.bar.total) != self.bar.total:  # known once the data is read
             self.bar.total = info["total"]
         if self.bar.n == 0 and info["step"] > 1:
             self.bar.update(info["step"] - 1)  # a resumed run starts part-way
         self.bar.update(1)
-        self.tokens += info["tokens"]
-        if info["step"] % 10 == 0:
-            now = time.perf_counter()
-            rate = self.tokens / max(now - self.last, 1e-9)
-            self.bar.set_postfix(
-                loss=f"{info['loss']:.4f}", lr=f"{info['lr']:.2e}", tok_s=f"{rate:.0f}"
-            )
-            self.tokens, self.last = 0.0, now
+        if info.get("loss") is not None:
+            rate = f"{info['tokens_per_s']:.0f}"
+            self.bar.set_postfix(loss=f"{info['loss']:.4f}", lr=f"{info['lr']:.2e}", tok_s=rate)
 
     def redirect_logging(self) -> contextlib.AbstractContextManager:
         """Log lines printed above the bar instead of through it."""
+        if self.bar is None:
+            return contextlib.nullcontext()
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         return logging_redirect_tqdm()
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -64,9 +72,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"attnkit demo: teach a {c.n_encoder_layers}+{c.n_decoder_layers}-layer Transformer "
         f"(d_model {c.d_model}) to reverse digit strings"
     )
-    if not args.verbose:
-        logging.getLogger("attnkit.train").setLevel(logging.WARNING)  # the bar says enough
     progress = _Progress(args.steps, "training")
+    if not args.verbose and progress.bar is not None:
+        logging.getLogger("attnkit.train").setLevel(logging.WARNING)  # the bar says enough
     try:
         with progress.redirect_logging():
             report = demo.run_demo(
@@ -119,17 +127,43 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recipes(args: argparse.Namespace) -> int:
+    """List the packaged recipes, one line each: the name `attnkit train` takes, what it trains."""
+    from attnkit import recipes
+
+    names = recipes.names()
+    width = max(map(len, names))
+    for name in names:
+        print(f"{name:<{width}}  {recipes.summary(name)}")
+    print(f"\nrun one: attnkit train NAME (or a path to a TOML file); the files: {recipes.FOLDER}")
+    return 0
+
+
 def add_train_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train a small model on a built-in task in about a minute")
     p.add_argument("--steps", type=int, default=1500, help="training steps (default 1500)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-examples", type=int, default=1000, help="held-out strings to score")
-    p.add_argument("--out", default="attnkit-demo", help="folder for the heat map")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: 1)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the weights, batches and strings (default 0)"
+    )
+    p.add_argument(
+        "--eval-examples", type=int, default=1000, help="held-out strings to score (default 1000)"
+    )
+    p.add_argument(
+        "--out", default="attnkit-demo", help="folder for the run and the heat map (default "
+        "attnkit-demo)",
+    )  # fmt: skip
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch threads (default 0: the demo recipe's 1)"
+    )
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("train", help="train a model from a run config (TOML)")
-    p.add_argument("config", help="run config, e.g. configs/multi30k_de_en.toml")
+    p = sub.add_parser("train", help="train a model from a recipe or a run config (TOML)")
+    p.add_argument(
+        "config",
+        metavar="RECIPE_OR_TOML",
+        help="a packaged recipe's name (attnkit recipes lists them), e.g. tinyshakespeare_char, "
+        "or the path of a run config",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -138,3 +172,6 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--resume", action="store_true", help="continue the run in train.out_dir")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("recipes", help="list the packaged recipes that attnkit train runs by name")
+    p.set_defaults(func=cmd_recipes)

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 from attnkit.checks import check, choice, each, finite_fields, non_negative, positive, within
 from attnkit.data.corpora import CORPORA
+from attnkit.data.datasets import WINDOWS
 from attnkit.tokenizer import KINDS as TOKENIZER_KINDS
 
 # The choices of `data.task`; `attnkit.train.tasks` has a runner for each.
-TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec")
+TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec", "glove")
+VECTOR_TASKS = ("word2vec", "glove")  # word vectors, no Transformer: `train/vector_runs.py`
 
 
 @dataclass(frozen=True)
@@ -31,21 +33,34 @@ class DataSection:
     """What to learn from and how to batch it.
 
     task: `translation` (encoder-decoder), `language-model` (decoder),
-        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo) or
-        `word2vec` (word vectors, no Transformer).
+        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo),
+        `word2vec` or `glove` (word vectors, no Transformer).
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
         Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
         corpus its config does not name.
     data_dir: a folder holding known corpora as `<corpus>/<file>`, searched before
         `$ATTNKIT_DATA` and the download cache (`attnkit.data.corpora`); unset, only those.
+    src_lang, tgt_lang: the languages (file suffixes, or a dataset's columns) of a
+        translation's source and target; a word2vec run reads both sides' text.
+    train_split, valid_split: the corpus splits trained on and validated on.
+    valid_fraction: the share at the end of a one-file text held out for validation (a
+        language model's or masked LM's corpus).
+    tokenizer, vocab_size: the kind of tokenizer trained on the training text, and its
+        vocabulary's size (a `char` vocabulary is as large as the text needs).
     source_field, target_field, text_field: a dataset's columns of source, target and running
         text; unset, the ones named like the languages or `translation`, and `text`.
     lowercase: learn from lowercased text; a trained run's input is then lowercased too
-        (`prepare_sources`).
+        (`prepare_sources`: `attnkit translate`, `eval`, `serve` and the Python API).
+    max_len: the longest example kept, in tokens a side; longer ones are skipped and counted.
     max_tokens: the token budget of one batch for sentence tasks.
     batch_size: sequences per batch for the language model and the demo.
     block_size: tokens of context per language-model example.
+    windows: where a language model's training examples lie in the text each epoch
+        (as many as the text has blocks): `random`, each at a fresh random offset, as
+        nanoGPT draws them; `shifted`, the block grid moved by one random offset per
+        epoch; `blocks`, the same blocks every epoch. Validation always reads fixed blocks.
     mask_prob: share of tokens the masked-LM objective hides (BERT: 0.15).
+    num_workers: processes that prepare batches beside training (torch's DataLoader).
     """
 
     task: str = "translation"
@@ -66,6 +81,7 @@ class DataSection:
     max_tokens: int = 4096
     batch_size: int = 64
     block_size: int = 128
+    windows: str = "random"
     mask_prob: float = 0.15
     num_workers: int = 0
 
@@ -73,6 +89,7 @@ class DataSection:
         finite_fields(self, "data")
         choice("data.task", self.task, TASKS)
         choice("data.tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        choice("data.windows", self.windows, WINDOWS)
         each(positive, "data", self, "vocab_size", "max_len", "max_tokens")
         each(positive, "data", self, "batch_size", "block_size")
         each(non_negative, "data", self, "num_workers")

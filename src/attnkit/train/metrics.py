@@ -1,4 +1,4 @@
-"""What a run measures as it trains: the records of its metrics.jsonl.
+"""What a run measures as it trains: the records of its metrics.jsonl, and the [eval] section.
 
 Every `train.log_every` steps, over the steps since the last such record:
 
@@ -23,10 +23,11 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
+from attnkit.checks import each, non_negative, positive
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
@@ -39,44 +40,78 @@ Metric = Callable[[TransformerModel], dict[str, float]]
 """An extra validation metric: the model (eval mode, no grad) -> named values; which are better
 lower, as error rates are, is `EvalSection.lower_is_better`'s to say."""
 
+# The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
+# place that says so: `EvalSection.lower_is_better`, which the Trainer's best checkpoint and
+# patience read.
+LOWER_IS_BETTER = ("val_loss", "val_ppl", "per", "wer")
 
-@dataclass
+
+@dataclass(frozen=True)
+class EvalSection:
+    """Validation during training.
+
+    every: steps between evaluations (validation loss and perplexity).
+    metric: what picks the best checkpoint and drives early stopping: `val_loss`,
+        `val_ppl`, or a metric a task adds (`bleu`, or the phoneme and word error
+        rates `per` and `wer`, for translation; `exact_match` for the demo). The
+        validation loss and perplexity and the error rates are better lower
+        (`LOWER_IS_BETTER`), the rest higher.
+    patience: evaluations without improvement before stopping; 0 never stops.
+    decode_examples: held-out examples decoded greedily for the task's metric
+        (BLEU on validation pairs for translation, or WER and PER on validation
+        sources with every listed target accepted; exact match for the demo).
+    max_batches: validation batches for the loss; 0 uses them all.
+    """
+
+    every: int = 500
+    metric: str = "val_loss"
+    patience: int = 0
+    decode_examples: int = 200
+    max_batches: int = 0
+
+    def __post_init__(self) -> None:
+        each(positive, "eval", self, "every", "decode_examples")
+        each(non_negative, "eval", self, "patience", "max_batches")
+
+    @property
+    def lower_is_better(self) -> bool:
+        """Whether a smaller `metric` is a better one (a loss, an error rate)."""
+        return self.metric in LOWER_IS_BETTER
+
+
 class Interval:
-    """The training sums since the last record (`LossTerms.recorded`), and when it began."""
+    """The training sums since the last record (`LossTerms.recorded`), and when it began.
 
-    start: float = field(default_factory=time.perf_counter)
-    loss: float = 0.0
-    tokens: float = 0.0
-    aux: float = 0.0
-    sequence: float = 0.0
-    reward: float = 0.0
-    sources: float = 0.0
+    The sums stay on the training device until the record is made: reading them
+    there waits for the device, which a record may do and a step should not.
+    """
 
-    def add(self, sums: Sequence[float]) -> None:
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.sums = torch.zeros(6, dtype=torch.float64, device=device)
+        self.start = time.perf_counter()
+        self.steps = 0
+
+    def add(self, sums: torch.Tensor) -> None:
         """Add one step's sums, in the order of `LossTerms.recorded`."""
-        loss, tokens, aux, sequence, reward, sources = sums
-        self.loss += loss
-        self.tokens += tokens
-        self.aux += aux
-        self.sequence += sequence
-        self.reward += reward
-        self.sources += sources
+        self.sums += sums
+        self.steps += 1
 
     def close(self, step: int, steps: int, lr: float) -> dict[str, float]:
         """The record of the interval that ends at `step` (also logged); a new one begins."""
+        loss, tokens, aux, sequence, reward, sources = self.sums.tolist()
         elapsed = time.perf_counter() - self.start
         record = {
             "step": step,
-            "train_loss": self.loss / self.tokens,
+            "train_loss": loss / tokens,
             "lr": lr,
-            "tokens_per_s": self.tokens / max(elapsed, 1e-9),
+            "tokens_per_s": tokens / max(elapsed, 1e-9),
         }
-        if self.aux:  # the weighted auxiliary losses (load balancing, guided attention), per token
-            record["train_aux_loss"] = self.aux / self.tokens
-        if self.sources:  # sequence-level training: its weighted loss and mean reward
-            record["train_sequence_loss"] = self.sequence / self.tokens
-            record["train_reward"] = self.reward / self.sources
-        reward = f"  reward {record['train_reward']:.4f}" if "train_reward" in record else ""
+        if aux:  # the weighted auxiliary losses (load balancing, guided attention), per token
+            record["train_aux_loss"] = aux / tokens
+        if sources:  # sequence-level training: its weighted loss and mean reward
+            record["train_sequence_loss"] = sequence / tokens
+            record["train_reward"] = reward / sources
+        reward_text = f"  reward {record['train_reward']:.4f}" if "train_reward" in record else ""
         log.info(
             "step %d/%d  loss %.4f  lr %.3g  %.0f tokens/s%s",
             step,
@@ -84,10 +119,11 @@ class Interval:
             record["train_loss"],
             lr,
             record["tokens_per_s"],
-            reward,
+            reward_text,
         )
         self.start = time.perf_counter()
-        self.loss = self.tokens = self.aux = self.sequence = self.reward = self.sources = 0.0
+        self.sums.zero_()
+        self.steps = 0
         return record
 
 

