@@ -57,12 +57,12 @@ class DecodingState:
     def reorder(self, index: Tensor, memory: bool = True) -> None:
         """`KVCache.reorder`: keep the rows `index`; the window's rows follow, and with `memory`
         the source's rows too."""
-        rows = self.kv_cache.memory_rows(index)
+        if memory and self.source is not None:  # the source's rows are the memory's
+            rows = self.kv_cache.memory_rows(index)
+            self.source = CopySource(*(part.index_select(0, rows) for part in self.source))
         self.kv_cache.reorder(index, memory)
         if self.window is not None:
             self.window.reorder(index)
-        if memory and self.source is not None:
-            self.source = CopySource(*(part.index_select(0, rows) for part in self.source))
 
     def repeat_rows(self, n: int) -> None:
         """`KVCache.repeat_rows`: each row becomes `n` rows sharing its memory and its source."""
