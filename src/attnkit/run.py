@@ -56,7 +56,9 @@ from attnkit.nn.adapters import adapter_state_dict
 from attnkit.nn.compute_type import compute_type_of, convert
 from attnkit.nn.lora import merged_copy
 from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer, pretokenize_file
+from attnkit.weights import check_finite as check_finite  # its old import path, from here
 from attnkit.weights import load_weights
+from attnkit.weights import read_weights as read_weights  # its old import path, from here
 
 log = logging.getLogger(__name__)
 

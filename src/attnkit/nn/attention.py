@@ -34,6 +34,9 @@ from attnkit.nn.kv_cache import HeldKV, LayerKV
 from attnkit.nn.linear import Linear
 from attnkit.nn.local_attention import local_attention
 from attnkit.nn.scaled_dot_product import Kernel, computed
+from attnkit.nn.scaled_dot_product import (  # eq. 1's old import path, from here
+    scaled_dot_product_attention as scaled_dot_product_attention,
+)
 from attnkit.nn.window import NO_WINDOW, Window
 
 
