@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
+from attnkit.data import cmudict
 from attnkit.data.batch import Batch, pad
 from attnkit.interop import save_hf
 from attnkit.models import TransformerModel, build_model
@@ -328,6 +329,31 @@ def tiny_run(path: Path, shape: str, max_len: int = 40) -> Path:
     model = build_model(with_decoding_ids(config, tokenizer))
     save_pretrained(model, path)
     tokenizer.save(RunFolder(path).tokenizer)
+    return path
+
+
+def tiny_g2p_run(path: Path) -> Path:
+    """A tiny untrained G2P run folder at `path`: a word tokenizer of cmudict's letters and
+    phonemes, and the [data] section of a run trained on cmudict. Its weights (seed 1) give
+    different words different outputs, and a word typed whole another output than its letters.
+    """
+    pairs = cmudict.pairs("val")
+    tokenizer = Tokenizer.train("word", texts=[side for pair in pairs for side in pair])
+    config = tiny_config(
+        "encoder-decoder",
+        1,
+        vocab_size=tokenizer.vocab_size,
+        max_len=32,
+        dropout=0.0,
+        embedding_dropout=0.0,
+    )
+    torch.manual_seed(1)
+    save_pretrained(build_model(with_decoding_ids(config, tokenizer)), path)
+    folder = RunFolder(path)
+    tokenizer.save(folder.tokenizer)
+    folder.write_run_config(
+        '[data]\ncorpus = "cmudict"\nsrc_lang = "graphemes"\ntgt_lang = "phonemes"\n'
+    )
     return path
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from attnkit.errors import AttnkitError
 
@@ -42,6 +42,12 @@ def finite_fields(settings: object, section: str = "") -> None:
         value = getattr(settings, setting.name)
         if isinstance(value, float):
             finite(f"{section}.{setting.name}" if section else setting.name, value)
+
+
+def each(rule: Callable[[str, Any], None], section: str, values: object, *names: str) -> None:
+    """Apply the check `rule` to the keys `names` of one config section's `values`."""
+    for name in names:
+        rule(f"{section}.{name}", getattr(values, name))
 
 
 def positive(name: str, value: float) -> None:

@@ -10,8 +10,11 @@ own and writes the ones it copies back as they were. Text that is not valid
 UTF-8 is refused with its line, and pieces the tokenizer does not know
 (characters outside a character vocabulary) are counted in one warning.
 
-`read_texts` and `write_lines` are the command line's input and output: a
-file, or standard input and output.
+`translate_run` translates with a run folder loaded by `attnkit.run.load_run`,
+its input prepared as the run's own (`attnkit.data.section.prepare_sources`:
+lowercased, a G2P word spelled out), as `attnkit translate`, `attnkit eval`
+and `attnkit serve` prepare it. `read_texts` and `write_lines` are the command
+line's input and output: a file, or standard input and output.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import torch
 
 from attnkit.data import extended
 from attnkit.data.batch import pad
+from attnkit.data.section import prepare_sources
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write, check_utf8, decode_lines, read_lines
 from attnkit.generation import GenerationConfig, generate, stream
 from attnkit.models import TransformerModel
+from attnkit.run import Run
 from attnkit.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -165,6 +170,29 @@ def translate(
         if progress is not None:
             progress(len(chunk))
     return outputs
+
+
+def translate_run(
+    run: Run,
+    texts: Sequence[str],
+    config: GenerationConfig | None = None,
+    *,
+    batch_size: int = 32,
+    refuse_long: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> list[str]:
+    """`translate` with the model and tokenizer of `run`, each text prepared as the run
+    reads its sources (`prepare_sources`: lowercased, a G2P word spelled out)."""
+    sources = prepare_sources(run.data, texts)
+    return translate(
+        run.model,
+        run.tokenizer,
+        sources,
+        config,
+        batch_size=batch_size,
+        refuse_long=refuse_long,
+        progress=progress,
+    )
 
 
 def complete(

@@ -33,7 +33,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +43,10 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file, save_model
-from torch import Tensor
+from safetensors.torch import save_file, save_model
 
 from attnkit.config import ModelConfig
+from attnkit.data.section import DataSection
 from attnkit.devices import check_device
 from attnkit.errors import AttnkitError
 from attnkit.files import WriteError, append_line, atomic_write
@@ -57,6 +56,9 @@ from attnkit.nn.adapters import adapter_state_dict
 from attnkit.nn.compute_type import compute_type_of, convert
 from attnkit.nn.lora import merged_copy
 from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer, pretokenize_file
+from attnkit.weights import check_finite as check_finite  # its old import path, from here
+from attnkit.weights import load_weights
+from attnkit.weights import read_weights as read_weights  # its old import path, from here
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +162,8 @@ class RunFolder:
         atomic_write(self.run_config, lambda p: p.write_text(toml))
 
     def data_defaults(self) -> dict[str, Any]:
-        """The [data] section of the run config it was trained from ({} if there is none)."""
+        """The keys of the [data] section of the run config it was trained from, as recorded
+        ({} if there is none)."""
         if not self.run_config.is_file():
             return {}
         try:
@@ -169,6 +172,12 @@ class RunFolder:
             raise AttnkitError(
                 f"{self.run_config} is not valid TOML ({err}); fix or remove it"
             ) from None
+
+    def data_section(self) -> DataSection:
+        """The [data] section it was trained with (`data_defaults`), each key it does not
+        record at its default; a key no longer known is not the run's to keep."""
+        names = {setting.name for setting in dataclasses.fields(DataSection)}
+        return DataSection(**{k: v for k, v in self.data_defaults().items() if k in names})
 
     def load_tokenizer(self, check: bool = True) -> Tokenizer:
         """The run's tokenizer; a run folder without one is refused in one sentence.
@@ -209,11 +218,14 @@ class RunFolder:
 
 @dataclass(frozen=True)
 class Run:
-    """A run folder loaded for use: its model (in eval mode) and its tokenizer."""
+    """A run folder loaded for use: its model (in eval mode), its tokenizer, and the [data]
+    section it was trained with, which says how its input is prepared
+    (`attnkit.data.section.prepare_sources`)."""
 
     folder: RunFolder
     model: TransformerModel
     tokenizer: Tokenizer
+    data: DataSection = field(default_factory=DataSection)
 
     @property
     def compute_type(self) -> str:
@@ -242,7 +254,8 @@ def load_run(
     model = load_pretrained(
         folder.root, device, tokenizer=tokenizer, overrides=overrides, compute_type=compute_type
     )
-    return Run(folder, model, tokenizer or folder.load_tokenizer(check=check_tokenizer))
+    tokenizer = tokenizer or folder.load_tokenizer(check=check_tokenizer)
+    return Run(folder, model, tokenizer, folder.data_section())
 
 
 def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
@@ -329,64 +342,3 @@ def _unset_decoding_ids(config: ModelConfig) -> dict[str, str]:
     if config.copy_attention != "none":
         roles = {**roles, "unk_id": "unk"}
     return {name: role for name, role in roles.items() if getattr(config, name) is None}
-
-
-def load_weights(
-    model: TransformerModel, weights_path: str | Path, device: str | torch.device = "cpu"
-) -> TransformerModel:
-    """Load a model.safetensors into `model` in place, refusing any mismatch in one sentence.
-
-    A damaged file (truncated, a broken header, NaN or Inf in a tensor) is named
-    as damaged (`read_weights`), apart from weights that do not fit the model.
-    """
-    tensors = read_weights(weights_path, device)
-    try:
-        missing, unexpected = model.load_state_dict(tensors, strict=False)
-    except RuntimeError as err:
-        raise AttnkitError(
-            f"the weights in {weights_path} do not fit the model of {model.config.shape!r} "
-            f"shape and its config: {err}"
-        ) from None
-    # Tied weights are stored once, so their second name is reported missing; that is fine.
-    tied = {name for name in missing if _is_tied(model, name)}
-    if set(missing) - tied or unexpected:
-        raise AttnkitError(
-            f"the weights in {weights_path} do not match the model's config: missing "
-            f"{sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]}"
-        )
-    return model
-
-
-def read_weights(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Tensor]:
-    """The tensors of a safetensors file, refusing a damaged one in one sentence.
-
-    A truncated file or a broken header fails to parse; NaN or Inf in a tensor
-    would load, then make decoding crash or print nothing, so every floating
-    tensor is checked (one pass over the weights).
-    """
-    path = Path(path)
-    try:
-        tensors = load_file(path, device=str(device))
-    except (SafetensorError, OSError) as err:
-        raise AttnkitError(
-            f"{path.name} in {path.parent} is damaged ({err}): the file cannot be read; "
-            "replace it with an intact copy"
-        ) from None
-    check_finite(tensors, path)
-    return tensors
-
-
-def check_finite(tensors: dict[str, Tensor], path: Path) -> None:
-    """Refuse weights read from `path` with a NaN or an infinity, naming the first such tensor."""
-    for name, tensor in tensors.items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            what = "NaN" if bool(torch.isnan(tensor).any()) else "infinite"
-            raise AttnkitError(
-                f"{path.name} in {path.parent} is damaged: its tensor {name!r} holds {what} "
-                "values; replace the file with an intact copy"
-            )
-
-
-def _is_tied(model: torch.nn.Module, name: str) -> bool:
-    target = model.get_parameter(name)
-    return any(p is target and n != name for n, p in model.named_parameters(remove_duplicate=False))

@@ -5,6 +5,7 @@ sections (task, metric, model), and hints that name only options and keys that e
 from __future__ import annotations
 
 import ast
+import gzip
 import math
 import os
 import re
@@ -379,6 +380,29 @@ def test_missing_corpus_files_of_a_run_name_data_data_dir_not_a_flag_train_lacks
         f"put them in {empty / 'multi30k'}/ and set data.data_dir to {empty} (or set $ATTNKIT_DATA)"
     )
     assert "--data-dir" not in message
+
+
+def test_a_run_without_data_dir_searches_no_developer_folder_and_names_the_key(
+    tmp_path, capsys, offline, monkeypatch
+):
+    # ../shared/data beside the working folder holds the corpus, as on a developer's machine:
+    # only data.data_dir (or $ATTNKIT_DATA) may point there.
+    shared = tmp_path / "work" / "shared" / "data" / "multi30k"
+    shared.mkdir(parents=True)
+    for lang in ("de", "en"):
+        (shared / f"train.{lang}.gz").write_bytes(gzip.compress(b"ein hund\n"))
+    (tmp_path / "work" / "repo").mkdir()
+    monkeypatch.chdir(tmp_path / "work" / "repo")
+    path = write(
+        tmp_path,
+        '[data]\ntask = "translation"\ncorpus = "multi30k"\n'
+        f'[train]\nout_dir = "{tmp_path / "run"}"\n',
+    )
+    message = refused(capsys, "train", str(path), started=True)
+    assert message.startswith("multi30k needs train.de.gz, train.en.gz, which are not in ")
+    assert message.endswith(
+        "put them in DIR/multi30k/ and set data.data_dir to DIR (or set $ATTNKIT_DATA)"
+    )
 
 
 def test_a_language_model_text_too_short_for_its_split_names_the_config_keys(tmp_path, capsys):

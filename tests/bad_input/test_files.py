@@ -169,11 +169,11 @@ def test_a_full_disk_is_recognised_in_the_errors_of_torch_and_safetensors(tmp_pa
 
 def test_a_checkpoint_on_a_full_disk_names_the_checkpoint_that_is_intact(tmp_path, monkeypatch):
     model = tiny_model("decoder")
-    save_checkpoint(tmp_path, model, {"step": 100}, keep_last=2)
+    save_checkpoint(RunFolder(tmp_path), model, {"step": 100}, keep_last=2)
     before = contents(tmp_path)
     monkeypatch.setattr("attnkit.train.checkpoint.save_model", full_disk)
     with pytest.raises(WriteError) as info:
-        save_checkpoint(tmp_path, model, {"step": 200}, keep_last=2)
+        save_checkpoint(RunFolder(tmp_path), model, {"step": 200}, keep_last=2)
     step_dir = tmp_path / "checkpoints" / "step-0000100"
     assert str(info.value) == (
         f"could not write {tmp_path}/checkpoints/step-0000200/model.safetensors (No space left "
@@ -186,7 +186,7 @@ def test_a_checkpoint_on_a_full_disk_names_the_checkpoint_that_is_intact(tmp_pat
 def test_a_full_disk_at_the_first_checkpoint_says_there_is_none(tmp_path, monkeypatch):
     monkeypatch.setattr("attnkit.train.checkpoint.save_model", full_disk)
     with pytest.raises(WriteError, match="no checkpoint had been saved yet; free some space"):
-        save_checkpoint(tmp_path, tiny_model("decoder"), {"step": 100}, keep_last=2)
+        save_checkpoint(RunFolder(tmp_path), tiny_model("decoder"), {"step": 100}, keep_last=2)
 
 
 def test_a_full_disk_while_logging_metrics_leaves_no_half_line(tmp_path, monkeypatch):

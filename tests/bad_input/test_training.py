@@ -61,7 +61,7 @@ def test_resume_applies_a_changed_learning_rate_weight_decay_betas_and_eps(tmp_p
     # Adam's moments went on: four steps counted, not two.
     first = decayed["params"][0]
     assert int(trainer.optimizer.state[first]["step"]) == 4
-    assert ckpt.load_trainer_state(tmp_path)["settings"]["train.lr"] == 5e-4
+    assert ckpt.load_trainer_state(RunFolder(tmp_path))["settings"]["train.lr"] == 5e-4
     (line,) = changed_lines(caplog)
     for change in ("train.lr 0.003 -> 0.0005", "train.weight_decay 0.01 -> 0.1"):
         assert change in line
@@ -97,7 +97,7 @@ def test_resume_refuses_a_changed_seed_in_one_sentence(tmp_path):
 
 def test_resume_of_a_run_saved_before_settings_were_recorded_applies_a_new_rate(tmp_path, caplog):
     trained(tmp_path)
-    state = ckpt.load_trainer_state(tmp_path)
+    state = ckpt.load_trainer_state(RunFolder(tmp_path))
     del state["settings"]
     torch.save(state, RunFolder(tmp_path).trainer_state)
     trainer = Trainer(tiny_model(), translation_batches(3), train=section(tmp_path, lr=5e-4))
@@ -118,7 +118,7 @@ def test_resume_with_another_eval_metric_forgets_the_best_of_the_old_one(tmp_pat
         eval=EvalSection(every=2, metric="bleu"),
         metrics=[lambda model: scores[0]],
     ).fit()
-    assert ckpt.load_trainer_state(tmp_path)["best"] == 30.0
+    assert ckpt.load_trainer_state(RunFolder(tmp_path))["best"] == 30.0
     result = Trainer(
         tiny_model(),
         translation_batches(3),
@@ -150,7 +150,7 @@ def test_readme_example_set_lr_with_resume(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="attnkit.train"):
         resumed = ["--set", "train.steps=3", "--set", "train.lr=5e-4", "--resume"]
         assert main(["train", str(config), *options, *resumed]) == 0
-    state = ckpt.load_trainer_state(run)
+    state = ckpt.load_trainer_state(RunFolder(run))
     assert state["step"] == 3 and state["optimizer"]["param_groups"][0]["lr"] == 5e-4
     assert RunConfig.load(RunFolder(run).run_config).train.lr == 5e-4
     (line,) = changed_lines(caplog)
@@ -239,7 +239,7 @@ def test_sigterm_finishes_the_step_saves_and_stops(tmp_path):
     )
     result = trainer.fit()
     assert (result.stopped, result.step) == ("terminated", 2)
-    assert ckpt.load_trainer_state(tmp_path)["step"] == 2
+    assert ckpt.load_trainer_state(RunFolder(tmp_path))["step"] == 2
     assert signal.getsignal(signal.SIGTERM) is previous
     assert not RunFolder(tmp_path).lock.exists()
 
@@ -266,7 +266,7 @@ def test_a_signal_through_the_cli_saves_exits_128_plus_it_and_repeats_the_set_op
     out = capsys.readouterr().out
     assert f"stopped at step 2 and saved; continue with: attnkit train {config} " in out
     assert out.rstrip().endswith(f"--set train.out_dir={run} --set train.lr=5e-4 --resume")
-    assert ckpt.load_trainer_state(run)["step"] == 2
+    assert ckpt.load_trainer_state(RunFolder(run))["step"] == 2
 
 
 # -- a NaN loss -----------------------------------------------------------------------------------

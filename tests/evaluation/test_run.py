@@ -4,7 +4,6 @@ import gzip
 import math
 
 import pytest
-import torch
 
 from attnkit.cli import main
 from attnkit.data import cmudict
@@ -20,10 +19,8 @@ from attnkit.evaluation.metrics import (
 from attnkit.evaluation.run import evaluate_run, read_eval_set
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
-from attnkit.models import build_model
-from attnkit.run import RunFolder, load_run, save_pretrained, with_decoding_ids
-from attnkit.tokenizer import Tokenizer
-from tests.helpers import RUN_LINES, tiny_config, tiny_run
+from attnkit.run import RunFolder, load_run
+from tests.helpers import RUN_LINES, tiny_run
 
 DE = ["ein hund läuft", "zwei kinder spielen im park", "Ein Hund schläft"]
 EN = ["a dog runs", "two children play in the park", "A dog sleeps"]
@@ -95,31 +92,6 @@ def test_a_language_model_is_not_scored_on_a_parallel_corpus(lm_run, data):
 
 
 # -- grapheme-to-phoneme on cmudict ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def g2p_run(tmp_path_factory):
-    """A tiny untrained G2P run folder: a word tokenizer of cmudict's letters and phonemes, and
-    the [data] section of a run trained on cmudict."""
-    path = tmp_path_factory.mktemp("g2p")
-    pairs = cmudict.pairs("val")
-    tokenizer = Tokenizer.train("word", texts=[side for pair in pairs for side in pair])
-    config = tiny_config(
-        "encoder-decoder",
-        1,
-        vocab_size=tokenizer.vocab_size,
-        max_len=12,
-        dropout=0.0,
-        embedding_dropout=0.0,
-    )
-    torch.manual_seed(0)
-    save_pretrained(build_model(with_decoding_ids(config, tokenizer)), path)
-    folder = RunFolder(path)
-    tokenizer.save(folder.tokenizer)
-    folder.write_run_config(
-        '[data]\ncorpus = "cmudict"\nsrc_lang = "graphemes"\ntgt_lang = "phonemes"\n'
-    )
-    return path
 
 
 def test_a_g2p_run_reads_each_test_word_once_with_all_its_pronunciations(g2p_run):

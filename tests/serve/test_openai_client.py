@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from attnkit.cli.serve import served_runs
 from attnkit.serve import work
 from attnkit.serve.app import create_app
+from attnkit.serve.runs import served_runs
 from attnkit.serve.settings import ServeSettings
 from attnkit.serve.work import Decoding
 from tests.helpers import tiny_run

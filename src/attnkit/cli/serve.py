@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -47,26 +46,6 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_serve)
 
 
-def served_runs(paths: list[str], compute_type: str = "float32") -> list:
-    """The runs, loaded, each under its folder's name (the same name twice is refused).
-
-    compute_type: the linear layers' type for decoding (float32, int8, bf16, auto).
-    """
-    from attnkit.errors import AttnkitError
-    from attnkit.run import load_run
-    from attnkit.serve.work import Served
-
-    names = [Path(p).resolve().name for p in paths]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise AttnkitError(f"two runs are named {twice[0]!r}; serve folders of different names.")
-    served = []
-    for name, path in zip(names, paths, strict=True):
-        run = load_run(path, compute_type=compute_type)  # logs the type it chose
-        served.append(Served(name, run.model, run.tokenizer))
-    return served
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -77,6 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import torch
 
     from attnkit.serve.app import create_app
+    from attnkit.serve.runs import served_runs
     from attnkit.serve.settings import ServeSettings
 
     if args.threads:

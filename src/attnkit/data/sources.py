@@ -12,16 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from attnkit.data import hf_datasets
 from attnkit.data.corpora import CORPORA, corpus_files, corpus_pairs
+from attnkit.data.section import DataSection, lowered
 from attnkit.data.text import read_aligned
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
-
-if TYPE_CHECKING:
-    from attnkit.train.run_config import DataSection
 
 
 def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[str]]:
@@ -37,7 +34,7 @@ def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[s
         return _cased(d, hf_datasets.split_text(d, split, langs))
     if d.corpus in CORPORA:
         paths = corpus_files(
-            d.corpus, split, langs=langs, data_dir=d.data_dir, data_dir_option="data.data_dir"
+            d.corpus, split, langs=langs, data_dir=_data_dir(d), data_dir_option="data.data_dir"
         )
     else:
         hf_datasets.check_local(d.corpus)
@@ -62,7 +59,12 @@ def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[s
 
 
 def _cased(d: DataSection, sides: list[list[str]]) -> list[list[str]]:
-    return [[line.lower() for line in side] for side in sides] if d.lowercase else sides
+    return [lowered(d, side) for side in sides]
+
+
+def _data_dir(d: DataSection) -> str | None:
+    """`data.data_dir`, None when unset (the empty string is no folder to search)."""
+    return d.data_dir or None
 
 
 def text_lines(d: DataSection, *, keepends: bool = False) -> Iterator[str]:
@@ -76,7 +78,9 @@ def text_lines(d: DataSection, *, keepends: bool = False) -> Iterator[str]:
 
 def _text_files(d: DataSection) -> list[Path]:
     if d.corpus in CORPORA and not CORPORA[d.corpus].langs:
-        return corpus_files(d.corpus, "train", data_dir=d.data_dir, data_dir_option="data.data_dir")
+        return corpus_files(
+            d.corpus, "train", data_dir=_data_dir(d), data_dir_option="data.data_dir"
+        )
     hf_datasets.check_local(d.corpus)
     path = Path(d.corpus)
     if not path.is_file():

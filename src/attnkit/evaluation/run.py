@@ -11,9 +11,10 @@ What is not asked for is the run's own: the [data] section it was trained with
 names the corpus, the languages, the data_dir and whether text was lowercased;
 without one, the model's shape picks multi30k de->en or tinyshakespeare (and a
 known corpus's first two languages are the default pair). The
-split defaults to the corpus's test split, or val where it has none. A run
-trained on lowercased text reads lowercased sources; the references stay as
-they are, which is why BLEU is given both cased and lowercased.
+split defaults to the corpus's test split, or val where it has none. The
+sources are read as the run reads its input (`prepare_sources`: lowercased for
+a run trained on lowercased text); the references stay as they are, which is
+why BLEU is given both cased and lowercased.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from attnkit.data import (
     split_name,
 )
 from attnkit.data.batch import Batch
+from attnkit.data.section import lowered, prepare_sources
 from attnkit.errors import AttnkitError
 from attnkit.evaluation.metrics import (
     Score,
@@ -120,7 +122,7 @@ def read_eval_set(
     split = split_name(corpus, split)
     known = CORPORA.get(corpus)
     if translation and known is not None and known.pairs is not None:
-        return _grouped_set(saved, corpus, split, (src_lang, tgt_lang), limit)
+        return _grouped_set(run, corpus, split, (src_lang, tgt_lang), limit)
     if translation:
         langs = (
             src_lang or saved.get("src_lang") or "de",
@@ -130,8 +132,7 @@ def read_eval_set(
         sources, references = list(read_lines(src_path)), list(read_lines(ref_path))
         if limit:
             sources, references = sources[:limit], references[:limit]
-        if saved.get("lowercase"):
-            sources = [line.lower() for line in sources]
+        sources = prepare_sources(run.data, sources)
         what = f"{corpus} {split} {langs[0]}->{langs[1]}, {len(sources)} sentences"
         return EvalSet(corpus, split, what, sources=sources, references=references)
     if corpus in CORPORA and CORPORA[corpus].langs:
@@ -150,15 +151,15 @@ def read_eval_set(
 
 
 def _grouped_set(
-    saved: dict[str, Any],
+    run: Run,
     corpus: str,
     split: str,
     asked: tuple[str | None, str | None],
     limit: int,
 ) -> EvalSet:
     """A corpus held in memory (cmudict) as sources, each with every target it accepts;
-    `saved` is the run's [data] section, `asked` the languages given (None: the run's)."""
-    default = CORPORA[corpus].langs
+    `asked` are the languages given (None: the run's)."""
+    default, saved = CORPORA[corpus].langs, run.folder.data_defaults()
     langs = (
         asked[0] or saved.get("src_lang") or default[0],
         asked[1] or saved.get("tgt_lang") or default[1],
@@ -166,8 +167,7 @@ def _grouped_set(
     sources, reference_sets = group_by_source(corpus_pairs(corpus, split, langs))
     if limit:
         sources, reference_sets = sources[:limit], reference_sets[:limit]
-    if saved.get("lowercase"):
-        sources = [line.lower() for line in sources]
+    sources = prepare_sources(run.data, sources)
     n_refs = sum(map(len, reference_sets))
     what = f"{corpus} {split} {langs[0]}->{langs[1]}, {len(sources)} sources, {n_refs} references"
     return EvalSet(
@@ -219,8 +219,7 @@ def score_run(
     ]
     # Over a word vocabulary some reference words are unknown, and only copying writes them;
     # a run trained on lowercased text is asked for them lowercased.
-    lowered = run.folder.data_defaults().get("lowercase")
-    wanted = [r.lower() for r in references] if lowered else references
+    wanted = lowered(run.data, references)
     copied = unknown_words_copied(data.sources, wanted, hypotheses, run.tokenizer)
     scores += [] if copied is None else [copied]
     return Evaluation(data.description, scores, hypotheses)

@@ -7,9 +7,9 @@
 `Uncached` reruns every position and exists to check it. `prefill` runs the
 prompt (or the decoder start id) once; both states then drop or reorder rows
 (finished rows, beams) with `reorder`. A monotonic window over the source
-(`GenerationConfig.monotonic_window`) lives in the cache, whose rows it
-follows; `Uncached` has no cache, and `GenerationConfig` refuses the window
-without one.
+(`GenerationConfig.monotonic_window`) lives in the encoder-decoder's decoding
+state (`attnkit.models.decoding_state`), whose rows it follows; `Uncached` has
+no cache, and `GenerationConfig` refuses the window without one.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Cached:
             )
         self._step = model.decode_step
         if self.static:
-            self.cache = static_cache.StaticKVCache.from_cache(self.cache)
+            self.cache = static_cache.static_like(self.cache)
             self._step = static_cache.compiled_step(model)
         self.logits = model.decode_step(prefix, self.cache, prefix_mask)
 

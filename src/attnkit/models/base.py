@@ -143,9 +143,11 @@ class TransformerModel(nn.Module):
         cache: KVCache,
         mask: Tensor | None,
         cross_weights: tuple[int, ...] = (),
+        memory_window: Tensor | None = None,
     ) -> tuple[Tensor, list[Weights]]:
         """The decoder's hidden states (batch, n, d_model) of new ids on `cache`, and the
-        cross-attention weights of the layers `cross_weights` lists."""
+        cross-attention weights of the layers `cross_weights` lists; `memory_window`
+        restricts the cross-attention of each row (`AttentionInputs.memory_window`)."""
         mask = self._check(ids, mask, "ids")
         if ids.shape[0] != cache.batch_size:
             raise AttnkitError(
@@ -154,7 +156,11 @@ class TransformerModel(nn.Module):
             )
         positions = cache.extend(mask, ids.shape[1])
         return self.decoder(
-            embed(ids, positions), positions=positions, cache=cache, cross_weights=cross_weights
+            embed(ids, positions),
+            positions=positions,
+            cache=cache,
+            cross_weights=cross_weights,
+            memory_window=memory_window,
         )
 
     def num_parameters(self, trainable_only: bool = False) -> int:

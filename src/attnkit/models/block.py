@@ -32,6 +32,15 @@ Weights = tuple[Tensor | None, Tensor | None]
 
 
 class Block(nn.Module):
+    """One layer: self-attention, cross-attention over the memory (a decoder's, with
+    `cross`), then the feed-forward network or a mixture of experts, each a sub-layer in
+    its residual connection and norm (`Residual`: post-LN, pre-LN or DeepNorm).
+
+    causal: queries see only earlier keys (a decoder); rotary: the RoPE or xPos tables its
+        stack shares, which turn self-attention's queries and keys. An adapter follows each
+        sub-layer when the config (or `add_adapters`) asks for them.
+    """
+
     def __init__(
         self,
         config: ModelConfig,

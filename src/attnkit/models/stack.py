@@ -125,6 +125,7 @@ class Stack(nn.Module):
         need_weights: bool = False,
         cache: KVCache | None = None,
         cross_weights: Collection[int] = (),
+        memory_window: Tensor | None = None,
     ) -> tuple[Tensor, list[Weights]]:
         """x: (batch, length, d_model); masks are (batch, length) with True for real tokens.
 
@@ -133,7 +134,8 @@ class Stack(nn.Module):
         the others running fused.
 
         With a `cache` (already extended by `KVCache.extend` for these
-        positions) the masks come from the cache and `key_mask` is unused.
+        positions) the masks come from the cache and `key_mask` is unused;
+        `memory_window` then narrows each row's cross-attention (a monotonic window).
         """
         length = x.shape[1]
         path = AttentionPath.choose(
@@ -163,6 +165,7 @@ class Stack(nn.Module):
             window=self.window,
             memory=memory,
             memory_mask=memory_mask,
+            memory_window=memory_window,
         )
         layers = (None,) * len(self.blocks) if cache is None else cache.layers
         each = [inputs] * len(self.blocks)

@@ -20,6 +20,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnkit.checks import with_article
+from attnkit.data.section import prepare_sources
 from attnkit.serve import work
 from attnkit.serve.batching import Batcher
 from attnkit.serve.events import events
@@ -213,7 +214,9 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
     @app.post("/v1/translate")
     async def translations(body: TranslationRequest) -> Any:
         served = model_of(body.model, "encoder-decoder", "/v1/translate")
-        texts = texts_of(body.texts, "texts")
+        # As `attnkit translate` reads them: lowercased, a G2P word spelled out, as the run was
+        # trained; every use below (limits, decoding, attention) sees the text the model reads.
+        texts = prepare_sources(served.data, texts_of(body.texts, "texts"))
         encoded(served, texts, "text", add_eos=True)
         if body.n_best > body.beam and not body.sample:
             raise ServeError(
@@ -258,10 +261,12 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
     @app.post("/v1/attention")
     async def attention(body: AttentionRequest) -> Any:
         served = model_of(body.model, None, "/v1/attention")
-        texts_of(body.text, "text", empty=False)
-        encoded(served, [body.text], "text")
+        (text,) = texts_of(body.text, "text", empty=False)
+        if served.shape == "encoder-decoder":  # a source, read as /v1/translate reads it
+            (text,) = prepare_sources(served.data, [text])
+        encoded(served, [text], "text")
         key = (work.attention, served, None)
-        (view,) = await run(key, [(body.text, body.output)], alone=True)
+        (view,) = await run(key, [(text, body.output)], alone=True)
         return {"object": "attention", "model": body.model, **view}
 
     add_page(app)

@@ -10,11 +10,12 @@ continuation ends for a `stop` (the model's end token) or its `length`
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from attnkit.data.batch import pad
+from attnkit.data.section import DataSection
 from attnkit.generation import GenerationConfig, generate, stream
 from attnkit.inference import TextPieces
 from attnkit.inference import translate as translate_texts
@@ -25,11 +26,13 @@ from attnkit.tokenizer import Tokenizer
 
 @dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, a part of batch keys
 class Served:
-    """A run folder being served under a name."""
+    """A run folder being served under a name, with the [data] section it was trained with
+    (how its sources are prepared, `prepare_sources`)."""
 
     name: str
     model: TransformerModel
     tokenizer: Tokenizer
+    data: DataSection = field(default_factory=DataSection)
 
     @property
     def shape(self) -> str:

@@ -66,7 +66,7 @@ def train(
     model.shuffle(pairs)
     threads = config.train.threads or torch.get_num_threads()
     stopping = Stopping(config.train.max_minutes, resume_command)
-    check = None if resume else lambda: ckpt.check_new_run(folder.root)
+    check = None if resume else lambda: ckpt.check_new_run(folder)
     epochs = config.glove.epochs
     with lock.hold(folder, check=check):
         step = _restore(folder, model) if resume else 0

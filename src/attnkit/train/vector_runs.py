@@ -48,7 +48,7 @@ def begin(config: RunConfig, resume: bool) -> tuple[RunFolder, Pretokenizer | No
     folder = RunFolder(config.train.out_dir)
     lock.check_free(folder)
     if not resume:
-        ckpt.check_new_run(folder.root)
+        ckpt.check_new_run(folder)
     return folder, pretokenizer_for(config)
 
 

@@ -58,7 +58,7 @@ def train(
     chunks = list(model.chunks(corpus, CHUNK_WORDS))
     threads = config.train.threads or torch.get_num_threads()
     stopping = Stopping(config.train.max_minutes, resume_command)
-    check = None if resume else lambda: ckpt.check_new_run(folder.root)
+    check = None if resume else lambda: ckpt.check_new_run(folder)
     with lock.hold(folder, check=check):
         step = _restore(folder, model) if resume else 0
         folder.write_run_config(config.to_toml())
