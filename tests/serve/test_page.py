@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from attnkit.cli.serve import served_runs
 from attnkit.serve.app import create_app
+from attnkit.serve.runs import served_runs
 from tests.helpers import tiny_run
 from tests.serve.live import serving
 

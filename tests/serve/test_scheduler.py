@@ -124,13 +124,19 @@ def test_logprobs_are_the_models_and_penalties_change_the_choice(models: dict) -
     finally:
         scheduler.shutdown()
     tokens = [t for e in got.events[0] if isinstance(e, Piece) for t in e.tokens]
-    first = tokens[0][1]
+    first = tokens[0]
     with torch.no_grad():
         logits = served.model(torch.tensor([ids])).logits[0, -1]
     expected = torch.log_softmax(logits, -1)
-    assert first.token == int(expected.argmax())
-    assert first.logprob == pytest.approx(float(expected.max()), abs=1e-5)
-    assert [t for t, _ in first.top] == expected.topk(3).indices.tolist()
+    best = expected.topk(3)
+
+    def text(ids: list[int]) -> str:  # a special token shows as its name
+        return served.tokenizer.decode(ids) or served.tokenizer.id_to_token(ids[0])
+
+    assert first.text == text([int(best.indices[0])]) and got.text(0).startswith(first.text)
+    assert first.logprob == pytest.approx(float(best.values[0]), abs=1e-5)
+    assert [t for t, _ in first.top] == [text([i]) for i in best.indices.tolist()]
+    assert [lp for _, lp in first.top] == pytest.approx(best.values.tolist(), abs=1e-5)
     assert got.text(1) == served.tokenizer.decode([allowed] * 6)
 
 

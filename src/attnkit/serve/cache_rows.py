@@ -21,7 +21,7 @@ A row leaves through the cache's own `reorder`.
 
 These functions know `KVCache`'s layout (`attnkit.nn.kv_cache`): the cache of a
 sliding window (a ring), a pointer-generator's copy source, a monotonic window and
-beam groups are not supported here; `Scheduler` does not batch such models.
+beam groups are not supported here (`joinable` tells the models whose are not).
 """
 
 from __future__ import annotations
@@ -29,18 +29,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attnkit.config import ModelConfig
 from attnkit.nn.kv_cache import KVCache, through_rows
 from attnkit.nn.masks import padding_mask
 
 
-def supported(cache: KVCache) -> bool:
-    """Whether rows of this cache can join and leave here (see the module docstring)."""
-    return (
-        not cache.ring
-        and cache.copy_source is None
-        and cache.monotonic is None
-        and cache.group == 1
-    )
+def joinable(config: ModelConfig) -> bool:
+    """Whether a model's decoding caches can take rows mid-way: not a window's (a ring, or
+    a strided pattern over slots), not a pointer-generator's (a copy source)."""
+    return not config.attention_window and config.copy_attention == "none"
 
 
 def held(cache: KVCache) -> tuple[Tensor, Tensor]:

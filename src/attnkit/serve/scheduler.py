@@ -17,8 +17,10 @@ One thread does all the model's work (torch uses its own threads inside each
 operation): the steps, and between steps the jobs handed to it as to an executor
 (`submit`: embeddings, beam search, attention views), so no two computations
 compete for the cores. Tokens reach the event loop through each output's `emit`.
-Models whose cache cannot take rows mid-way (a sliding-window ring, a
-pointer-generator, `cache_rows.supported`) are not decoded here.
+A model whose cache cannot take rows mid-way (a sliding window's ring,
+`cache_rows.joinable`) decodes in cohorts: the outputs admitted together, each
+leaving when it ends. A pointer-generator's copied words need the source's own
+vocabulary (`inference.translate`), so it is not decoded here.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,12 +47,22 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class Token:
+    """A chosen token as `logprobs` reports it: its text, log-probability, and the most
+    likely tokens at its place with theirs."""
+
+    text: str
+    logprob: float | None  # None: the first token of an echoed prompt, which nothing predicts
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Piece:
-    """Text an output grew by, and the tokens (with log-probabilities, if asked) behind it."""
+    """Text an output grew by, and the tokens behind it (when log-probabilities are asked)."""
 
     index: int
     text: str
-    tokens: list[tuple[str, Choice]]
+    tokens: list[Token]
 
 
 @dataclass(frozen=True)
@@ -89,7 +101,7 @@ class Sequence:
     def __post_init__(self) -> None:
         self.row = Row(self.sampling, self.prompt)
         self.text = TextState(self.model.tokenizer, self.sampling.stop)
-        self.pending: list[tuple[str, Choice]] = []
+        self.pending: list[Token] = []
 
     @property
     def output(self) -> list[int]:
@@ -97,13 +109,22 @@ class Sequence:
 
 
 class _Batch:
-    """The running rows of one model: their cache and the token each feeds next."""
+    """Running rows of one model: their cache and the token each feeds next.
 
-    def __init__(self) -> None:
+    A shared batch takes new rows at any step (`cache_rows.join`); a cohort, for a
+    model whose cache cannot (`cache_rows.joinable`), keeps the rows it started with.
+    """
+
+    def __init__(self, served: Any, shared: bool) -> None:
+        self.served, self.shared = served, shared
         self.cache: KVCache | None = None
         self.rows: list[Sequence] = []  # in cache order
         self.cropped: list[Sequence] = []  # decoders whose context is full: no cache
         self.last: list[int] = []  # each cached row's token to feed at the next step
+
+    @property
+    def size(self) -> int:
+        return len(self.rows) + len(self.cropped)
 
 
 class Scheduler(Executor):
@@ -114,8 +135,8 @@ class Scheduler(Executor):
         self.on_first_token = on_first_token
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.jobs: collections.deque[tuple[Future, Callable, tuple]] = collections.deque()
-        self.batches: dict[int, _Batch] = {}
-        self.models: dict[int, Any] = {}
+        self.batches: dict[Hashable, _Batch] = {}
+        self.cohorts = 0  # cohorts started, which name them apart
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.closed = False
@@ -173,74 +194,86 @@ class Scheduler(Executor):
             self._admit()
             for key in list(self.batches):
                 self._advance(key)
-            self.running = sum(len(b.rows) + len(b.cropped) for b in self.batches.values())
+            self.running = sum(b.size for b in self.batches.values())
         self._fail_all(RuntimeError("the server is shutting down"))
 
     def _admit(self) -> None:
         """Move waiting outputs into their model's batch, as far as `max_batch` allows."""
         with self.lock:
-            chosen: dict[int, list[Sequence]] = {}
+            busy: collections.Counter[int] = collections.Counter()
+            for batch in self.batches.values():
+                busy[id(batch.served)] += batch.size
+            chosen: dict[Hashable, list[Sequence]] = {}
             kept: collections.deque[Sequence] = collections.deque()
             for sequence in self.waiting:
-                key = id(sequence.model)
-                batch = self.batches.get(key)
-                taken = len(chosen.get(key, ()))
-                busy = 0 if batch is None else len(batch.rows) + len(batch.cropped)
+                model = id(sequence.model)
                 if sequence.cancelled:
                     continue
-                if busy + taken < self.max_batch:
-                    chosen.setdefault(key, []).append(sequence)
-                else:
+                if busy[model] >= self.max_batch:
                     kept.append(sequence)
+                    continue
+                busy[model] += 1
+                shared = cache_rows.joinable(sequence.model.model.config)
+                chosen.setdefault(model if shared else (model, self.cohorts), []).append(sequence)
             self.waiting = kept
+            self.cohorts += 1
         for key, sequences in chosen.items():
-            self.models[key] = sequences[0].model
-            batch = self.batches.setdefault(key, _Batch())
+            batch = self.batches.get(key)
+            if batch is None:
+                batch = self.batches[key] = _Batch(sequences[0].model, not isinstance(key, tuple))
             try:
                 self._prefill(batch, sequences)
             except Exception as error:  # every output of the prefill hears it
                 log.exception("the prefill of %d outputs failed", len(sequences))
                 for sequence in sequences:
                     sequence.emit(Failed(sequence.index, error))
+            if not batch.size:
+                del self.batches[key]
 
     @torch.no_grad()
     def _prefill(self, batch: _Batch, sequences: list[Sequence]) -> None:
         """Run the new outputs' prompts (or sources) once, choose their first tokens, and add
         the rows that go on to the running cache."""
-        served = sequences[0].model
+        served = batch.served
         model, tokenizer = served.model, served.tokenizer
         ids, mask = pad([s.prompt for s in sequences], tokenizer.pad_id)
         ids, mask = ids.to(model.device), mask.to(model.device)
+        # a shared batch grows its cache as it needs; a cohort's holds its rows to their end
+        new = max(s.sampling.max_tokens for s in sequences)
         if model.config.shape == "encoder-decoder":
-            cache = model.new_cache(ids, mask, 1)
+            capacity = 1 if batch.shared else min(1 + new, model.config.max_len)
+            cache = model.new_cache(ids, mask, capacity)
             start = torch.full((len(sequences), 1), model.config.decoder_start_id)
             logits = model.decode_step(start.to(model.device), cache)
         else:
             ids, mask = left_pad(ids, mask)
-            cache = model.new_cache(ids, mask, ids.shape[1])
+            capacity = ids.shape[1] + (0 if batch.shared else new)
+            cache = model.new_cache(ids, mask, min(capacity, model.config.max_len))
             logits = model.decode_step(ids, cache, mask)
-        if not cache_rows.supported(cache):
-            raise RuntimeError("this model's cache cannot take rows mid-way")
         going = self._choose(sequences, logits)
         if not going:
             return
         keep = [i for i, s in enumerate(sequences) if s in going]
         if len(keep) < len(sequences):
             cache.reorder(torch.tensor(keep, device=model.device), memory=True)
-        caches = [cache] if batch.cache is None else [batch.cache, cache]
-        batch.cache = cache_rows.join(caches, model.config.max_len)
+        if batch.shared:
+            caches = [cache] if batch.cache is None else [batch.cache, cache]
+            cache = cache_rows.join(caches, model.config.max_len)
+        batch.cache = cache
         batch.rows += going
         batch.last += [s.output[-1] for s in going]
 
     @torch.no_grad()
-    def _advance(self, key: int) -> None:
-        """One decoding step of a model's running rows."""
-        batch, model = self.batches[key], self.models[key].model
+    def _advance(self, key: Hashable) -> None:
+        """One decoding step of a batch's rows."""
+        batch = self.batches[key]
+        model = batch.served.model
         device = model.device
         try:
             self._crop_full_rows(batch, model)
             if batch.rows:
-                batch.cache = cache_rows.compact(batch.cache, model.config.max_len)
+                if batch.shared:
+                    batch.cache = cache_rows.compact(batch.cache, model.config.max_len)
                 last = torch.tensor(batch.last, device=device)[:, None]
                 logits = model.decode_step(last, batch.cache)
                 going = self._choose(batch.rows, logits)
@@ -262,7 +295,7 @@ class Scheduler(Executor):
                 sequence.emit(Failed(sequence.index, error))
             del self.batches[key]
             return
-        if not (batch.rows or batch.cropped):
+        if not batch.size:
             del self.batches[key]
 
     def _crop_full_rows(self, batch: _Batch, model: Any) -> None:
@@ -322,16 +355,15 @@ def _take(sequence: Sequence, choice: Choice) -> bool:
     tokenizer, sampling = sequence.model.tokenizer, sequence.sampling
     eos = sequence.model.model.config.eos_id
     output = sequence.output
+    if sampling.logprobs is not None:
+        previous = output[-1] if output else None
+        top = tuple((token_text(tokenizer, previous, t), lp) for t, lp in choice.top)
+        text = token_text(tokenizer, previous, choice.token)
+        sequence.pending.append(Token(text, choice.logprob, top))
+    piece = ""
     if choice.token != eos:
         output.append(choice.token)
-        if sampling.logprobs is not None:
-            previous = output[-2] if len(output) > 1 else None
-            sequence.pending.append((token_text(tokenizer, previous, choice.token), choice))
         piece = sequence.text.add(choice.token)
-    else:
-        if sampling.logprobs is not None:
-            sequence.pending.append((token_text(tokenizer, None, choice.token), choice))
-        piece = ""
     stopped = choice.token == eos or sequence.text.stopped
     if stopped or len(output) >= sampling.max_tokens:
         _end(sequence, "stop" if stopped else "length", piece)
