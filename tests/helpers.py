@@ -170,12 +170,15 @@ def source_batch() -> tuple[torch.Tensor, torch.Tensor]:
     return padded_batch([7, 4, 2, 5], 7)
 
 
-def tiny_run(path: Path, shape: str, max_len: int = 40) -> Path:
-    """A run folder at `path`: a one-block-a-stack model of `shape`, a tokenizer of `RUN_LINES`.
+def tiny_run(
+    path: Path, shape: str, max_len: int = 40, kind: str = "char", **changes: object
+) -> Path:
+    """A run folder at `path`: a one-block-a-stack model of `shape` (`changes` to its config),
+    a `kind` tokenizer (characters by default) of `RUN_LINES`.
 
     Its config records the tokenizer's decoding ids, as a trained run's does.
     """
-    tokenizer = Tokenizer.train("char", texts=RUN_LINES * 3)
+    tokenizer = Tokenizer.train(kind, texts=RUN_LINES * 3)
     config = tiny_config(
         shape,
         1,
@@ -183,6 +186,7 @@ def tiny_run(path: Path, shape: str, max_len: int = 40) -> Path:
         max_len=max_len,
         dropout=0.0,
         embedding_dropout=0.0,
+        **changes,
     )
     torch.manual_seed(0)
     model = build_model(with_decoding_ids(config, tokenizer))

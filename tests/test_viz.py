@@ -91,3 +91,15 @@ def test_an_attention_the_model_lacks_is_named(tmp_path):
         viz.plot_model_attention(
             tiny_model("decoder"), [5, 6], tmp_path / "x.png", kind="cross", token=str
         )
+
+
+def test_each_positional_method_draws_its_own_picture(tmp_path):
+    """The picture follows the model: its learned table, RoPE's or xPos's turning pairs and
+    scores, ALiBi's slopes, or a sentence for none; each method's differs from the others."""
+    drawn = {}
+    for kind in ("sinusoidal", "learned", "rope", "xpos", "alibi", "none"):
+        model = tiny_model("decoder", positional=kind, xpos_scale_base=8.0, max_len=48)
+        path = viz.plot_model_positions(model, tmp_path / f"{kind}.png")
+        drawn[kind] = path.read_bytes()
+    assert all(png.startswith(b"\x89PNG") for png in drawn.values())
+    assert len(set(drawn.values())) == 6

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -16,8 +17,9 @@ from fastapi.testclient import TestClient
 from attnkit.generation import GenerationConfig, generate
 from attnkit.inference import translate
 from attnkit.serve.app import create_app
-from attnkit.serve.runs import Served
+from attnkit.serve.runs import Served, served_runs
 from attnkit.serve.settings import ServeSettings
+from tests.helpers import tiny_run
 
 PROMPTS = ["a dog", "the cat sleeps", "zwei", "a", "ein hund läuft im park"]
 
@@ -234,3 +236,30 @@ def test_concurrent_embeddings_are_each_as_alone(served: list[Served]) -> None:
         )
     assert app.state.server.batcher.batches == batches + 1  # all three in one batch
     app.state.server.close()
+
+
+def test_the_positions_picture_is_the_models_own_method(tmp_path: Path) -> None:
+    specs = [f"{kind}={tiny_run(tmp_path / kind, 'decoder', positional=kind)}"
+             for kind in ("sinusoidal", "learned", "rope", "alibi")]  # fmt: skip
+    with _client(served_runs(specs)) as client:
+        pictures = {
+            k: client.get(f"/positions.png?model={k}")
+            for k in ("learned", "rope", "alibi", "sinusoidal")
+        }
+        missing = client.get("/positions.png?model=nope")
+        icon = client.get("/favicon.ico")
+    assert all(p.headers["content-type"] == "image/png" for p in pictures.values())
+    assert all(p.content.startswith(b"\x89PNG") for p in pictures.values())
+    assert len({p.content for p in pictures.values()}) == 4  # a picture of each method
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+
+
+def test_the_view_shows_pieces_as_words(tmp_path: Path) -> None:
+    run = tiny_run(tmp_path / "mt", "encoder-decoder", kind="bpe")
+    with _client(served_runs([f"mt={run}"])) as client:
+        view = client.post("/v1/attention", json={"model": "mt", "text": "ein hund läuft",
+                                                   "output": "a dog runs"}).json()  # fmt: skip
+    assert view["tokens"]["keys"] == ["▁ein", "▁hund", "▁läuft", "</s>"]
+    assert view["labels"]["keys"] == ["ein", "hund", "läuft", "</s>"]
+    assert view["labels"]["queries"] == ["<s>", "a", "dog", "runs"]
