@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from attnkit.serve.app import create_app
 from attnkit.serve.runs import served_runs
@@ -42,7 +42,7 @@ def page_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator:
+def browser() -> Iterator[Browser]:
     assert Path(CHROMIUM).is_file(), "Chromium is missing: apt-get install chromium"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -50,12 +50,14 @@ def browser() -> Iterator:
         browser.close()
 
 
-def _open(browser, page_url: str, viewport: dict) -> tuple[Page, list[str]]:  # noqa: ANN001
+def _open(browser: Browser, page_url: str, viewport: dict) -> tuple[Page, list[str]]:
     page = browser.new_page(viewport=viewport)
     failed: list[str] = []
     # a picture whose model changed before it came is cancelled by the browser: not a failure
-    page.on("requestfailed",
-            lambda r: None if "ERR_ABORTED" in (r.failure or "") else failed.append(r.url))  # fmt: skip
+    page.on(
+        "requestfailed",
+        lambda r: None if "ERR_ABORTED" in (r.failure or "") else failed.append(r.url),
+    )
     page.on("request", lambda r: failed.append(r.url) if not r.url.startswith(page_url) else None)
     page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
     page.goto(page_url)
@@ -86,7 +88,7 @@ def _contrast(page: Page, selector: str, background: str) -> float:
     return (light + 0.05) / (dark + 0.05)
 
 
-def test_a_translation_opens_on_cross_attention_with_words(browser, page_url: str) -> None:  # noqa: ANN001
+def test_a_translation_opens_on_cross_attention_with_words(browser: Browser, page_url: str) -> None:
     page, failed = _open(browser, page_url, DESKTOP)
     expect(page.locator("#shape")).to_have_text("encoder-decoder")
     page.select_option("#decoding", "greedy")
@@ -116,7 +118,7 @@ def test_a_translation_opens_on_cross_attention_with_words(browser, page_url: st
     assert failed == []  # nothing failed, nothing fetched from elsewhere (the icon neither)
 
 
-def test_only_the_controls_that_apply_show(browser, page_url: str) -> None:  # noqa: ANN001
+def test_only_the_controls_that_apply_show(browser: Browser, page_url: str) -> None:
     page, failed = _open(browser, page_url, DESKTOP)
     expect(page.locator("#beam")).to_be_hidden()  # greedy by default
     page.select_option("#decoding", "beam")
@@ -140,7 +142,7 @@ def test_only_the_controls_that_apply_show(browser, page_url: str) -> None:  # n
     assert failed == []
 
 
-def test_errors_clear_stale_views_and_read_clearly(browser, page_url: str) -> None:  # noqa: ANN001
+def test_errors_clear_stale_views_and_read_clearly(browser: Browser, page_url: str) -> None:
     page, failed = _open(browser, page_url, DESKTOP)
     page.select_option("#model", "gpt")
     page.fill("#max_tokens", "4")
@@ -163,7 +165,7 @@ def test_errors_clear_stale_views_and_read_clearly(browser, page_url: str) -> No
 
 
 def test_a_phone_gets_a_page_that_fits_and_a_long_output_scrolls(
-    browser,  # noqa: ANN001
+    browser: Browser,
     page_url: str,
 ) -> None:
     page, failed = _open(browser, page_url, PHONE)

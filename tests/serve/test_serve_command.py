@@ -1,6 +1,7 @@
 """`attnkit serve` as a user runs it, in a process of its own: a model named on the command line,
 an access log line per request, a 20 MB body refused without the server's memory growing, a
-busy port said in one sentence before anything else, and SIGTERM ending it cleanly."""
+busy port said in one sentence before anything else, and SIGTERM ending it once the stream under
+way has ended."""
 
 from __future__ import annotations
 
@@ -68,6 +69,16 @@ def test_the_command_serves_refuses_big_bodies_and_a_busy_port(tmp_path: Path) -
             "--port"
         )
         assert "Traceback" not in err
+        # SIGTERM while a stream is under way: the stream ends whole, then the server
+        body = {"model": "shakespeare", "prompt": "a", "max_tokens": 300, "stream": True,
+                "temperature": 0, "stream_options": {"include_usage": True}}  # fmt: skip
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as stream:
+            lines = stream.iter_lines()
+            next(lines)
+            server.send_signal(signal.SIGTERM)
+            rest = [line for line in lines if line]
+        assert rest[-1] == "data: [DONE]"
+        assert '"completion_tokens": 300' in rest[-2]
     finally:
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=60)
