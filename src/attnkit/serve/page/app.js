@@ -225,27 +225,31 @@ function drawLines(queries, keys, weights) {
 
 function drawHeat(queries, keys, weights, [rows, columns]) {
   const canvas = $("heat");
-  const margin = 90;
-  const room = document.querySelector("main").clientWidth - margin - 24;
-  const cell = Math.max(8, Math.min(22, Math.floor(room / Math.max(keys.length, 1))));
-  canvas.width = margin + cell * keys.length + 10;
-  canvas.height = margin + cell * queries.length + 10;
   const g = canvas.getContext("2d");
-  g.font = `${Math.min(12, cell)}px system-ui, sans-serif`;
+  const font = `${Math.max(keys.length, queries.length) > 40 ? 9 : 12}px system-ui, sans-serif`;
+  g.font = font;
+  // room for the longest label on each side, no more
+  const widest = (labels) => Math.max(...labels.map((t) => g.measureText(short(t)).width), 10);
+  const left = Math.ceil(widest(queries)) + 8, top = Math.ceil(widest(keys)) + 8;
+  const room = document.querySelector("main").clientWidth - left - 24;
+  const cell = Math.max(8, Math.min(22, Math.floor(room / Math.max(keys.length, 1))));
+  canvas.width = left + cell * keys.length + 10;
+  canvas.height = top + cell * queries.length + 10;
+  g.font = font;  // a resized canvas forgets its font
   g.clearRect(0, 0, canvas.width, canvas.height);
-  const top = weights.reduce((m, row) => row.reduce((a, w) => Math.max(a, w), m), 1e-9);
+  const most = weights.reduce((m, row) => row.reduce((a, w) => Math.max(a, w), m), 1e-9);
   weights.forEach((row, q) => row.forEach((w, k) => {
-    const v = w / top;  // white to navy, as the scale under the map
+    const v = w / most;  // white to navy, as the scale under the map
     g.fillStyle = `rgb(${Math.round(255 - 226 * v)}, ${Math.round(255 - 202 * v)}, ${Math.round(255 - 168 * v)})`;
-    g.fillRect(margin + k * cell, margin + q * cell, cell - 1, cell - 1);
+    g.fillRect(left + k * cell, top + q * cell, cell - 1, cell - 1);
   }));
   g.fillStyle = "#1d232a";
   g.textAlign = "right";
   const middle = Math.min(cell, 22) * 0.7;
-  queries.forEach((t, q) => g.fillText(short(t), margin - 4, margin + q * cell + middle));
+  queries.forEach((t, q) => g.fillText(short(t), left - 4, top + q * cell + middle));
   keys.forEach((t, k) => {
     g.save();
-    g.translate(margin + k * cell + middle, margin - 4);
+    g.translate(left + k * cell + middle, top - 4);
     g.rotate(-Math.PI / 2);
     g.textAlign = "left";
     g.fillText(short(t), 0, 0);
@@ -253,7 +257,7 @@ function drawHeat(queries, keys, weights, [rows, columns]) {
   });
   $("heat-rows").textContent = `rows: queries, ${rows}`;
   $("heat-columns").textContent = `columns: keys, ${columns}`;
-  $("heat-max").textContent = top.toFixed(2);
+  $("heat-max").textContent = most.toFixed(2);
 }
 
 async function loadModels() {
