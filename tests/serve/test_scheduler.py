@@ -14,7 +14,8 @@ import torch
 from attnkit.generation import GenerationConfig, generate
 from attnkit.run import load_run
 from attnkit.serve.sampler import Sampling
-from attnkit.serve.scheduler import Failed, Finish, Piece, Scheduler, Sequence
+from attnkit.serve.scheduler import Scheduler
+from attnkit.serve.sequence import Failed, Finish, Piece, Sequence
 from attnkit.serve.text import TextState
 from tests.helpers import tiny_run
 

@@ -17,9 +17,10 @@ bodies, `answers.py` the answers' shapes, `errors.py` the errors', `guard.py` th
 limits, key and access log; `server.py` the state the routes share; `runs.py` the
 models served (`served_runs`) and where request text enters a model; `chat.py` chat
 templates; `outputs.py` a request's outputs on the scheduler; `scheduler.py`
-iteration-level batching, with `cache_rows.py` (rows joining and leaving a KV cache),
-`sampler.py` (each row's next token) and `text.py` (text and stop strings);
-`batching.py` and `work.py` the batched work beside decoding (sentence vectors, beam
-search, attention views); `metrics.py`; `page.py` the page. Everything but `settings`,
-`sampler`, `text` and `cache_rows` needs the `serve` extra.
+iteration-level batching of `sequence.py`'s outputs, with `cache_rows.py` (rows
+joining and leaving a KV cache), `sampler.py` (each row's next token) and `text.py`
+(text and stop strings); `batching.py` and `work.py` the batched work beside decoding
+(sentence vectors, beam search, attention views); `metrics.py`; `page.py` the page.
+Everything but `settings`, `sampler`, `text`, `sequence` and `cache_rows` needs the
+`serve` extra.
 """

@@ -23,7 +23,7 @@ from typing import Any
 
 from attnkit.serve.errors import ServeError
 from attnkit.serve.outputs import Output, Outputs
-from attnkit.serve.scheduler import Finish, Piece, Token
+from attnkit.serve.sequence import Finish, Piece, Token
 
 
 @dataclass

@@ -17,7 +17,8 @@ from typing import Any
 
 from attnkit.serve.errors import ServeError
 from attnkit.serve.sampler import Sampling
-from attnkit.serve.scheduler import Event, Failed, Finish, Piece, Scheduler, Sequence, Token
+from attnkit.serve.scheduler import Scheduler
+from attnkit.serve.sequence import Event, Failed, Finish, Piece, Sequence, Token
 
 
 @dataclass

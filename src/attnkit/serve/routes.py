@@ -35,7 +35,7 @@ from attnkit.serve.errors import ServeError, invalid
 from attnkit.serve.outputs import Output, Outputs
 from attnkit.serve.protocol import ChatRequest, CompletionRequest, EmbeddingRequest
 from attnkit.serve.runs import Served
-from attnkit.serve.scheduler import Token
+from attnkit.serve.sequence import Token
 from attnkit.serve.server import Server, ServerDep
 
 operations = APIRouter()

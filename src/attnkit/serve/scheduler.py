@@ -31,7 +31,6 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -40,72 +39,10 @@ from attnkit.data.batch import pad
 from attnkit.generation import left_pad
 from attnkit.nn.kv_cache import KVCache
 from attnkit.serve import cache_rows
-from attnkit.serve.sampler import Choice, Row, Sampling, choose
-from attnkit.serve.text import TextState, token_text
+from attnkit.serve.sampler import choose
+from attnkit.serve.sequence import Failed, Sequence, end, take
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Token:
-    """A chosen token as `logprobs` reports it: its text, log-probability, and the most
-    likely tokens at its place with theirs."""
-
-    text: str
-    logprob: float | None  # None: the first token of an echoed prompt, which nothing predicts
-    top: tuple[tuple[str, float], ...] = ()
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Text an output grew by, and the tokens behind it (when log-probabilities are asked)."""
-
-    index: int
-    text: str
-    tokens: list[Token]
-
-
-@dataclass(frozen=True)
-class Finish:
-    """An output's end: `stop` (its end token or a stop string) or `length`, and its counts."""
-
-    index: int
-    reason: str
-    prompt_tokens: int
-    completion_tokens: int
-
-
-@dataclass(frozen=True)
-class Failed:
-    index: int
-    error: Exception
-
-
-Event = Piece | Finish | Failed
-
-
-@dataclass(eq=False)
-class Sequence:
-    """One output being decoded: a prompt (a decoder's) or a source (an encoder-decoder's, its
-    ids ending in </s>), how its tokens are chosen, and where its events go."""
-
-    model: Any  # the served model: `.model` and `.tokenizer`
-    prompt: list[int]
-    sampling: Sampling
-    emit: Callable[[Event], None]
-    index: int = 0
-    cancelled: bool = False  # set from the event loop when the client has gone
-    arrived: float = field(default_factory=time.perf_counter)
-    first_token: float | None = None
-
-    def __post_init__(self) -> None:
-        self.row = Row(self.sampling, self.prompt)
-        self.text = TextState(self.model.tokenizer, self.sampling.stop)
-        self.pending: list[Token] = []
-
-    @property
-    def output(self) -> list[int]:
-        return self.row.output
 
 
 class _Batch:
@@ -312,7 +249,7 @@ class Scheduler(Executor):
             if f and model.config.shape == "decoder":
                 batch.cropped.append(sequence)
             elif f:
-                _end(sequence, "length")
+                end(sequence, "length")
         batch.rows = [batch.rows[i] for i in keep]
         batch.last = [batch.last[i] for i in keep]
         if keep:
@@ -334,7 +271,7 @@ class Scheduler(Executor):
                 sequence.first_token = now
                 if self.on_first_token is not None:
                     self.on_first_token(now - sequence.arrived)
-            if _take(sequence, choice):
+            if take(sequence, choice):
                 going.append(sequence)
         return going
 
@@ -348,40 +285,6 @@ class Scheduler(Executor):
             sequence.emit(Failed(sequence.index, error))
         for future, _, _ in jobs:
             future.cancel()
-
-
-def _take(sequence: Sequence, choice: Choice) -> bool:
-    """Add a chosen token to its output and send what it adds; whether the output goes on."""
-    tokenizer, sampling = sequence.model.tokenizer, sequence.sampling
-    eos = sequence.model.model.config.eos_id
-    output = sequence.output
-    if sampling.logprobs is not None:
-        previous = output[-1] if output else None
-        top = tuple((token_text(tokenizer, previous, t), lp) for t, lp in choice.top)
-        text = token_text(tokenizer, previous, choice.token)
-        sequence.pending.append(Token(text, choice.logprob, top))
-    piece = ""
-    if choice.token != eos:
-        output.append(choice.token)
-        piece = sequence.text.add(choice.token)
-    stopped = choice.token == eos or sequence.text.stopped
-    if stopped or len(output) >= sampling.max_tokens:
-        _end(sequence, "stop" if stopped else "length", piece)
-        return False
-    if piece:
-        sequence.emit(Piece(sequence.index, piece, sequence.pending))
-        sequence.pending = []
-    return True
-
-
-def _end(sequence: Sequence, reason: str, piece: str = "") -> None:
-    """Send the rest of an output's text, then its end."""
-    piece += sequence.text.flush()
-    if piece or sequence.pending:
-        sequence.emit(Piece(sequence.index, piece, sequence.pending))
-        sequence.pending = []
-    prompt, output = len(sequence.prompt), len(sequence.output)
-    sequence.emit(Finish(sequence.index, reason, prompt, output))
 
 
 def _run_job(future: Future, fn: Callable, arguments: tuple) -> None:

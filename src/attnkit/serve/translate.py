@@ -19,7 +19,7 @@ from attnkit.serve.answers import Head, Stream
 from attnkit.serve.outputs import Outputs
 from attnkit.serve.protocol import AttentionRequest, TranslationRequest
 from attnkit.serve.sampler import Sampling
-from attnkit.serve.scheduler import Token
+from attnkit.serve.sequence import Token
 from attnkit.serve.server import Server, ServerDep
 
 router = APIRouter(prefix="/v1")

@@ -17,7 +17,7 @@ from attnkit.data.batch import pad
 from attnkit.generation import GenerationConfig, generate
 from attnkit.inference import translate as translate_texts
 from attnkit.serve.runs import Served
-from attnkit.serve.scheduler import Token
+from attnkit.serve.sequence import Token
 from attnkit.serve.text import token_text
 
 
