@@ -29,6 +29,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, types.SimpleNa
     for shape in ("decoder", "encoder-decoder"):
         run = load_run(tiny_run(tmp / shape, shape, max_len=24))
         out[shape] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
+    # a sliding window of 4 keys: its cache is a ring, which decodes in cohorts
+    run = load_run(tiny_run(tmp / "window", "decoder", max_len=24, attention_window=4))
+    out["window"] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
     return out
 
 
@@ -65,18 +68,27 @@ def _alone(served: types.SimpleNamespace, ids: list[int], **options: object) -> 
     return generate(served.model, torch.tensor([ids]), config=config).new_tokens()[0]
 
 
-@pytest.mark.parametrize(("shape", "max_tokens"), [("decoder", 30), ("encoder-decoder", 23)])
+@pytest.mark.parametrize(
+    ("shape", "max_tokens"), [("decoder", 30), ("encoder-decoder", 23), ("window", 30)]
+)
 def test_outputs_joining_at_different_steps_are_as_alone(
     models: dict, shape: str, max_tokens: int
 ) -> None:
     """A max_batch of 3 for five outputs: two wait, then join as others leave; the decoder's
-    30 new tokens after prompts of up to 22 outrun its max_len of 24 (the crop)."""
+    30 new tokens after prompts of up to 22 outrun its max_len of 24 (the crop). A sliding
+    window's model decodes in cohorts: the three admitted together, then the two that waited."""
     served, got = models[shape], Collected()
     scheduler = Scheduler(max_batch=3)
+    sequences = [
+        Sequence(served, _ids(served, prompt), Sampling(max_tokens=max_tokens - i, temperature=0),
+                 got.emit(i))  # each leaves at a step of its own
+        for i, prompt in enumerate(PROMPTS)
+    ]  # fmt: skip
     try:
-        for i, prompt in enumerate(PROMPTS):
-            sampling = Sampling(max_tokens=max_tokens - i, temperature=0)  # leave apart
-            scheduler.add([Sequence(served, _ids(served, prompt), sampling, got.emit(i))])
+        if shape == "window":  # a ring cannot take rows mid-way: cohorts of those that wait
+            scheduler.add(sequences)
+        for sequence in sequences if shape != "window" else ():
+            scheduler.add([sequence])
             time.sleep(0.01)
         got.wait(len(PROMPTS))
     finally:

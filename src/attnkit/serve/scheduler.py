@@ -224,7 +224,8 @@ class Scheduler(Executor):
                     batch.cache = None
             if batch.cropped:
                 tails = [(s.prompt + s.output)[-model.config.max_len :] for s in batch.cropped]
-                logits = model(torch.tensor(tails, device=device)).logits[:, -1]
+                ids, mask = left_pad(*pad(tails, batch.served.tokenizer.pad_id))
+                logits = model(ids.to(device), mask.to(device)).logits[:, -1]
                 batch.cropped = self._choose(batch.cropped, logits)
         except Exception as error:
             log.exception("a decoding step failed")
@@ -236,11 +237,15 @@ class Scheduler(Executor):
             del self.batches[key]
 
     def _crop_full_rows(self, batch: _Batch, model: Any) -> None:
-        """Rows whose context is full leave the cache: a decoder's go on cropped, an
-        encoder-decoder's output ends (`length`)."""
+        """Rows whose context is full leave the cache: a decoder's go on cropped (each step
+        reruns its last max_len tokens), an encoder-decoder's output ends (`length`). A
+        cohort's rows all leave once its cache is full, the longest prompt's padding
+        included: rerun whole, a shorter row's logits are those the cache would give."""
         if batch.cache is None:
             return
         full = (batch.cache.n_real >= model.config.max_len).tolist()
+        if not batch.shared and batch.cache.length >= batch.cache.capacity:
+            full = [True] * len(full)
         if not any(full):
             return
         keep = [i for i, f in enumerate(full) if not f]
