@@ -156,7 +156,8 @@ def translation_attention(
 
 def _attention(served: Served, text: str, output: str | None) -> dict:
     model, tokenizer = served.model, served.tokenizer
-    config = Decoding(max_new_tokens=VIEW_TOKENS).config(served)
+    # an encoder-decoder stops at its max_len: ask no more (`generate` would say so each time)
+    config = Decoding(max_new_tokens=min(VIEW_TOKENS, served.max_len - 1)).config(served)
     limit = min(served.max_len - 1, VIEW_LIMIT)
     (ids,) = served.encode([text])
     if served.shape == "encoder-decoder":
