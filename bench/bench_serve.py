@@ -15,8 +15,9 @@ runs against a server already running (`--pid` names its process, for its memory
 Reported: generated tokens a second (from each stream's usage), requests a second,
 time to first token (request sent to first text received) and whole-request latency
 at p50 and p99, errors (a status other than 200, or an error event), and the
-server's resident memory sampled every 5 s: after its warm-up, at the end, at its
-highest, and its trend in MiB a minute (a least-squares line), which must be flat.
+server's resident memory sampled every 5 s (all printed): after the warm-up, at the end,
+and the highest of each half of the run; flat memory is a second half no higher than the
+first (the allocator's pools fill during the first minute or two, then stay).
 The client runs in this process: on a small machine it shares the cores with the
 server, so the figures are the server's with a real client beside it.
 """
@@ -125,8 +126,11 @@ async def load(url: str, model: str, prompts: list[str], args: argparse.Namespac
     }  # fmt: skip
     if rss:
         values = [m for _, m in rss]
+        print("rss MiB every", RSS_EVERY_S, "s:", " ".join(f"{m:.0f}" for m in values), flush=True)
+        half = len(values) // 2
         out.update({"rss start MiB": values[0], "rss end MiB": values[-1],
-                    "rss max MiB": max(values), "rss MiB/min": 60 * _slope(rss)})  # fmt: skip
+                    "rss max 1st half MiB": max(values[: half or 1]),
+                    "rss max 2nd half MiB": max(values[half:])})  # fmt: skip
     return out
 
 
@@ -134,16 +138,6 @@ def _cuts(values: list[float]) -> list[float]:
     if len(values) < 2:
         return [float("nan")] * 99
     return statistics.quantiles(values, n=100)
-
-
-def _slope(points: list[tuple[float, float]]) -> float:
-    """The least-squares slope of (t, y) points, y per second."""
-    if len(points) < 2:
-        return 0.0
-    ts, ys = zip(*points, strict=True)
-    mt, my = statistics.fmean(ts), statistics.fmean(ys)
-    spread = sum((t - mt) ** 2 for t in ts)
-    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / spread
 
 
 def serve(run: str, port: int, threads: int, extra: list[str]) -> subprocess.Popen:
@@ -216,7 +210,8 @@ def main(argv: list[str] | None = None) -> None:
         _result(key, measured["batched"], measured["alone"], higher)
         for key, higher in compared.items()
     ]
-    counts = ("errors", "requests", "rss start MiB", "rss end MiB", "rss max MiB", "rss MiB/min")
+    counts = ("errors", "requests", "rss start MiB", "rss end MiB", "rss max 1st half MiB",
+              "rss max 2nd half MiB")  # fmt: skip
     extra = {k: f"{measured['batched'][k]:.1f} / {measured['alone'][k]:.1f}" for k in counts}
     results.append(Result("errors", "count", [measured["batched"]["errors"]], extra=extra))
     finish(results, header, args.out)
