@@ -4,6 +4,7 @@
     python -m bench generate --threads 2     # one benchmark, with its own options
     python -m bench window linear --reps 1   # several in turn; the options go to each
     python -m bench train --help             # a benchmark's options
+    python -m bench train --device cuda      # its GPU form, where it has one
 
 Run it from the repository root. The registry is `BENCHMARKS` below: a name,
 the module under bench/ that measures it, and the line the list shows. Each
@@ -19,6 +20,7 @@ one line here.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from dataclasses import dataclass
@@ -28,15 +30,19 @@ from dataclasses import dataclass
 class Benchmark:
     module: str
     about: str
+    gpu_module: str = ""  # what `--device cuda` runs instead: the same work, measured on a GPU
 
 
 BENCHMARKS = {
     "train": Benchmark(
         "bench.training",
         "training tokens/s against transformers, torch.nn.Transformer, nanoGPT (and MFU)",
+        gpu_module="bench.train_gpu",
     ),
     "generate": Benchmark(
-        "bench.bench_generate", "decoding tokens/s and memory against transformers' generate"
+        "bench.bench_generate",
+        "decoding tokens/s and memory against transformers' generate",
+        gpu_module="bench.generate_gpu",
     ),
     "onnx": Benchmark(
         "bench.bench_onnx", "greedy decoding of the exported ONNX graphs in ONNX Runtime vs attnkit"
@@ -69,6 +75,9 @@ BENCHMARKS = {
     "word2vec": Benchmark(
         "bench.bench_word2vec", "word2vec skip-gram and CBOW against gensim: words/s and quality"
     ),
+    "glove": Benchmark(
+        "bench.bench_glove", "GloVe beside word2vec, and against mittens: words/s and quality"
+    ),
     "serve": Benchmark(
         "bench.bench_serve",
         "attnkit serve: streaming clients, iteration-level batching vs one at a time",
@@ -78,6 +87,14 @@ BENCHMARKS = {
         "steps with scheduled sampling, self-critical and minimum risk vs teacher forcing",
     ),
     "trainer": Benchmark("bench.bench_trainer", "the Trainer's overhead over a bare training loop"),
+    "fsdp": Benchmark(
+        "bench.bench_fsdp",
+        "one GPU: peak memory and tokens/s of FSDP and activation checkpointing modes",
+    ),
+    "memory": Benchmark(
+        "bench.memory_plan",
+        "on paper: memory per GPU of 1B, 7B, 8x7B with DDP, FSDP, checkpointing, LoRA",
+    ),
     "peak": Benchmark("bench.peak", "the machine's matmul GFLOP/s on each of torch's paths"),
     "fault": Benchmark(
         "bench.fault_injection", "training killed by SIGKILL in checkpoint writes: all recovered?"
@@ -102,8 +119,13 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"no benchmark {options[0]!r}\n\n{listing()}")
         print(listing())
         return
+    device = argparse.ArgumentParser(add_help=False)
+    device.add_argument("--device", default="cpu")
+    on_gpu = device.parse_known_args(options)[0].device != "cpu"
     for name in names:
-        importlib.import_module(BENCHMARKS[name].module).main(options)
+        benchmark = BENCHMARKS[name]
+        module = benchmark.gpu_module if on_gpu and benchmark.gpu_module else benchmark.module
+        importlib.import_module(module).main(options)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit import recipes
 from attnkit.generation import GenerateOutput
 from attnkit.train.objectives import Objective, TranslationObjective
 from attnkit.train.rewards import SentenceReward
@@ -30,7 +31,7 @@ from attnkit.train.sequence_level import SequenceLevel, SequenceLossSection
 from attnkit.train.tasks import build_task
 from bench.harness import Result, alternate, finish, opening
 
-RECIPE = "configs/multi30k_de_en.toml"
+RECIPE = recipes.path("multi30k_de_en")
 
 
 def objectives(tokenizer: object) -> dict[str, Objective]:

@@ -1,6 +1,6 @@
 """The Tiny Shakespeare recipe end to end against a nanoGPT-style run of it, wall clock.
 
-ours: `attnkit train configs/tinyshakespeare_char.toml` (nanoGPT's CPU recipe:
+ours: `attnkit train tinyshakespeare_char` (nanoGPT's CPU recipe:
       4 layers, d_model 128, block 64, batch 12, 2,000 iterations);
 peer: `python -m bench.peers.nanogpt_train`, the same recipe in the one-file
       loop that nanoGPT's users run (see that module).
@@ -26,10 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from attnkit import recipes
 from attnkit.run import RunFolder
 from bench.harness import Result, alternate, finish, opening
 
-CONFIG = Path(__file__).parent.parent / "configs" / "tinyshakespeare_char.toml"
+CONFIG = recipes.path("tinyshakespeare_char")
 
 
 def run(command: list[str]) -> tuple[float, str]:

@@ -191,8 +191,8 @@ def main(argv: list[str] | None = None) -> None:
         finish([_result("tokens/s", measured, None)], header, args.out)
         return
     if not (Path(args.run) / "model.safetensors").is_file():
-        raise SystemExit(f"{args.run} holds no trained run; train "
-                         "configs/tinyshakespeare_char_5min.toml first")  # fmt: skip
+        raise SystemExit(f"{args.run} holds no trained run; train the "
+                         "tinyshakespeare_char_5min recipe first")  # fmt: skip
     measured = {}
     for name, batch in (("batched", args.max_batch), ("alone", 1)):
         port = free_port()

@@ -27,11 +27,12 @@ from pathlib import Path
 
 import torch
 
-from attnkit.embeddings import evaluation, sgns
+from attnkit.embeddings import evaluation
 from attnkit.embeddings.vectors import WordVectors
 from attnkit.embeddings.word2vec import Word2Vec, Word2VecConfig, count_words
 from attnkit.files import read_lines
-from attnkit.train.word2vec_task import split_words
+from attnkit.kernels import sgns
+from attnkit.train.vector_text import split_words
 from bench.harness import Result, alternate, finish, opening
 
 SCORES = ("wordsim353", "simlex999", "analogy")

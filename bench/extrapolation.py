@@ -1,7 +1,7 @@
 """Train short, test long: perplexity past the trained length, one line per positional method.
 
 As Press et al. (ALiBi, 2022) and Sun et al. (xPos, 2022) measure it: the same
-character-level language model (configs/tinyshakespeare_char.toml: nanoGPT's
+character-level language model (the tinyshakespeare_char recipe: nanoGPT's
 CPU recipe, 4 layers, d_model 128, trained on blocks of 64 characters) is
 trained once with each way of giving it positions, then scored on Tiny
 Shakespeare's validation text cut into blocks of 64, 128, 256, 512 and 1,024
@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from attnkit import recipes
 from attnkit.errors import AttnkitError
 from attnkit.evaluation.run import evaluate_run
 from attnkit.run import load_run
@@ -35,7 +36,7 @@ from attnkit.train.run_config import RunConfig
 from attnkit.train.tasks import train as train_run
 from bench.harness import opening
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tinyshakespeare_char.toml"
+CONFIG = recipes.path("tinyshakespeare_char")
 TRAINED = 64
 LENGTHS = (64, 128, 256, 512, 1024)
 

@@ -141,7 +141,8 @@ def rss_in_subprocess(module: str, *args: str) -> float:
 
 
 def machine() -> str:
-    """One line: the CPU, its vector flags, and the path torch and attnkit take on it."""
+    """One line: the CPU, its vector flags, the path torch and attnkit take on it, and the
+    GPU with its CUDA version where torch sees one."""
     blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
     path = [
         f"torch {torch.__version__} kernels {torch.backends.cpu.get_cpu_capability()}",
@@ -149,7 +150,10 @@ def machine() -> str:
         "oneDNN" if torch.backends.mkldnn.is_available() else "no oneDNN",
         "few-row kernel" if few_rows.available() else "no few-row kernel",
     ]
-    return f"{this_cpu().describe()}, {os.cpu_count()} CPUs; path: " + ", ".join(path)
+    line = f"{this_cpu().describe()}, {os.cpu_count()} CPUs; path: " + ", ".join(path)
+    if torch.cuda.is_available():
+        line += f"; GPU {torch.cuda.get_device_name()}, CUDA {torch.version.cuda}"
+    return line
 
 
 def opening(*settings: str) -> str:

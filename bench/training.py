@@ -25,6 +25,7 @@ glibc's default, or with `--reuse-freed-memory` the setting `attnkit train`
 makes on a CPU (`attnkit/train/host_memory.py`), which then applies to both.
 
     python -m bench train --reps 3 --steps 2 [--bf16] [--compile] [gpt seq2seq nanogpt]
+    python -m bench train --device cuda        # on a GPU: bench/train_gpu.py
 """
 
 from __future__ import annotations
@@ -329,6 +330,9 @@ def peak_memory(name: str, side: str, mode: str) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench train", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="cpu; cuda runs bench/train_gpu.py (its own options)"
     )
     parser.add_argument("names", nargs="*", default=list(WORKS), help=f"of {', '.join(WORKS)}")
     parser.add_argument("--threads", type=int, default=2)

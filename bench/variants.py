@@ -1,6 +1,6 @@
 """The variants on real data: Tiny Shakespeare's character-level GPT, one change at a time.
 
-Each row trains configs/tinyshakespeare_char.toml (nanoGPT's CPU recipe: 4 layers,
+Each row trains the tinyshakespeare_char recipe (nanoGPT's CPU recipe: 4 layers,
 d_model 128, context 64, batch 12, no biases, 2,000 steps, cosine from 1e-3) with the row's
 `[model]` changes and reports the validation loss at the end (same 90/10 split,
 same seed, same batches), the parameters and the training time. Gated
@@ -19,13 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnkit import ModelConfig, build_model
+from attnkit import ModelConfig, build_model, recipes
 from attnkit.run import RunFolder
 from attnkit.train.run_config import RunConfig
 from attnkit.train.tasks import train as train_run
 from bench.harness import opening
 
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tinyshakespeare_char.toml"
+CONFIG = recipes.path("tinyshakespeare_char")
 GATED = {"activation": "swiglu", "d_ff": 352}
 VARIANTS: dict[str, dict[str, object]] = {
     "gpt-tiny (learned positions, GELU, LayerNorm, pre-LN)": {},

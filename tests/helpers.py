@@ -6,6 +6,10 @@ sizes a test module needs passed to it (`WIDE`, `DECODING`, or its own fields).
 
 from __future__ import annotations
 
+import os
+import random
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,11 +21,22 @@ from attnkit.config import ModelConfig
 from attnkit.data.batch import Batch, pad
 from attnkit.interop import save_hf
 from attnkit.models import TransformerModel, build_model
-from attnkit.nn import LoRALinear, MultiHeadAttention
+from attnkit.nn import LoRALinear, MultiHeadAttention, apply_lora
 from attnkit.run import RunFolder, save_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
+from attnkit.train.run_config import TrainSection
 
+ROOT = Path(__file__).parents[1]  # the repository's
 VOCAB = 24
+
+# The browser the page tests drive (Debian's Chromium, through Playwright), and where they keep
+# their screenshots (under $ATTNKIT_TEST_ARTIFACTS, else test-artifacts/, which git ignores).
+CHROMIUM = "/usr/bin/chromium"
+BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-background-networking"]  # fmt: skip
+ARTIFACTS = Path(
+    os.environ.get("ATTNKIT_TEST_ARTIFACTS", Path(__file__).parents[1] / "test-artifacts")
+)
 
 # The text of the run folders `tiny_run` builds: German and English, for their tokenizer.
 RUN_LINES = ["ein hund läuft", "zwei kinder spielen im park", "a dog runs", "the cat sleeps"]
@@ -70,6 +85,65 @@ STACKS = {
 }
 
 
+WORDS = {"ein": "a", "hund": "dog", "katze": "cat", "rennt": "runs", "schläft": "sleeps"}
+# The [model] section of the tiny runs that go through a run config.
+TINY_MODEL = """
+[model]
+d_model = 16
+n_heads = 2
+d_ff = 32
+n_encoder_layers = 1
+n_decoder_layers = 1
+max_len = 32
+"""
+
+
+def write_corpus(folder: Path, split: str, n: int, seed: int) -> None:
+    """`n` German sentences of three words and their English, as `split`.de and .en."""
+    rng = random.Random(seed)
+    de, en = [], []
+    for _ in range(n):
+        words = ["ein", rng.choice(["hund", "katze"]), rng.choice(["rennt", "schläft"])]
+        de.append(" ".join(words))
+        en.append(" ".join(WORDS[w] for w in words))
+    folder.mkdir(exist_ok=True)
+    (folder / f"{split}.de").write_text("\n".join(de) + "\n")
+    (folder / f"{split}.en").write_text("\n".join(en) + "\n")
+
+
+def translation_config(tmp_path: Path) -> str:
+    """A run config of a tiny translation (the CLI's tests): 4 steps, BLEU on validation."""
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, "train", 60, 0)
+    write_corpus(corpus, "val", 8, 1)
+    path = tmp_path / "mt.toml"
+    path.write_text(
+        TINY_MODEL
+        + f"""
+[data]
+task = "translation"
+corpus = "{corpus}"
+tokenizer = "char"
+vocab_size = 100
+max_tokens = 200
+
+[train]
+out_dir = "{tmp_path / "run"}"
+steps = 4
+save_every = 2
+log_every = 2
+threads = 1
+average_last = 2
+
+[eval]
+every = 2
+metric = "bleu"
+decode_examples = 4
+"""
+    )
+    return str(path)
+
+
 def tiny_config(
     shape: str = "encoder-decoder", layers: int | None = None, **changes
 ) -> ModelConfig:
@@ -116,6 +190,67 @@ def translation_batches(n: int, batch_size: int = 4, seed: int = 0) -> list[Batc
     return batches
 
 
+def global_batches(steps: int, rank: int = 0, world_size: int = 1) -> list[Batch]:
+    """`steps` global batches of six sentence pairs, each in two halves of unequal token
+    counts: whole for one process, half `rank` of each for one of two ranks."""
+    halves = translation_batches(2 * steps, batch_size=3, seed=7)
+    pairs = list(zip(halves[0::2], halves[1::2], strict=True))
+    if world_size == 1:
+        return [merge(a, b) for a, b in pairs]
+    return [pair[rank] for pair in pairs]
+
+
+def parallel_model(lora: bool = False) -> TransformerModel:
+    """The data-parallel tests' model, without dropout (each rank would draw its own masks);
+    with `lora`, LoRA of rank 2 on its linear layers, B made non-zero."""
+    model = tiny_model(dropout=0.0, embedding_dropout=0.0, bias=False)
+    if lora:
+        apply_lora(model, rank=2, alpha=4.0)
+        randomise_updates(model)
+    return model
+
+
+def parallel_settings(out_dir: Path, steps: int = 4, **changes) -> TrainSection:
+    """The data-parallel tests' training: a constant rate, a record each step, a checkpoint
+    every 2."""
+    return TrainSection(
+        out_dir=str(out_dir),
+        steps=steps,
+        lr=3e-3,
+        schedule="constant",
+        warmup=0,
+        weight_decay=0.1,
+        label_smoothing=0.1,
+        device="cpu",
+        log_every=1,
+        save_every=2,
+        **changes,
+    )
+
+
+def run_worker(args: list[str], out: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """`python ARGS OUT` from the repository root, outside any torchrun of the caller's, with
+    one thread a process; with `check`, a failure shows the worker's output."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        "OMP_NUM_THREADS": "1",
+    }
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, *args, str(out)],
+        env=env,
+        cwd=ROOT,
+        timeout=180,
+        capture_output=True,
+        text=True,
+    )
+    if check and done.returncode:
+        raise AssertionError(f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr[-6000:]}")
+    return done
+
+
 def merge(a: Batch, b: Batch) -> Batch:
     """One batch holding the rows of `a` then `b`, padded to the longer of each side."""
 
@@ -154,22 +289,27 @@ def randomise_updates(model: nn.Module) -> None:
                 module.lora_B.normal_(std=0.1)
 
 
-def peaked(shape: str, vocab_size: int = 40, scale: float = 4.0, seed: int = 1) -> TransformerModel:
+def peaked(
+    shape: str, vocab_size: int = 40, scale: float = 4.0, seed: int = 1, **changes
+) -> TransformerModel:
     """A random model whose next-token distributions are far from uniform, EOS included.
 
     Its config carries the special ids of an attnkit tokenizer (<s> 1, </s> 2), as a trained
-    model's does, so decoding starts and stops on them.
+    model's does, so decoding starts and stops on them; `changes` override any field.
     """
     model = tiny_model(
         shape,
         seed,
         layers=1,
-        vocab_size=vocab_size,
-        dropout=0.0,
-        embedding_dropout=0.0,
-        tie_embeddings="none",
-        eos_id=2,
-        decoder_start_id=1,
+        **{
+            "vocab_size": vocab_size,
+            "dropout": 0.0,
+            "embedding_dropout": 0.0,
+            "tie_embeddings": "none",
+            "eos_id": 2,
+            "decoder_start_id": 1,
+            **changes,
+        },
     ).eval()
     with torch.no_grad():
         model.head.weight.mul_(scale)
@@ -225,3 +365,9 @@ def rewrite_weights(run: Path, change: Callable[[dict[str, Tensor]], None]) -> N
     tensors = load_file(run / "model.safetensors")
     change(tensors)
     save_file(tensors, str(run / "model.safetensors"))
+
+
+def hashtags_apart(text: str) -> str:
+    """A user's pre-tokenization rule, as `pretokenize.rule = "tests.helpers:hashtags_apart"`
+    names it: "#NewYork" becomes "# NewYork"."""
+    return text.replace("#", "# ")

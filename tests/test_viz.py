@@ -1,14 +1,19 @@
-"""Pictures: the training curves (losses, learning rate, metrics) and cross-attention maps."""
+"""Pictures, read back from the figures they draw: the training curves (losses, learning rate,
+metrics), attention maps, word vectors as colour strips and the positional encoding."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
+import torch
 
 from attnkit import viz
+from attnkit.embeddings.vectors import WordVectors
 from attnkit.errors import AttnkitError
+from attnkit.nn import sinusoidal_table
 from tests.helpers import tiny_model
 
 RECORDS = [
@@ -103,3 +108,67 @@ def test_each_positional_method_draws_its_own_picture(tmp_path):
         drawn[kind] = path.read_bytes()
     assert all(png.startswith(b"\x89PNG") for png in drawn.values())
     assert len(set(drawn.values())) == 6
+
+
+def test_colour_strips_are_the_vectors_themselves_one_row_a_word(kept, tmp_path):
+    torch.manual_seed(0)
+    words = ["king", "man", "woman", "queen", "cat"]
+    vectors = WordVectors(words, torch.randn(5, 12))
+    shown = ["king", "man", "woman", "queen"]
+    viz.plot_vector_strips(vectors, shown, tmp_path / "strips.png")
+    ax = kept[0].axes[0]
+    image = ax.get_images()[0]
+    expected = torch.stack([vectors[w] for w in shown]).double().numpy()
+    assert image.get_array().shape == (4, 12)
+    assert (image.get_array() == expected).all()
+    assert [t.get_text() for t in ax.get_yticklabels()] == shown
+    # one colour scale for every row, symmetric about 0 so that 0 is white
+    bound = abs(expected).max()
+    assert image.get_clim() == (-bound, bound)
+
+
+def test_colour_strips_can_show_the_first_dimensions_only(kept, tmp_path):
+    vectors = WordVectors(["a", "b"], torch.arange(20.0).view(2, 10))
+    viz.plot_vector_strips(vectors, ["b"], tmp_path / "strips.png", dims=4)
+    assert (kept[0].axes[0].get_images()[0].get_array() == [[10, 11, 12, 13]]).all()
+    with pytest.raises(AttnkitError, match="dims must be 1 to the vectors' dimension 10"):
+        viz.plot_vector_strips(vectors, ["b"], tmp_path / "strips.png", dims=11)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "split"])
+def test_positional_pictures_draw_the_table_the_chosen_dimensions_and_a_curve_of_k_alone(
+    kept, tmp_path, layout
+):
+    d, length, dims = 32, 120, [4, 5, 6, 7]
+    viz.plot_positional_encoding(tmp_path / "pe.png", d, length, layout=layout, dims=dims)
+    heat, curves, dots = kept[0].axes[:3]
+    table = sinusoidal_table(length, d, layout, dtype=torch.float64)
+    # the heat map is the table in that layout: dimensions up, positions across
+    assert (heat.get_images()[0].get_array() == table.T.numpy()).all()
+    # each chosen dimension's curve is its column of the table, named sin or cos rightly
+    cosines = [dim >= d // 2 if layout == "split" else dim % 2 == 1 for dim in dims]
+    for line, dim, cosine in zip(curves.get_lines(), dims, cosines, strict=True):
+        assert line.get_label() == f"dim {dim} ({'cos' if cosine else 'sin'})"
+        assert (line.get_ydata() == table[:, dim].numpy()).all()
+    # the dot product curves from every start p are one curve, sum_i cos(k w_i)
+    first, *others = [torch.from_numpy(line.get_ydata()) for line in dots.get_lines()]
+    assert len(others) == 2
+    for other in others:
+        torch.testing.assert_close(other, first, atol=1e-6, rtol=0)
+    w = torch.exp(torch.arange(0, d, 2, dtype=torch.float64) * (-math.log(10000.0) / d))
+    k = torch.arange(length // 2, dtype=torch.float64)
+    torch.testing.assert_close(first, torch.cos(k[:, None] * w).sum(1), atol=1e-9, rtol=0)
+
+
+def test_the_split_layout_puts_every_sine_before_every_cosine(kept, tmp_path):
+    viz.plot_positional_encoding(tmp_path / "pe.png", 16, 20, layout="split")
+    heat = kept[0].axes[0].get_images()[0].get_array()
+    assert (heat[:8, 0] == 0).all() and (heat[8:, 0] == 1).all()  # sin 0 and cos 0 at p = 0
+    assert kept[0].axes[0].get_title() == "PE(p, dimension): sines, then cosines"
+
+
+def test_positional_pictures_refuse_what_they_cannot_draw(tmp_path):
+    with pytest.raises(AttnkitError, match="unknown layout 'zigzag'; choose interleaved or split"):
+        viz.plot_positional_encoding(tmp_path / "pe.png", 16, 20, layout="zigzag")
+    with pytest.raises(AttnkitError, match=r"must be 0 to 15, not \[3, 16\]"):
+        viz.plot_positional_encoding(tmp_path / "pe.png", 16, 20, dims=[3, 16])

@@ -14,9 +14,9 @@ from torch import nn
 
 
 class _Attention(nn.Module):
-    def __init__(self, d: int, heads: int, bias: bool) -> None:
+    def __init__(self, d: int, heads: int, bias: bool, dropout: float) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.dropout = heads, dropout
         self.c_attn = nn.Linear(d, 3 * d, bias=bias)
         self.c_proj = nn.Linear(d, d, bias=bias)
 
@@ -24,22 +24,24 @@ class _Attention(nn.Module):
         b, t, d = x.shape
         q, k, v = self.c_attn(x).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, d))
 
 
 class _Block(nn.Module):
-    def __init__(self, d: int, heads: int, bias: bool) -> None:
+    def __init__(self, d: int, heads: int, bias: bool, dropout: float) -> None:
         super().__init__()
-        self.ln_1, self.attn = nn.LayerNorm(d, bias=bias), _Attention(d, heads, bias)
+        self.ln_1, self.attn = nn.LayerNorm(d, bias=bias), _Attention(d, heads, bias, dropout)
         self.ln_2 = nn.LayerNorm(d, bias=bias)
         self.mlp = nn.Sequential(
             nn.Linear(d, 4 * d, bias=bias), nn.GELU(), nn.Linear(4 * d, d, bias=bias)
         )
+        self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.resid_dropout(self.attn(self.ln_1(x)))
+        return x + self.resid_dropout(self.mlp(self.ln_2(x)))
 
 
 class NanoGPT(nn.Module):
@@ -55,10 +57,12 @@ class NanoGPT(nn.Module):
         *,
         bias: bool = True,
         nanogpt_init: bool = False,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block, d)
-        self.blocks = nn.ModuleList(_Block(d, heads, bias) for _ in range(layers))
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(_Block(d, heads, bias, dropout) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d, bias=bias)
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.lm_head.weight = self.wte.weight
@@ -74,10 +78,13 @@ class NanoGPT(nn.Module):
                 for last in (block.attn.c_proj, block.mlp[2]):
                     nn.init.normal_(last.weight, std=0.02 / (2 * layers) ** 0.5)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1])
-        x = self.wte(idx) + self.wpe(pos)
+    def logits(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
+        return self.lm_head(self.ln_f(x))
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = self.logits(idx)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))

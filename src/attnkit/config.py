@@ -52,6 +52,11 @@ class ModelConfig:
     vocab_size: the target vocabulary (the only one for single-stack shapes).
     src_vocab_size: the source vocabulary of an encoder-decoder; defaults to
         `vocab_size` (one joint vocabulary, as in the paper).
+    d_model: the width of every vector between the sub-layers (the paper's d_model, 512).
+    n_heads: attention heads per layer, each of d_model / n_heads dimensions (h, 8).
+    n_encoder_layers, n_decoder_layers: blocks in each stack (N, 6); unset is 6 for the
+        stacks the shape has and 0 for the other.
+    d_ff: the inner width of each position-wise feed-forward network (d_ff, 2048).
     n_kv_heads: heads of keys and values; equal to `n_heads` is multi-head
         attention, fewer is grouped-query attention, 1 is multi-query.
     dropout: on each sub-layer's output before the residual sum (P_drop).
@@ -75,6 +80,7 @@ class ModelConfig:
         approximation), `silu` (also called swish, Marian), or a gated unit,
         `swiglu` (LLaMA) or `geglu`, whose first projection has 2 d_ff outputs.
     norm: `layernorm` (the paper) or `rmsnorm` (no centring and no bias, LLaMA).
+    norm_eps: the epsilon added to the variance inside each norm.
     positional: `sinusoidal` (the paper), `learned` (GPT-2, BERT), `rope`
         (rotary: queries and keys rotated by position, LLaMA), `xpos` (RoPE
         with a decay over distance, Sun et al. 2022), `alibi` (a linear
@@ -83,11 +89,12 @@ class ModelConfig:
         most 64 B positions (`max_len`). An encoder's stack (non-causal) rotates
         as plain RoPE: looking forward xPos's factor would grow with distance.
     rope_theta: RoPE's base; pair i turns at theta^(-2i/d_head) per position.
-    rope_scaling: stretch of RoPE to rope_scaling x the trained length (1.0
-        is plain RoPE), in the way `rope_scaling_type` names: `ntk` (the
-        base grows to theta * s^(d/(d-2))), `linear` (positions divided by s,
-        Chen et al. 2023) or `llama3` (Llama 3.1's: slow pairs divided by s,
-        fast ones kept, a blend between, set by `rope_original_max_len`).
+    rope_scaling, rope_scaling_type, rope_original_max_len: stretch of RoPE to
+        rope_scaling x the trained length (1.0 is plain RoPE), in the way
+        `rope_scaling_type` names: `ntk` (the base grows to theta * s^(d/(d-2))),
+        `linear` (positions divided by s, Chen et al. 2023) or `llama3` (Llama 3.1's:
+        slow pairs divided by s, fast ones kept, a blend between, set by
+        `rope_original_max_len`).
     attention_window: each query attends only to keys fewer than this many
         positions away (a sliding window, Mistral; 0 is every position).
     attention_stride: sparse attention (Child et al. 2019, strided): besides
@@ -100,15 +107,19 @@ class ModelConfig:
         none; `attnkit.nn.adapters`, usually set by a run's [adapters] section).
     attention_backend: torch's fused attention kernel: `auto` (torch picks),
         `flash`, `efficient`, `cudnn` or `math` (`nn/sdpa_backend.py`).
-    n_experts: a mixture of experts in place of each feed-forward network
-        (0 is none): a router sends each token to `n_experts_per_token` of
+    n_experts, n_experts_per_token: a mixture of experts in place of each feed-forward
+        network (0 is none): a router sends each token to `n_experts_per_token` of
         them and mixes their outputs by its renormalised softmax weights.
     router_aux_loss_coef: weight of the load-balancing loss (Switch
         Transformer) added to the training loss of a mixture of experts.
-    router: `topk` (Mixtral: the k weights renormalised) or `switch` (the Switch
+    router, capacity_factor: `topk` (Mixtral: the k weights renormalised) or `switch` (the Switch
         Transformer: one expert, weighted by its raw probability, at most
         `capacity_factor` x tokens / n_experts tokens an expert in training,
         the others dropped to the residual; 0 is no limit).
+    max_len: the longest sequence the model reads, in tokens; positions past it are refused
+        (learned positions have no row for them).
+    bias: biases in the linear layers and norms (GPT-2 and the paper have them, LLaMA not).
+    pad_id: the id of padding, which attention never attends to and the loss ignores.
     sinusoidal_layout: `interleaved` is the paper's sin/cos alternation over
         the dimensions; `split` puts every sin first and every cos second, as
         Marian does. The frequencies are the same.

@@ -1,7 +1,7 @@
 """The built-in demo: a small Transformer learns to reverse digit strings in about a minute.
 
 The demo is an app over the library, with nothing of its own below it: it
-reads its run config (`demo.toml`, shipped in the package), trains the
+reads its run config (the `demo` recipe, shipped in the package), trains the
 `reverse` task (`attnkit.data.reverse`, built in `train/tasks.py` like every
 task) with the `Trainer`, decodes held-out strings with `generate`, and draws
 the decoder's cross-attention, which learns to read the source backwards (an
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnkit import recipes
 from attnkit.data.reverse import BOS, EOS, ReverseTask, show
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
@@ -29,7 +30,7 @@ from attnkit.train.run_config import RunConfig
 from attnkit.train.tasks import reverse_exact_match, train
 from attnkit.viz import plot_cross_attention
 
-CONFIG = Path(__file__).with_name("demo.toml")
+CONFIG = recipes.path("demo")
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def _clear(folder: RunFolder, config: RunConfig) -> None:
 
 def _made_by_demo(folder: RunFolder, config: RunConfig) -> bool:
     """Whether `folder` holds a run of the demo's task and model (the demo's own run, or
-    `attnkit train configs/demo.toml`): its saved run config has the demo's [model] and [data]."""
+    `attnkit train demo`): its saved run config has the demo's [model] and [data]."""
     if not folder.run_config.is_file():
         return False
     try:

@@ -4,6 +4,9 @@
     RUN_DIR/model.safetensors            the weights (a tied matrix stored once)
     RUN_DIR/tokenizer.json               the tokenizer, when there is one
     RUN_DIR/tokenizer_fingerprint        its vocabulary's fingerprint, checked when loading
+    RUN_DIR/tokenizer.pretokenize.json   a Transformer run's [pretokenize] steps, applied
+                                         before the tokenizer (`attnkit.pretokenize`)
+    RUN_DIR/pretokenize.json             a word-vector run's [pretokenize] steps
     RUN_DIR/tokenizer_config.json        an imported tokenizer's settings: its chat template
     RUN_DIR/pooling.json                 how an encoder's sentence vectors are pooled
     RUN_DIR/run_config.toml              the run config it was trained from
@@ -11,9 +14,14 @@
     RUN_DIR/metrics.jsonl                one JSON record per logged interval or evaluation
     RUN_DIR/curves.png                   those records drawn
     RUN_DIR/checkpoints/step-0000500/    the weights at each saved step
+    RUN_DIR/checkpoints/step-0000500/sharded/  under FSDP, also the weights and the
+                                         optimizer's state in one slice per rank
     RUN_DIR/checkpoints/best/            the weights with the best validation metric
     RUN_DIR/train.lock                   held by the training under way (`attnkit.train.lock`)
-    RUN_DIR/tensorboard/, RUN_DIR/wandb/ with `train.log_to`, the sinks' own files
+    RUN_DIR/adapters.safetensors         a model's adapters alone (`attnkit.nn.adapters`)
+    RUN_DIR/vectors.bin                  a word2vec run's vectors, in word2vec's binary format
+    RUN_DIR/tensorboard/                 with `train.log_to`, TensorBoard's own files
+    RUN_DIR/wandb/                       with `train.log_to`, Weights & Biases' own files
 
 Every command accepts such a folder. Files are written to a temporary name
 and renamed, so a crash mid-write never leaves a half-written file behind.
@@ -51,13 +59,14 @@ from attnkit.nn.adapters import adapter_state_dict
 from attnkit.nn.compute_type import compute_type_of, convert
 from attnkit.nn.lora import merged_copy
 from attnkit.pooling import Pooling, SentenceEncoder
-from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer
+from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer, pretokenize_file
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ADAPTERS_FILE = "adapters.safetensors"  # a model's adapters alone (`attnkit.nn.adapters`)
+SHARDS = "sharded"  # a step's sharded checkpoint (`attnkit.train.distributed_checkpoint`)
 _STEP = "step-"
 
 # The ids `generate` starts and stops on, for each model shape that generates, and the
@@ -88,7 +97,9 @@ class RunFolder:
         self.trainer_state = self.root / "trainer_state.pt"
         self.metrics = self.root / "metrics.jsonl"
         self.curves = self.root / "curves.png"
-        self.vectors = self.root / "vectors.bin"  # a word2vec run's, in word2vec's binary format
+        self.vectors = self.root / "vectors.bin"  # a word2vec or GloVe run's (word2vec binary)
+        self.pretokenize = self.root / "pretokenize.json"  # a word-vector run's [pretokenize]
+        self.tokenizer_pretokenize = pretokenize_file(self.tokenizer)  # a Transformer run's
         self.checkpoints = self.root / "checkpoints"
         self.best_weights = self.checkpoints / "best" / WEIGHTS_FILE
         self.lock = self.root / "train.lock"
@@ -99,8 +110,8 @@ class RunFolder:
         """The files attnkit writes at the folder's top (beside `checkpoints/` and the lock)."""
         return (
             *(self.config, self.weights, self.tokenizer, self.fingerprint, self.run_config),
-            *(self.trainer_state, self.metrics, self.curves, self.vectors),
-            *(self.tokenizer_config, self.pooling),
+            *(self.trainer_state, self.metrics, self.curves, self.vectors, self.pretokenize),
+            *(self.tokenizer_pretokenize, self.tokenizer_config, self.pooling),
         )
 
     def owns(self, entry: Path) -> bool:
@@ -115,6 +126,9 @@ class RunFolder:
 
     def step_weights(self, step: int) -> Path:
         return self.step_dir(step) / WEIGHTS_FILE
+
+    def step_shards(self, step: int) -> Path:
+        return self.step_dir(step) / SHARDS
 
     def saved_steps(self) -> list[int]:
         """Steps with saved weights, oldest first."""

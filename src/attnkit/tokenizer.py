@@ -27,6 +27,10 @@ ids, so models, data and decoders agree without asking:
     UNK_ID  = 3  <unk>   a piece the vocabulary lacks (never produced by byte-bpe)
     MASK_ID = 4  <mask>  the masked-language-model token for encoders
 
+A `Pretokenizer` (`attnkit.pretokenize`: the user's rule, jieba's words,
+phrases) may rewrite text before the model sees it and after ids are decoded;
+it is learned with the vocabulary and saved beside it, as `tokenizer.pretokenize.json`.
+
 Any Hugging Face `tokenizer.json` loads too; its own special tokens (`[PAD]`,
 `[CLS]`, `[SEP]`, `[UNK]`, `[MASK]`, `<|endoftext|>`, ...) are found by name,
 so `pad_id` and the others are right for it.
@@ -37,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +52,7 @@ from tokenizers import Tokenizer as Backend
 from attnkit.checks import choice
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write, check_utf8, read_lines
+from attnkit.pretokenize import Pretokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +64,11 @@ KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char", "word")
 WORD_PATTERN = r"\d+(?:[.,]\d+)+|[^\W_]+(?:[-'’][^\W_]+)*|[^\w\s]|_"
 NORMALIZATIONS = ("none", "nfc", "nfd", "nfkc", "nfkd")
 TOKENIZER_FILE = "tokenizer.json"  # its name in a run folder and in a Hugging Face folder
+PRETOKENIZE_SUFFIX = (
+    ".pretokenize.json"  # tokenizer.json's pretokenizer: tokenizer.pretokenize.json
+)
+# The kinds whose own pre-tokenizer keeps a phrase's delimiter inside one word.
+PHRASE_KINDS = ("bpe", "unigram", "word")
 
 # Names under which the usual tokenizer families spell each role: attnkit and
 # fairseq/RoBERTa (`<s>`), BERT (`[CLS]`), GPT-2 (`<|endoftext|>` for both ends).
@@ -73,12 +84,13 @@ _ROLE_NAMES = {
 class Tokenizer:
     """Text to ids and back, batched; see the module docstring for the special ids."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, pretokenizer: Pretokenizer | None = None) -> None:
         # Padding and truncation are done here, counted and visible, never by
         # settings hidden inside a loaded tokenizer.json.
         backend.no_padding()
         backend.no_truncation()
         self.backend = backend
+        self.pretokenizer = pretokenizer
         self._special = _find_special_ids(backend)
         self.n_truncated = 0
         """How many sequences `encode` and `encode_batch` have truncated so far."""
@@ -95,6 +107,7 @@ class Tokenizer:
         vocab_size: int = 8000,
         min_frequency: int | None = None,
         normalization: str = "none",
+        pretokenizer: Pretokenizer | None = None,
     ) -> Tokenizer:
         """Learn a vocabulary of `vocab_size` tokens (the five specials included).
 
@@ -106,6 +119,8 @@ class Tokenizer:
         normalization: the Unicode normal form applied before tokenizing
             (`nfc`, `nfd`, `nfkc`, `nfkd`) or `none`, which keeps the text as
             it is and so lets byte-level BPE round-trip any string exactly.
+        pretokenizer: learns its phrases from the same text, which it then rewrites
+            before the vocabulary is learned (`attnkit.pretokenize`).
         """
         choice("tokenizer kind", kind, KINDS)
         choice("normalization", normalization, NORMALIZATIONS)
@@ -121,18 +136,29 @@ class Tokenizer:
             )
         if min_frequency is None:
             min_frequency = 1 if kind in ("char", "word") else 2
-        backend, trainer = _build(kind, vocab_size, min_frequency)
+        phrases = pretokenizer is not None and pretokenizer.config.phrases > 0
+        if phrases and kind not in PHRASE_KINDS:
+            raise AttnkitError(
+                f"a {kind} tokenizer splits phrases again at their delimiter; use one of "
+                f"{', '.join(PHRASE_KINDS)}, or unset pretokenize.phrases"
+            )
+        joiner = pretokenizer.config.phrase_delimiter if phrases else ""
+        backend, trainer = _build(kind, vocab_size, min_frequency, joiner)
         if normalization != "none":
             backend.normalizer = getattr(normalizers, normalization.upper())()
         # A character vocabulary learns the newline as the character it is; the
         # subword kinds learn from sentences and get it in their alphabet.
-        lines = _CountingLines(files, texts, keepends=kind == "char")
+        lines: Iterable[str] = _CountingLines(files, texts, keepends=kind == "char")
+        if pretokenizer is not None:
+            read = list(lines)
+            pretokenizer.learn_from_text(read)
+            lines = _CountingLines((), map(pretokenizer.text, read), keepends=kind == "char")
         backend.train_from_iterator(lines, trainer)
         if lines.count == 0:
             raise AttnkitError(
                 "there is no text to train the tokenizer on; give files or texts that are not empty"
             )
-        tokenizer = cls(backend)
+        tokenizer = cls(backend, pretokenizer)
         logger.info(
             "trained a %s tokenizer of %d tokens on %d lines",
             kind,
@@ -180,7 +206,7 @@ class Tokenizer:
             raise AttnkitError(
                 f"{path} is not a tokenizer.json that Hugging Face tokenizers can read ({err})"
             ) from None
-        return cls(backend)
+        return cls(backend, Pretokenizer.read(pretokenize_file(path)))
 
     def save(self, path: PathLike) -> Path:
         """Write to a `.json` path, or else into that folder as `tokenizer.json`; returns the file.
@@ -192,6 +218,10 @@ class Tokenizer:
         if path.suffix != ".json":
             path = path / TOKENIZER_FILE
         text = self.backend.to_str(pretty=True)
+        if self.pretokenizer is not None:
+            self.pretokenizer.save(pretokenize_file(path))
+        else:  # a stale one would be read with this tokenizer
+            pretokenize_file(path).unlink(missing_ok=True)
         return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 
     # -- encoding ---------------------------------------------------------
@@ -233,6 +263,8 @@ class Tokenizer:
                     f"max_length {max_length} leaves no room for text after BOS/EOS; raise it"
                 )
         texts = list(texts)
+        if self.pretokenizer is not None:
+            texts = [self.pretokenizer.text(str(text)) for text in texts]
         try:
             encoded = self.backend.encode_batch_fast(texts, add_special_tokens=False)
         except TypeError:
@@ -265,7 +297,10 @@ class Tokenizer:
     def decode_batch(self, batch: Sequence[Sequence[int]], skip_special: bool = True) -> list[str]:
         """`decode` for many sequences (a list of lists or a 2-D tensor)."""
         rows = [_as_list(ids) for ids in _as_list(batch)]
-        return self.backend.decode_batch(rows, skip_special_tokens=skip_special)
+        texts = self.backend.decode_batch(rows, skip_special_tokens=skip_special)
+        if self.pretokenizer is not None:
+            texts = [self.pretokenizer.restore(text) for text in texts]
+        return texts
 
     # -- vocabulary -------------------------------------------------------
 
@@ -297,7 +332,9 @@ class Tokenizer:
     @property
     def fingerprint(self) -> str:
         """A short hash of every token and its id: equal for tokenizers that give the same ids."""
-        vocab = sorted(self.backend.get_vocab(with_added_tokens=True).items())
+        vocab: Any = sorted(self.backend.get_vocab(with_added_tokens=True).items())
+        if self.pretokenizer is not None:  # the same ids of other words are other tokens
+            vocab = [vocab, self.pretokenizer.to_dict()]
         return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
 
     def has(self, role: str) -> bool:
@@ -324,8 +361,14 @@ class Tokenizer:
         return f"Tokenizer({model}, vocab_size={self.vocab_size})"
 
 
-def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any]:
-    """An untrained backend and its trainer for one kind."""
+def pretokenize_file(path: Path) -> Path:
+    """Where the pretokenizer of the tokenizer file `path` is saved."""
+    return path.with_name(path.stem + PRETOKENIZE_SUFFIX)
+
+
+def _build(kind: str, vocab_size: int, min_frequency: int, joiner: str = "") -> tuple[Backend, Any]:
+    """An untrained backend and its trainer for one kind; a `word` token may hold `joiner`
+    between its letters (a phrase's delimiter)."""
     specials = [AddedToken(token, special=True, normalized=False) for token in SPECIAL_TOKENS]
     common = {"vocab_size": vocab_size, "special_tokens": specials, "show_progress": False}
     # Sentences are learnt one a line without their newline, yet running text
@@ -367,7 +410,7 @@ def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any
         backend.pre_tokenizer = pre_tokenizers.Sequence(
             [
                 pre_tokenizers.WhitespaceSplit(),
-                pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated"),
+                pre_tokenizers.Split(Regex(_word_pattern(joiner)), behavior="isolated"),
             ]
         )
     else:
@@ -376,6 +419,15 @@ def _build(kind: str, vocab_size: int, min_frequency: int) -> tuple[Backend, Any
         backend.pre_tokenizer = pre_tokenizers.Metaspace()
         backend.decoder = decoders.Metaspace()
     return backend, trainer
+
+
+def _word_pattern(joiner: str) -> str:
+    """WORD_PATTERN, its words also joined by `joiner` if one is given."""
+    if not joiner:
+        return WORD_PATTERN
+    return WORD_PATTERN.replace(
+        "(?:[-'’][^\\W_]+)*", f"(?:(?:[-'’]|{re.escape(joiner)})[^\\W_]+)*", 1
+    )
 
 
 class _CountingLines:

@@ -2,9 +2,12 @@
 
 An attention map shows, for each query token (row), how its attention
 weights softmax(QK^T / sqrt(d_k)) spread over the key tokens (columns).
-Word vectors are drawn projected on their first two principal components;
-the sinusoidal encoding PE(p, 2i) = sin(p w_i), PE(p, 2i + 1) = cos(p w_i),
-w_i = 10000^(-2i/d), as a heat map, as curves, and through the dot product
+Word vectors are drawn projected on their first two principal components, or
+as colour strips, one row of d coloured cells a word, so that similar words
+show similar bands; the sinusoidal encoding PE(p, 2i) = sin(p w_i),
+PE(p, 2i + 1) = cos(p w_i), w_i = 10000^(-2i/d) (or, in the `split` layout, the
+sines in the first half and the cosines in the second), as a heat map, as
+curves of chosen dimensions, and through the dot product
 PE(p) . PE(p + k) = sum_i cos(k w_i), which depends on the offset k alone.
 `plot_model_positions` draws a model's own method: its learned table and how
 alike its positions are; RoPE's wavelengths and the score (1/P) sum_i cos(k theta_i)
@@ -25,6 +28,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import Tensor
 
+from attnkit.config import SINUSOIDAL_LAYOUTS
 from attnkit.embeddings.vectors import WordVectors
 from attnkit.errors import AttnkitError
 from attnkit.models import EncoderDecoder, TransformerModel
@@ -200,20 +204,64 @@ def plot_word_vectors(vectors: WordVectors, words: Sequence[str], path: str | Pa
     return _save(fig, path)
 
 
-def plot_positional_encoding(path: str | Path, d_model: int = 128, length: int = 100) -> Path:
-    """The sinusoidal encoding as a heat map (positions x dimensions), five dimensions as
-    curves over the positions, and PE(p) . PE(p + k) against k from three positions p."""
+def plot_vector_strips(
+    vectors: WordVectors, words: Sequence[str], path: str | Path, *, dims: int | None = None
+) -> Path:
+    """Each word's vector as a strip of coloured cells, one row a word, the first `dims`
+    dimensions (all by default); red positive, blue negative, on one scale for all rows."""
+    if not words:
+        raise AttnkitError("a picture of word vectors needs at least one word.")
+    dims = vectors.dim if dims is None else dims
+    if not 1 <= dims <= vectors.dim:
+        raise AttnkitError(f"dims must be 1 to the vectors' dimension {vectors.dim}, not {dims}.")
+    rows = torch.stack([vectors[w][:dims] for w in words]).double()
+    bound = float(rows.abs().max()) or 1.0
+    fig, ax = plt.subplots(figsize=(min(2 + 0.12 * dims, 16), 0.8 + 0.4 * len(words)))
+    image = ax.imshow(
+        rows.numpy(), aspect="auto", cmap="RdBu_r", vmin=-bound, vmax=bound,
+        interpolation="nearest",
+    )  # fmt: skip
+    ax.set_yticks(range(len(words)), list(words), fontsize=9)
+    ax.set_xlabel("dimension")
+    ax.set_title(f"{len(words)} word vectors, dimensions 0 to {dims - 1}", fontsize=10)
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02)
+    return _save(fig, path)
+
+
+POSITION_DIMS = (0, 1, 8)  # with d/4 and d/2: fast, middle and slow waves
+
+
+def plot_positional_encoding(
+    path: str | Path,
+    d_model: int = 128,
+    length: int = 100,
+    *,
+    layout: str = "interleaved",
+    dims: Sequence[int] | None = None,
+) -> Path:
+    """The sinusoidal encoding as a heat map (positions x dimensions) in `layout`
+    (`interleaved`: sin and cos alternate; `split`: every sine, then every cosine), the
+    dimensions `dims` as curves over the positions (by default 0, 1, 8, d/4 and d/2), and
+    PE(p) . PE(p + k) against k from three positions p. Computed in float64."""
     if d_model < 8 or d_model % 2 or length < 8:
         raise AttnkitError("the picture needs an even d_model and a length, both 8 or more.")
-    table = sinusoidal_table(length, d_model).double()
+    if layout not in SINUSOIDAL_LAYOUTS:
+        raise AttnkitError(f"unknown layout {layout!r}; choose {' or '.join(SINUSOIDAL_LAYOUTS)}.")
+    dims = list(dims) if dims else [*POSITION_DIMS, d_model // 4, d_model // 2]
+    if not dims or any(not 0 <= d < d_model for d in dims):
+        raise AttnkitError(f"the dimensions drawn must be 0 to {d_model - 1}, not {dims}.")
+    table = sinusoidal_table(length, d_model, layout, dtype=torch.float64)
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     image = axes[0].imshow(
         table.T.numpy(), aspect="auto", cmap="RdBu", vmin=-1, vmax=1, origin="lower"
     )
-    axes[0].set(xlabel="position p", ylabel="dimension", title="PE(p, dimension)")
+    title = "PE(p, dimension)" + (": sines, then cosines" if layout == "split" else "")
+    axes[0].set(xlabel="position p", ylabel="dimension", title=title)
     fig.colorbar(image, ax=axes[0], fraction=0.04)
-    for dim in (0, 1, 8, d_model // 4, d_model // 2):
-        axes[1].plot(table[:, dim].numpy(), label=f"dim {dim} ({'sin' if dim % 2 == 0 else 'cos'})")
+    half = d_model // 2
+    for dim in dims:
+        cosine = dim >= half if layout == "split" else dim % 2 == 1
+        axes[1].plot(table[:, dim].numpy(), label=f"dim {dim} ({'cos' if cosine else 'sin'})")
     axes[1].set(xlabel="position p", title="a wavelength per dimension pair")
     axes[1].legend(fontsize=8)
     offsets = torch.arange(length // 2)

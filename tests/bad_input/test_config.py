@@ -115,8 +115,11 @@ def test_a_run_config_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
         (
             "speed = 1\n",
             "the section it belongs to, one of [model], [data], [train], [eval], [lora], "
-            "[adapters], [scheduled_sampling], [sequence_loss], [guided_attention], [word2vec]",
+            "[adapters], [scheduled_sampling], [sequence_loss], [guided_attention], [word2vec], "
+            "[glove], [pretokenize]",
         ),
+        ("x_max = 10\n", "[glove]"),
+        ("phrases = 2\n", "[pretokenize]"),
         ("width = 0.3\n", "[guided_attention]"),
     ],
 )

@@ -62,6 +62,23 @@ def test_pictures_are_drawn(tmp_path: Path, vectors: Path) -> None:
     assert (tmp_path / "w.png").stat().st_size > 1000 and (tmp_path / "p.png").stat().st_size > 1000
 
 
+def test_strips_and_the_split_layout_reach_the_pictures(
+    tmp_path: Path, vectors: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attnkit import viz
+
+    calls = []
+    monkeypatch.setattr(viz, "plot_vector_strips", lambda *a, **k: calls.append((a, k)) or a[2])
+    monkeypatch.setattr(viz, "plot_positional_encoding", lambda *a, **k: calls.append((a, k)))
+    png = str(tmp_path / "s.png")
+    assert main(["embed", "plot", str(vectors), png, "king", "--strips", "--dims", "4"]) == 0
+    (loaded, words, path), options = calls[0]
+    assert loaded.words == WORDS and words == ["king"] and path == png and options == {"dims": 4}
+    split = ["--layout", "split", "--dims", "4", "5", "6", "7", "--length", "101"]
+    assert main(["embed", "positions", png, *split]) == 0
+    assert calls[1] == ((png, 128, 101), {"layout": "split", "dims": [4, 5, 6, 7]})
+
+
 def test_mistakes_are_one_sentence(
     tmp_path: Path, vectors: Path, capsys: pytest.CaptureFixture
 ) -> None:

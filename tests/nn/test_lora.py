@@ -91,7 +91,7 @@ def test_training_moves_only_the_adapters_and_the_run_folder_holds_the_merged_mo
     apply_lora(model, rank=2, alpha=4.0, targets=("*_proj", "*w_1", "*w_2"))
     settings = TrainSection(
         out_dir=str(tmp_path), steps=6, lr=1e-2, warmup=1, save_every=2, keep_last=3,
-        average_last=2, threads=1, log_every=2,
+        average_last=2, threads=1, log_every=2, device="cpu",
     )  # fmt: skip
     result = Trainer(model, translation_batches(3), train=settings).fit()
     assert result.step == 6

@@ -195,3 +195,46 @@ def test_xpos_decays_in_causal_stacks_only_and_bounds_its_span() -> None:
     assert {type(r) for n, r in rotary.items() if n.startswith("decoder")} == {XPos}
     with pytest.raises(AttnkitError, match="xpos_scale_base of at least 16"):
         tiny_config("decoder", positional="xpos", max_len=1024, xpos_scale_base=8.0)
+
+
+def _rotation(k: int, d: int, layout: str) -> torch.Tensor:
+    """M_k: for each frequency w_i, the 2 x 2 rotation by k w_i that takes (sin p w_i,
+    cos p w_i) to (sin (p + k) w_i, cos (p + k) w_i), placed on that pair's two dimensions."""
+    w = torch.exp(torch.arange(0, d, 2, dtype=torch.float64) * (-math.log(10000.0) / d))
+    sin_dims = range(0, d, 2) if layout == "interleaved" else range(d // 2)
+    cos_dims = range(1, d, 2) if layout == "interleaved" else range(d // 2, d)
+    m = torch.zeros(d, d, dtype=torch.float64)
+    for i, (s, c) in enumerate(zip(sin_dims, cos_dims, strict=True)):
+        # sin(a + b) = sin a cos b + cos a sin b;  cos(a + b) = cos a cos b - sin a sin b
+        m[s, s], m[s, c] = math.cos(k * w[i]), math.sin(k * w[i])
+        m[c, s], m[c, c] = -math.sin(k * w[i]), math.cos(k * w[i])
+    return m
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "split"])
+@pytest.mark.parametrize("k", [1, 7, 40])
+def test_a_shift_by_k_is_one_rotation_per_frequency_pair_whatever_the_position(layout, k) -> None:
+    # PE(p + k) = M_k PE(p), M_k depending on k alone: a linear function of PE(p) reaches
+    # PE(p + k), which is why the paper expected relative positions to be easy to attend by.
+    d, length = 32, 200
+    table = sinusoidal_table(length + k, d, layout).double()
+    m = _rotation(k, d, layout)
+    torch.testing.assert_close(table[k:], table[:length] @ m.T, atol=2e-6, rtol=0)
+    # a rotation keeps lengths: every PE(p) has length sqrt(d / 2)
+    torch.testing.assert_close(m @ m.T, torch.eye(d, dtype=torch.float64))
+    norms = table.norm(dim=1)
+    torch.testing.assert_close(norms, torch.full_like(norms, math.sqrt(d / 2)), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "split"])
+def test_the_dot_product_of_two_positions_depends_on_their_distance_alone(layout) -> None:
+    d, length, offsets = 64, 300, torch.arange(100)
+    table = sinusoidal_table(length, d, layout).double()
+    w = torch.exp(torch.arange(0, d, 2, dtype=torch.float64) * (-math.log(10000.0) / d))
+    expected = torch.cos(offsets[:, None] * w).sum(1)  # sum_i cos(k w_i)
+    for p in (0, 1, 50, 199):
+        dots = table[p + offsets] @ table[p]
+        torch.testing.assert_close(dots, expected, atol=1e-5, rtol=0)
+    # and it is symmetric: PE(p) . PE(p + k) = PE(p) . PE(p - k)
+    p = 150
+    torch.testing.assert_close(table[p + offsets] @ table[p], table[p - offsets] @ table[p])

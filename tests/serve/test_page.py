@@ -6,7 +6,6 @@ $ATTNKIT_TEST_ARTIFACTS, else test-artifacts/."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,15 +15,9 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from attnkit.serve.app import create_app
 from attnkit.serve.runs import served_runs
-from tests.helpers import tiny_run
+from tests.helpers import ARTIFACTS, BROWSER_FLAGS, CHROMIUM, tiny_run
 from tests.serve.live import serving
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking"]  # fmt: skip
-ARTIFACTS = Path(
-    os.environ.get("ATTNKIT_TEST_ARTIFACTS", Path(__file__).parents[2] / "test-artifacts")
-)
 DESKTOP = {"width": 1280, "height": 1000}
 PHONE = {"width": 390, "height": 844}
 
@@ -45,7 +38,7 @@ def page_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def browser() -> Iterator[Browser]:
     assert Path(CHROMIUM).is_file(), "Chromium is missing: apt-get install chromium"
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
         yield browser
         browser.close()
 

@@ -13,8 +13,7 @@ import torch
 
 from attnkit.train import Trainer
 from attnkit.train import distributed as dist
-from attnkit.train.run_config import TrainSection
-from tests.helpers import merge, tiny_model, translation_batches
+from tests.helpers import global_batches, parallel_model, parallel_settings
 
 STEPS = 4
 
@@ -22,24 +21,9 @@ STEPS = 4
 def main(out: Path) -> None:
     torch.set_num_threads(1)
     info = dist.from_env()
-    halves = translation_batches(2 * STEPS, batch_size=3, seed=7)
-    pairs = list(zip(halves[0::2], halves[1::2], strict=True))
-    if info.world_size == 1:
-        data = [merge(a, b) for a, b in pairs]
-    else:
-        data = [pair[info.rank] for pair in pairs]
-    model = tiny_model(dropout=0.0, embedding_dropout=0.0, bias=False)
-    settings = TrainSection(
-        out_dir=str(out / "run"),
-        steps=STEPS,
-        lr=3e-3,
-        schedule="constant",
-        warmup=0,
-        weight_decay=0.1,
-        label_smoothing=0.1,
-        device="cpu",
-    )
-    result = Trainer(model, data, train=settings).fit()
+    data = global_batches(STEPS, info.rank, info.world_size)
+    settings = parallel_settings(out / "run", STEPS)
+    result = Trainer(parallel_model(), data, train=settings).fit()
     if info.is_main:
         torch.save({k: v.clone() for k, v in result.model.state_dict().items()}, out / "params.pt")
     dist.teardown()

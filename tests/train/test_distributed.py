@@ -1,31 +1,10 @@
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import torch
 
-from tests.helpers import tiny_model
-
-ROOT = Path(__file__).parents[2]
+from tests.helpers import parallel_model, run_worker
 
 
-def run(args: list[str], out: Path) -> dict[str, torch.Tensor]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
-        "OMP_NUM_THREADS": "1",
-    }
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    subprocess.run(
-        [sys.executable, *args, str(out)],
-        env=env,
-        check=True,
-        cwd=ROOT,
-        timeout=120,
-        capture_output=True,
-    )
+def run(args: list[str], out) -> dict[str, torch.Tensor]:
+    run_worker(args, out)
     return torch.load(out / "params.pt", weights_only=True)
 
 
@@ -38,5 +17,5 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     assert single.keys() == double.keys()
     for name, value in single.items():
         torch.testing.assert_close(double[name], value, rtol=1e-5, atol=1e-6, msg=name)
-    initial = tiny_model(dropout=0.0, embedding_dropout=0.0, bias=False)
+    initial = parallel_model()
     assert not torch.equal(initial.state_dict()["head.weight"], single["head.weight"])

@@ -48,6 +48,16 @@ def test_no_decay_groups_hold_exactly_biases_norms_and_embeddings(shape, changes
     assert len(decayed["params"]) + len(exempt["params"]) == len(list(model.parameters()))
 
 
+def test_embeddings_are_decayed_when_asked_as_nanogpt_decays_every_matrix():
+    model = tiny_model("decoder", positional="learned")
+    names = no_decay_names(model, decay_embeddings=True)
+    assert names == expected_no_decay(model) - {"embed.token.weight", "embed.positions.table"}
+    decayed, _ = parameter_groups(model, 0.1, decay_embeddings=True)
+    # Every matrix, as nanoGPT's groups (p.dim() >= 2), the tied token table counted once.
+    matrices = {id(p) for p in model.parameters() if p.dim() >= 2}
+    assert {id(p) for p in decayed["params"]} == matrices
+
+
 def test_untied_output_projection_is_decayed():
     model = tiny_model(tie_embeddings="none")
     assert "head.weight" not in no_decay_names(model)

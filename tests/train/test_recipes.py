@@ -1,16 +1,17 @@
-"""Every shipped recipe in configs/ still runs: a few steps of its own model on the real corpus."""
+"""Every packaged recipe still runs: a few steps of its own model on the real corpus."""
 
 import json
 from pathlib import Path
 
 import pytest
+import torch
 
+from attnkit import recipes
 from attnkit.cli import main
 from attnkit.train.run_config import RunConfig
 from tests.helpers import tiny_run
 
-CONFIGS = Path(__file__).parents[2] / "configs"
-RECIPES = sorted(p for p in CONFIGS.glob("*.toml") if p.stem != "demo")  # demo: test_demo.py
+RECIPES = [recipes.path(n) for n in recipes.names() if n != "demo"]  # demo: test_demo.py
 
 
 def test_the_recipes_are_all_here():
@@ -21,6 +22,7 @@ def test_the_recipes_are_all_here():
         "tinyshakespeare_char",
         "cmudict_g2p",
         "word2vec",
+        "glove",
     }
 
 
@@ -39,14 +41,18 @@ def test_recipe_trains_and_evaluates(recipe: Path, data_dir: Path, tmp_path: Pat
     ]
     if config.data.task == "translation":
         overrides.append("data.max_tokens=600")  # small batches: a smoke test, not a run
-    if config.data.task == "word2vec":  # no steps to cap: one epoch of the real text
-        overrides.append("word2vec.epochs=1")
+    if config.data.task in ("word2vec", "glove"):  # no steps to cap: one epoch of the real text
+        overrides.append(f"{config.data.task}.epochs=1")
+    if config.train.device == "cuda" and not torch.cuda.is_available():
+        # A GPU recipe on a machine without one: its model, data and loop, plainly, on the CPU.
+        overrides += ["train.device=cpu", "train.compile=false", "train.precision=fp32"]
+        overrides.append("data.batch_size=4")
     if config.train.init_from:  # a fine-tuning recipe: a tiny run stands in for its base
         base = tiny_run(tmp_path / "base", "encoder-decoder")
         overrides.append(f"train.init_from={base}")
     assert main(["train", str(recipe), *(a for o in overrides for a in ("--set", o))]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    if config.data.task == "word2vec":
+    if config.data.task in ("word2vec", "glove"):
         assert records[-1]["wordsim353_coverage"] > 0.2 and records[0]["epoch"] == 1
         assert (tmp_path / "run" / "vectors.bin").is_file()
         return

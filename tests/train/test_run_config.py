@@ -3,11 +3,12 @@ from pathlib import Path
 
 import pytest
 
+from attnkit import recipes
 from attnkit.demo import CONFIG, demo_run_config
 from attnkit.errors import AttnkitError
 from attnkit.train.run_config import RunConfig
 
-CONFIGS = Path(__file__).parents[2] / "configs"
+CONFIGS = recipes.FOLDER
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -24,9 +25,9 @@ def test_shipped_configs_load_and_build_a_model(name):
     assert RunConfig.from_dict(config.to_dict()) == config
 
 
-def test_the_demo_reads_the_demo_toml_that_configs_links_to():
-    assert (CONFIGS / "demo.toml").resolve() == CONFIG.resolve()
-    assert RunConfig.load(CONFIGS / "demo.toml") == demo_run_config()
+def test_the_demo_reads_the_demo_recipe():
+    assert recipes.path("demo") == CONFIG
+    assert RunConfig.load("demo") == demo_run_config()
 
 
 def test_every_key_has_a_default_but_the_corpus():

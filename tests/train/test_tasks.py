@@ -1,13 +1,12 @@
 import dataclasses
 import json
 import math
-import random
-from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from attnkit import recipes
 from attnkit.cli import main
 from attnkit.data import CORPORA, cmudict
 from attnkit.data.sources import corpus_text
@@ -23,62 +22,13 @@ from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.tasks import build_task
 from attnkit.train.validate import validate
-from tests.helpers import tiny_model, tiny_run, translation_batches
-
-WORDS = {"ein": "a", "hund": "dog", "katze": "cat", "rennt": "runs", "schläft": "sleeps"}
-TINY_MODEL = """
-[model]
-d_model = 16
-n_heads = 2
-d_ff = 32
-n_encoder_layers = 1
-n_decoder_layers = 1
-max_len = 32
-"""
-
-
-def write_corpus(folder, split: str, n: int, seed: int) -> None:
-    rng = random.Random(seed)
-    de, en = [], []
-    for _ in range(n):
-        words = ["ein", rng.choice(["hund", "katze"]), rng.choice(["rennt", "schläft"])]
-        de.append(" ".join(words))
-        en.append(" ".join(WORDS[w] for w in words))
-    folder.mkdir(exist_ok=True)
-    (folder / f"{split}.de").write_text("\n".join(de) + "\n")
-    (folder / f"{split}.en").write_text("\n".join(en) + "\n")
-
-
-def translation_config(tmp_path) -> str:
-    corpus = tmp_path / "corpus"
-    write_corpus(corpus, "train", 60, 0)
-    write_corpus(corpus, "val", 8, 1)
-    path = tmp_path / "mt.toml"
-    path.write_text(
-        TINY_MODEL
-        + f"""
-[data]
-task = "translation"
-corpus = "{corpus}"
-tokenizer = "char"
-vocab_size = 100
-max_tokens = 200
-
-[train]
-out_dir = "{tmp_path / "run"}"
-steps = 4
-save_every = 2
-log_every = 2
-threads = 1
-average_last = 2
-
-[eval]
-every = 2
-metric = "bleu"
-decode_examples = 4
-"""
-    )
-    return str(path)
+from tests.helpers import (
+    TINY_MODEL,
+    tiny_model,
+    tiny_run,
+    translation_batches,
+    translation_config,
+)
 
 
 def test_cli_trains_translation_then_resumes(tmp_path, capsys):
@@ -391,7 +341,9 @@ def test_the_best_checkpoint_and_patience_follow_a_falling_error_rate(tmp_path):
     result = Trainer(
         tiny_model(),
         translation_batches(3),
-        train=TrainSection(out_dir=str(tmp_path), steps=10, save_every=10, log_every=1),
+        train=TrainSection(
+            out_dir=str(tmp_path), steps=10, save_every=10, log_every=1, device="cpu"
+        ),
         eval=EvalSection(every=1, metric="per", patience=2),
         metrics=[metric],
     ).fit()
@@ -470,6 +422,6 @@ def test_eval_metric_per_on_text_files_accepts_any_target_of_a_repeated_source(t
 
 
 def test_cmudict_is_validated_by_error_rates_not_bleu():
-    recipe = Path(__file__).parents[2] / "configs" / "cmudict_g2p.toml"
+    recipe = recipes.path("cmudict_g2p")
     with pytest.raises(AttnkitError, match="choose one of val_loss, val_ppl, per, wer"):
         validate(RunConfig.load(recipe, ["eval.metric=bleu"]))

@@ -226,7 +226,8 @@ def test_auto_precision_is_bf16_only_where_the_cpu_multiplies_it(tmp_path, monke
 
     flags = frozenset({"avx2", "avx512f", "avx512_bf16"} if fast_bf16 else {"avx2"})
     monkeypatch.setattr(compute_type, "this_cpu", lambda: Cpu("a CPU", flags))
-    trainer = Trainer(tiny_model(), [], train=settings(tmp_path, precision="auto"))
+    cpu = settings(tmp_path, precision="auto", device="cpu")  # a CUDA device would pick bf16
+    trainer = Trainer(tiny_model(), [], train=cpu)
     assert trainer.precision == ("bf16" if fast_bf16 else "fp32")
 
 
@@ -300,7 +301,7 @@ def test_objectives_of_several_backward_passes_are_refused_under_ddp(tmp_path, m
     from attnkit.train.objectives import TranslationObjective
     from attnkit.train.scheduled_sampling import ScheduledSampling, ScheduledSamplingSection
 
-    monkeypatch.setattr(distributed, "setup", lambda device: distributed.DistInfo(0, 2, 0))
+    monkeypatch.setattr(distributed, "setup", lambda device, alone: distributed.DistInfo(0, 2, 0))
     settings = {"decay": "constant", "k": 0.5, "mix": "softmax"}
     both = ScheduledSamplingSection(**settings, first_pass_grad=True)
     trainer = Trainer(

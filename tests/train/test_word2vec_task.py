@@ -16,7 +16,7 @@ from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
 from attnkit.nn.embedding import TokenEmbedding
 from attnkit.run import RunFolder
-from attnkit.train import word2vec_task
+from attnkit.train import vector_text
 from attnkit.train.run_config import RunConfig
 from attnkit.train.tasks import build_task, train
 
@@ -107,7 +107,7 @@ def test_resuming_without_a_run_or_with_other_text_says_so(tmp_path: Path, text:
 
 
 def test_words_and_the_text_of_each_corpus(tmp_path: Path) -> None:
-    assert word2vec_task.split_words("Don't stop, 2 cats! l’homme _x_") == [
+    assert vector_text.split_words("Don't stop, 2 cats! l’homme _x_") == [
         "Don't", "stop", "2", "cats", "l’homme", "x",
     ]  # fmt: skip
     folder = tmp_path / "parallel"
@@ -115,9 +115,9 @@ def test_words_and_the_text_of_each_corpus(tmp_path: Path) -> None:
     (folder / "train.de").write_text("Ein Hund.\n", encoding="utf-8")
     (folder / "train.en").write_text("A dog.\n", encoding="utf-8")
     data = _config(tmp_path, str(folder)).data
-    assert word2vec_task.sentences(data) == [["ein", "hund"], ["a", "dog"]]
-    with pytest.raises(AttnkitError, match="word2vec learns from running text"):
-        word2vec_task.sentences(_config(tmp_path, "cmudict").data)
+    assert vector_text.sentences(data) == [["ein", "hund"], ["a", "dog"]]
+    with pytest.raises(AttnkitError, match="word vectors learn from running text"):
+        vector_text.sentences(_config(tmp_path, "cmudict").data)
 
 
 def test_a_translation_model_starts_from_a_word2vec_runs_vectors(

@@ -1,15 +1,20 @@
 """`attnkit embed`: word vectors from the command line.
 
-VECTORS is a word2vec run folder (its vectors.bin) or a vector file in the
-word2vec text or binary format or GloVe's text format (told apart by itself).
+VECTORS is a word2vec or GloVe run folder (its vectors.bin), the run folder of
+a trained model (the rows of its token embedding, each as the word its token
+stands for: `attnkit.embeddings.from_model`), or a vector file in the word2vec
+text or binary format or GloVe's text format (told apart by itself).
 
     attnkit embed nearest VECTORS WORD [-k 10]
     attnkit embed similarity VECTORS WORD WORD
     attnkit embed analogy VECTORS A B C        A is to B as C is to ?  (B - A + C)
     attnkit embed eval VECTORS                 WordSim-353, SimLex-999, Google analogies
-    attnkit embed export VECTORS OUT [--binary]
+    attnkit embed export VECTORS OUT [--binary]   (a model's run folder: its embeddings' vectors)
     attnkit embed plot VECTORS PNG WORD...     the words on their first two principal components
-    attnkit embed positions PNG                the sinusoidal positional encoding, three ways
+    attnkit embed plot VECTORS PNG WORD... --strips [--dims N]
+                                               each word's vector as a strip of colours
+    attnkit embed positions PNG [--layout split] [--dims 4 5 6 7]
+                                               the sinusoidal positional encoding, three ways
 """
 
 from __future__ import annotations
@@ -22,34 +27,56 @@ def add_embed_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("embed", help="query, score, export and draw word vectors")
     commands = p.add_subparsers(dest="embed_command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str, func, words: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    def command(name: str, help: str, func, words: dict | None = None) -> argparse.ArgumentParser:
         q = commands.add_parser(name, help=help)
-        q.add_argument("vectors", help="a word2vec run folder or a vector file")
-        for word in words:
-            q.add_argument(word)
-        q.add_argument("--format", default="auto", help="word2vec, word2vec-binary or glove")
-        q.add_argument("--limit", type=_positive, help="read only the first N words")
+        q.add_argument("vectors", help="a run folder (word vectors or a model) or a vector file")
+        for word, text in (words or {}).items():
+            q.add_argument(word, help=text)
+        q.add_argument(
+            "--format",
+            default="auto",
+            help="word2vec, word2vec-binary or glove (default auto: told by the file itself)",
+        )
+        q.add_argument("--limit", type=_positive, help="read only the first N words (default: all)")
+        q.add_argument(
+            "--side", choices=("target", "source"), default="target",
+            help="a translation model's run folder: the decoder's (target) or encoder's embedding",
+        )  # fmt: skip
         q.set_defaults(func=func)
         return q
 
-    q = command("nearest", "the words closest to a word", cmd_nearest, ("word",))
+    q = command("nearest", "the words closest to a word", cmd_nearest, {"word": "the word asked"})
     q.add_argument("-k", type=_positive, default=10, help="how many (default 10)")
-    command("similarity", "the cosine of two words", cmd_similarity, ("word", "other"))
-    q = command("analogy", "A is to B as C is to ? (3CosAdd)", cmd_analogy, ("a", "b", "c"))
+    pair = {"word": "the first word", "other": "the second word"}
+    command("similarity", "the cosine of two words", cmd_similarity, pair)
+    terms = {"a": "A, as man", "b": "B, as king", "c": "C, as woman (the answer: queen)"}
+    q = command("analogy", "A is to B as C is to ? (3CosAdd)", cmd_analogy, terms)
     q.add_argument("-k", type=_positive, default=5, help="how many answers (default 5)")
     q = command("eval", "Spearman on WordSim-353 and SimLex-999, analogy accuracy", cmd_eval)
-    q.add_argument("--restrict", type=_positive, default=300_000, help="search the first N words")
+    q.add_argument(
+        "--restrict",
+        type=_positive,
+        default=300_000,
+        help="search the first N words (default 300000)",
+    )
     q = command("export", "write the vectors in word2vec's text or binary format", cmd_export)
     q.add_argument("out", help="the file to write")
     q.add_argument("--binary", action="store_true", help="the binary format (default: text)")
     q = command("plot", "draw words on their first two principal components", cmd_plot)
     q.add_argument("png", help="the picture to write")
-    q.add_argument("words", nargs="+", help="three words or more")
+    q.add_argument("words", nargs="+", help="three words or more (one or more with --strips)")
+    q.add_argument("--strips", action="store_true", help="each vector as a strip of colours")
+    q.add_argument("--dims", type=_positive, help="with --strips: the first N dimensions")
 
     q = commands.add_parser("positions", help="draw the sinusoidal positional encoding")
     q.add_argument("png", help="the picture to write")
-    q.add_argument("--d-model", type=int, default=128)
-    q.add_argument("--length", type=int, default=100, help="positions drawn")
+    q.add_argument("--d-model", type=int, default=128, help="dimensions drawn (default 128)")
+    q.add_argument("--length", type=int, default=100, help="positions drawn (default 100)")
+    q.add_argument(
+        "--layout", choices=("interleaved", "split"), default="interleaved",
+        help="interleaved: sin and cos alternate (the paper); split: sines, then cosines",
+    )  # fmt: skip
+    q.add_argument("--dims", type=int, nargs="+", help="the dimensions drawn as curves")
     q.set_defaults(func=cmd_positions)
 
 
@@ -60,12 +87,20 @@ def _positive(text: str) -> int:
 
 
 def _load(args: argparse.Namespace):
-    from attnkit.embeddings.vectors import load_vectors
+    from attnkit.embeddings.vectors import WordVectors, load_vectors
     from attnkit.run import RunFolder
 
     path = Path(args.vectors)
     if path.is_dir():
-        path = RunFolder(path).vectors
+        folder = RunFolder(path)
+        if not folder.vectors.is_file() and folder.weights.is_file():
+            from attnkit.embeddings.from_model import model_vectors
+            from attnkit.run import load_pretrained
+
+            vectors = model_vectors(load_pretrained(path), folder.load_tokenizer(), args.side)
+            limit = args.limit or len(vectors)
+            return WordVectors(vectors.words[:limit], vectors.vectors[:limit])
+        path = folder.vectors
     return load_vectors(path, format=args.format, limit=args.limit)
 
 
@@ -119,14 +154,20 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from attnkit.viz import plot_word_vectors
+    from attnkit.viz import plot_vector_strips, plot_word_vectors
 
-    print(f"wrote {plot_word_vectors(_load(args), args.words, args.png)}")
+    if args.strips:
+        print(f"wrote {plot_vector_strips(_load(args), args.words, args.png, dims=args.dims)}")
+    else:
+        print(f"wrote {plot_word_vectors(_load(args), args.words, args.png)}")
     return 0
 
 
 def cmd_positions(args: argparse.Namespace) -> int:
     from attnkit.viz import plot_positional_encoding
 
-    print(f"wrote {plot_positional_encoding(args.png, args.d_model, args.length)}")
+    path = plot_positional_encoding(
+        args.png, args.d_model, args.length, layout=args.layout, dims=args.dims
+    )
+    print(f"wrote {path}")
     return 0

@@ -1,4 +1,4 @@
-"""The command line: `attnkit demo | train | translate | generate | eval | import | export`.
+"""The command line: `attnkit COMMAND ...`, every command named in `attnkit --help`.
 
 Only wiring lives here: each command parses its options, calls the library,
 and shows progress and results. Bad input from anywhere below arrives as an
@@ -11,8 +11,8 @@ import argparse
 import contextlib
 import logging
 import os
+import platform
 import sys
-import time
 from pathlib import Path
 
 from attnkit.cli.decoding import (
@@ -29,37 +29,45 @@ log = logging.getLogger("attnkit")
 
 
 class _Progress:
-    """A tqdm bar fed by the Trainer's per-step callback: loss, learning rate, tokens/s, ETA."""
+    """A tqdm bar fed by the Trainer's per-step callback: steps and ETA every step; loss,
+    learning rate and tokens/s on the steps that log them (`train.log_every`: reading the
+    loss off a GPU waits for it, so the Trainer does it only then).
+
+    Only on a terminal: in a log file, a pipe or CI a bar's carriage returns pile up into one
+    endless line, so there the progress is the training's own log line, one every
+    `train.log_every` steps and one at the last step.
+    """
 
     def __init__(self, total: int, desc: str) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True)
-        self.tokens, self.last = 0.0, time.perf_counter()
+        self.bar = None
+        if sys.stderr.isatty():
+            self.bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True)
 
     def __call__(self, info: dict) -> None:
+        if self.bar is None:
+            return
         if info.get("total", self.bar.total) != self.bar.total:  # known once the data is read
             self.bar.total = info["total"]
         if self.bar.n == 0 and info["step"] > 1:
             self.bar.update(info["step"] - 1)  # a resumed run starts part-way
         self.bar.update(1)
-        self.tokens += info["tokens"]
-        if info["step"] % 10 == 0:
-            now = time.perf_counter()
-            rate = self.tokens / max(now - self.last, 1e-9)
-            self.bar.set_postfix(
-                loss=f"{info['loss']:.4f}", lr=f"{info['lr']:.2e}", tok_s=f"{rate:.0f}"
-            )
-            self.tokens, self.last = 0.0, now
+        if info.get("loss") is not None:
+            rate = f"{info['tokens_per_s']:.0f}"
+            self.bar.set_postfix(loss=f"{info['loss']:.4f}", lr=f"{info['lr']:.2e}", tok_s=rate)
 
     def redirect_logging(self) -> contextlib.AbstractContextManager:
         """Log lines printed above the bar instead of through it."""
+        if self.bar is None:
+            return contextlib.nullcontext()
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         return logging_redirect_tqdm()
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -80,9 +88,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"attnkit demo: teach a {c.n_encoder_layers}+{c.n_decoder_layers}-layer Transformer "
         f"(d_model {c.d_model}) to reverse digit strings"
     )
-    if not args.verbose:
-        logging.getLogger("attnkit.train").setLevel(logging.WARNING)  # the bar says enough
     progress = _Progress(args.steps, "training")
+    if not args.verbose and progress.bar is not None:
+        logging.getLogger("attnkit.train").setLevel(logging.WARNING)  # the bar says enough
     try:
         with progress.redirect_logging():
             report = demo.run_demo(
@@ -146,6 +154,18 @@ def _progress(total: int, desc: str, enabled: bool):
         dynamic_ncols=True,
         file=sys.stderr,
     )
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    """List the packaged recipes, one line each: the name `attnkit train` takes, what it trains."""
+    from attnkit import recipes
+
+    names = recipes.names()
+    width = max(map(len, names))
+    for name in names:
+        print(f"{name:<{width}}  {recipes.summary(name)}")
+    print(f"\nrun one: attnkit train NAME (or a path to a TOML file); the files: {recipes.FOLDER}")
+    return 0
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
@@ -275,20 +295,47 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnkit", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    import torch
+
+    from attnkit import __version__
+    from attnkit.data import CORPORA
+    from attnkit.interop import FAMILIES
+
+    parser = argparse.ArgumentParser(prog="attnkit")
+    versions = f"torch {torch.__version__}, Python {platform.python_version()}"
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"attnkit {__version__} ({versions})",
+        help="print attnkit's version (and torch's and Python's) and exit",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("demo", help="train a small model on a built-in task in about a minute")
     p.add_argument("--steps", type=int, default=1500, help="training steps (default 1500)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-examples", type=int, default=1000, help="held-out strings to score")
-    p.add_argument("--out", default="attnkit-demo", help="folder for the heat map")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: 1)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the weights, batches and strings (default 0)"
+    )
+    p.add_argument(
+        "--eval-examples", type=int, default=1000, help="held-out strings to score (default 1000)"
+    )
+    p.add_argument(
+        "--out", default="attnkit-demo", help="folder for the run and the heat map (default "
+        "attnkit-demo)",
+    )  # fmt: skip
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch threads (default 0: the demo recipe's 1)"
+    )
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("train", help="train a model from a run config (TOML)")
-    p.add_argument("config", help="run config, e.g. configs/multi30k_de_en.toml")
+    p = sub.add_parser("train", help="train a model from a recipe or a run config (TOML)")
+    p.add_argument(
+        "config",
+        metavar="RECIPE_OR_TOML",
+        help="a packaged recipe's name (attnkit recipes lists them), e.g. tinyshakespeare_char, "
+        "or the path of a run config",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -297,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--resume", action="store_true", help="continue the run in train.out_dir")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("recipes", help="list the packaged recipes that attnkit train runs by name")
+    p.set_defaults(func=cmd_recipes)
 
     p = sub.add_parser("translate", help="translate lines with an encoder-decoder run")
     add_run_options(p)
@@ -319,10 +369,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_options(p)
     p.add_argument("--prompt", required=True, help="the text to continue")
     p.add_argument("--greedy", dest="sample", action="store_false", help="argmax, not sampling")
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="logits divided by this (default 1.0)"
+    )
     p.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest (0: all)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
-    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible (default: "
+                   "none, a new draw each time)")  # fmt: skip
     p.add_argument("--attention-plot", metavar="PNG", help="draw the self-attention of the text")
     p.set_defaults(func=cmd_generate)
 
@@ -334,13 +387,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", help="corpus split (default: test, or val where there is no test)")
     p.add_argument(
         "--corpus",
-        help="multi30k, cmudict or tinyshakespeare (default: the run's, else by model shape)",
+        help=f"{', '.join(CORPORA)} or a path (default: the run's, else by the model's shape)",
     )
     p.add_argument("--src-lang", help="source language (default: the run's, else de)")
     p.add_argument("--tgt-lang", help="target language (default: the run's, else en)")
     p.add_argument("--data-dir", help="folder holding <corpus>/<files> (see attnkit.data)")
-    p.add_argument("--limit", type=int, default=0, help="score only the first N sentences/batches")
-    p.add_argument("--block-size", type=int, default=256, help="language-model context per block")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=0,
+        help="score only the first N sentences/blocks (default 0: all)",
+    )
+    p.add_argument(
+        "--block-size", type=int, default=256, help="language-model context per block (default 256)"
+    )
     p.add_argument("--output", help="also write the translations here")
     p.set_defaults(func=cmd_eval)
 
@@ -348,15 +408,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
 
     about = {
-        "hf": "a Hugging Face folder (config.json, model.safetensors): gpt2, bert or marian",
+        "hf": "a Hugging Face folder (config.json, model.safetensors) of a model_type attnkit "
+        f"maps: {', '.join(FAMILIES)}",
         "onnx": "ONNX graphs for ONNX Runtime (model.onnx, or encoder.onnx and decoder.onnx)",
     }
     run, out = ("run_dir", "attnkit run folder"), {k: ("out_dir", v) for k, v in about.items()}
-    for name, func, formats in (
-        ("import", cmd_import_hf, {"hf": (("src_dir", about["hf"]), run)}),
-        ("export", cmd_export, {"hf": (run, out["hf"]), "onnx": (run, out["onnx"])}),
-    ):
-        p = sub.add_parser(name, help=f"{name} a model: {name} {'|'.join(formats)} ...")
+    families = ", ".join(FAMILIES)
+    for name, func, formats, text in (
+        ("import", cmd_import_hf, {"hf": (("src_dir", about["hf"]), run)},
+         f"import hf: a Hugging Face model ({families}) as a run folder"),
+        ("export", cmd_export, {"hf": (run, out["hf"]), "onnx": (run, out["onnx"])},
+         f"export hf | onnx: a run folder as a Hugging Face model ({families}) or ONNX graphs"),
+    ):  # fmt: skip
+        p = sub.add_parser(name, help=text)
         kinds = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
         for kind, folders in formats.items():
             q = kinds.add_parser(kind, help=about[kind])
@@ -364,6 +428,11 @@ def build_parser() -> argparse.ArgumentParser:
                 q.add_argument(folder, help=text)
             q.add_argument("--overwrite", action="store_true", help="replace an earlier output")
             q.set_defaults(func=func)
+    # Named from the parsers themselves, so that a new command cannot be left out.
+    parser.description = (
+        f"attnkit, a Transformer toolkit on PyTorch. Commands: {', '.join(sub.choices)}. "
+        "attnkit COMMAND --help says more about each."
+    )
     return parser
 
 

@@ -29,22 +29,26 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="run folders (attnkit's, or imported from HF), each RUN_DIR or "
                    "NAME=RUN_DIR to serve it as NAME")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch threads (default 0: torch's, one per core)"
+    )
     add_compute_type_option(p)
-    p.add_argument("--max-batch", type=int, default=d.max_batch,
-                   help="rows decoded together at most (1: one at a time)")  # fmt: skip
-    p.add_argument("--batch-wait-ms", type=float, default=d.batch_wait_ms,
-                   help="how long an embedding or beam request waits for others to share "
-                   "its batch")  # fmt: skip
-    p.add_argument("--max-input-tokens", type=int, default=d.max_input_tokens)
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--max-concurrent", type=int, default=d.max_concurrent,
-                   help="/v1 requests in flight at once; more are answered 429")  # fmt: skip
-    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
-                   help="the largest request body; a larger one is refused unread")  # fmt: skip
-    p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds a request may take")
-    p.add_argument("--max-texts", type=int, default=d.max_texts, help="texts in one request")
+    limits = {  # option: (type, default, what it does); the defaults are ServeSettings'
+        "--batch-wait-ms": (float, d.batch_wait_ms, "how long an embedding or beam request "
+                            "waits for others to share its batch"),
+        "--max-batch": (int, d.max_batch, "rows decoded together at most (1: one at a time)"),
+        "--max-input-tokens": (int, d.max_input_tokens, "longer inputs get 400"),
+        "--max-new-tokens": (int, d.max_new_tokens, "a request asking more gets 400"),
+        "--max-concurrent": (int, d.max_concurrent, "/v1 requests in flight at once; more "
+                             "get 429"),
+        "--max-body-bytes": (int, d.max_body_bytes, "the largest request body; a larger one "
+                             "is refused unread (413)"),
+        "--timeout": (float, d.timeout_s, "seconds a request may take; slower ones get 504"),
+        "--max-texts": (int, d.max_texts, "texts in one request"),
+    }  # fmt: skip
+    for option, (kind, default, text) in limits.items():
+        p.add_argument(option, type=kind, default=default, help=f"{text} (default {default})")
     p.add_argument(
         "--api-key",
         default=os.environ.get("ATTNKIT_API_KEY"),

@@ -4,9 +4,12 @@
   <s> ... </s> (the trainer feeds tgt[:, :-1] and predicts tgt[:, 1:]).
 - `SentenceDataset`: single sentences as <s> ... </s> ([CLS] ... [SEP] with a
   BERT vocabulary), for encoder-only models.
-- `LanguageModelDataset`: the text as one token stream, cut into blocks of
-  block_size + 1 tokens that overlap by one, so every token but the first is
-  a label once; the last `val_fraction` of the stream is the `val` split.
+- `LanguageModelDataset`: the text as one token stream read in windows of
+  block_size + 1 tokens; the last `val_fraction` of the stream is the `val`
+  split. Validation reads fixed blocks that overlap by one, so every token but
+  the first is a label once. Training reads, each epoch, as many windows as the
+  stream has blocks, at offsets drawn afresh (`WINDOWS`), so that a long run
+  does not see the same few thousand windows again and again.
 
 Sentences that are empty or longer than `max_len` ids are skipped, counted in
 `skipped` and logged; none is cut silently. Ids are stored packed in one flat
@@ -210,23 +213,60 @@ class SentenceDataset(_SentencesDataset):
 
 
 SPLITS = ("train", "val")
+# How training windows are placed each epoch (the epoch has (n - 1) // B windows either way):
+#   random   every window at its own offset, uniform over the stream (nanoGPT's get_batch)
+#   shifted  the block grid moved by one random offset in [0, B) for the whole epoch
+#   blocks   the same fixed blocks every epoch, in a new order (validation reads these)
+WINDOWS = ("random", "shifted", "blocks")
 
 
 class LanguageModelDataset(Dataset):
-    """A token stream cut into blocks: example i is stream[i*B : i*B + B + 1], B = block_size."""
+    """A token stream read in windows of B + 1 tokens: example i of an epoch is
+    stream[s_i : s_i + B + 1], B = block_size, with s_i = i * B for fixed blocks, or drawn
+    by `windows` from a generator seeded by (seed, epoch) (`set_epoch` picks the epoch).
 
-    def __init__(self, stream: Sequence[int] | np.ndarray, block_size: int, *, pad_id: int) -> None:
+    The offsets depend only on (seed, epoch), so a run resumed at any step reads the
+    same windows it would have read, and every rank of a DDP run draws the same
+    epoch and takes its own share of it.
+    """
+
+    one_shape = True  # every example has B + 1 tokens (what CUDA graphs need to replay)
+
+    def __init__(
+        self,
+        stream: Sequence[int] | np.ndarray,
+        block_size: int,
+        *,
+        pad_id: int,
+        windows: str = "blocks",
+        seed: int = 0,
+    ) -> None:
         if block_size < 1:
             raise AttnkitError(f"block_size must be a positive integer, got {block_size}")
+        choice("windows", windows, WINDOWS)
         self.stream = np.asarray(stream, dtype=np.int32)
         self.block_size = block_size
+        self.windows, self.seed = windows, seed
         if len(self) == 0:
             raise AttnkitError(
                 f"the token stream has {len(self.stream)} tokens, too few for one block of "
                 f"block_size + 1 = {block_size + 1}; use more text or a smaller block_size"
             )
+        self.set_epoch(0)
         self.collate = partial(collate_lm, pad_id=pad_id)
         """`collate_fn` for a DataLoader: examples to a `Batch`."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Place the windows of `epoch` (the Trainer calls this before each epoch)."""
+        n, last = len(self), len(self.stream) - self.block_size - 1  # the last valid offset
+        rng = np.random.default_rng([self.seed, epoch])
+        if self.windows == "random":
+            self.starts = rng.integers(0, last + 1, size=n)
+        else:
+            shift = int(rng.integers(0, self.block_size)) if self.windows == "shifted" else 0
+            # A shifted grid's last window may run past the end: it keeps its grid place.
+            starts = shift + self.block_size * np.arange(n)
+            self.starts = np.where(starts <= last, starts, starts - shift)
 
     @classmethod
     def from_files(
@@ -262,6 +302,8 @@ class LanguageModelDataset(Dataset):
         val_fraction: float = 0.1,
         name: str = "the text",
         option_names: tuple[str, str] = ("block_size", "val_fraction"),
+        windows: str = "blocks",
+        seed: int = 0,
     ) -> LanguageModelDataset:
         """One split of running text, given as lines with their newlines, as a single stream:
         the last `val_fraction` of its tokens are the `val` split.
@@ -270,7 +312,7 @@ class LanguageModelDataset(Dataset):
         `name` says in errors where the text comes from. `option_names` are what the
         caller's user calls `block_size` and `val_fraction` (in a run config,
         `data.block_size` and `data.valid_fraction`), for the message when a split is
-        too short.
+        too short. `windows` and `seed` place the windows (the class's docstring).
         """
         choice("split", split, SPLITS)
         within("val_fraction", val_fraction, "(0, 1)")
@@ -285,7 +327,7 @@ class LanguageModelDataset(Dataset):
                 f"fewer than block_size + 1 = {block_size + 1}; "
                 f"lower {option_names[0]} or change {option_names[1]}"
             )
-        return cls(part, block_size, pad_id=tokenizer.pad_id)
+        return cls(part, block_size, pad_id=tokenizer.pad_id, windows=windows, seed=seed)
 
     def __len__(self) -> int:
         return max(0, (len(self.stream) - 1) // self.block_size)
@@ -293,8 +335,12 @@ class LanguageModelDataset(Dataset):
     def __getitem__(self, index: int) -> np.ndarray:
         if not 0 <= index < len(self):
             raise IndexError(index)
-        start = index * self.block_size
+        start = int(self.starts[index])
         return self.stream[start : start + self.block_size + 1]
+
+    def passes(self, examples: int) -> float:
+        """How many times `examples` windows read the stream over (tokens read / tokens)."""
+        return examples * (self.block_size + 1) / len(self.stream)
 
     @property
     def lengths(self) -> np.ndarray:

@@ -61,7 +61,7 @@ def token_words(tokens: list[str | None], specials: set[int]) -> dict[int, str]:
 def init_embeddings(model: nn.Module, tokenizer, vectors: WordVectors) -> Coverage:
     """Set the rows of `model`'s token embeddings from `vectors`; return the coverage."""
     tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
-    specials = {i for i in range(tokenizer.vocab_size) if tokens[i] in _special_tokens(tokenizer)}
+    specials = special_ids(tokenizer)
     lowered: dict[str, int] = {}
     for row, word in enumerate(vectors.words):
         lowered.setdefault(word.lower(), row)  # the most frequent spelling stands for the word
@@ -87,10 +87,12 @@ def init_embeddings(model: nn.Module, tokenizer, vectors: WordVectors) -> Covera
     return Coverage(len(found), len(missing), tuple(str(t) for t in missing[:5]))
 
 
-def _special_tokens(tokenizer) -> set[str]:
+def special_ids(tokenizer) -> set[int]:
+    """The ids of the tokenizer's special tokens (padding, begin, end, unknown, mask)."""
     roles = ("pad", "bos", "eos", "unk", "mask")
-    return {
+    names = {
         tokenizer.id_to_token(getattr(tokenizer, f"{role}_id"))
         for role in roles
         if tokenizer.has(role)
     }
+    return {i for i in range(tokenizer.vocab_size) if tokenizer.id_to_token(i) in names}

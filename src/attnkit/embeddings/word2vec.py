@@ -50,7 +50,19 @@ ARCHITECTURES = ("skip-gram", "cbow")
 @dataclass(frozen=True)
 class Word2VecConfig:
     """The hyper-parameters, named and defaulted as gensim's (`sg` is `architecture`); the
-    [word2vec] section of a run config."""
+    [word2vec] section of a run config.
+
+    architecture: `skip-gram` (predict each context word from the word) or `cbow` (the word
+        from the mean of its context's vectors).
+    dim: the vectors' dimension.
+    window: the most words on each side that count as context (1..window drawn per word).
+    negative: noise words drawn per prediction (negative sampling's k).
+    ns_exponent: the noise distribution is count^ns_exponent (word2vec's 0.75).
+    sample: the threshold of subsampling frequent words (0 keeps every word).
+    min_count: words seen fewer times are left out of the vocabulary.
+    epochs: passes over the text.
+    alpha, min_alpha: the learning rate, falling linearly from alpha to min_alpha.
+    """
 
     architecture: str = "skip-gram"
     dim: int = 100
@@ -151,6 +163,19 @@ class Corpus:
         return Corpus(self.ids[int(starts[0]) : int(starts[-1])], starts - starts[0])
 
 
+def encode(sentences: Iterable[Sequence[str]], index: dict[str, int]) -> Corpus:
+    """Sentences as the ids `index` gives their words, unknown words left out, each cut at
+    MAX_SENTENCE words."""
+    ids: list[int] = []
+    starts = [0]
+    for sentence in sentences:
+        known = [index[w] for w in sentence if w in index]
+        for at in range(0, len(known), MAX_SENTENCE):
+            ids.extend(known[at : at + MAX_SENTENCE])
+            starts.append(len(ids))
+    return Corpus(torch.tensor(ids, dtype=torch.long), torch.tensor(starts, dtype=torch.long))
+
+
 class Word2Vec:
     """Input and output vectors, and the skip-gram or CBOW negative-sampling SGD that moves them."""
 
@@ -179,15 +204,7 @@ class Word2Vec:
 
     def encode(self, sentences: Iterable[Sequence[str]]) -> Corpus:
         """Sentences as word ids, unknown words left out, each cut at MAX_SENTENCE words."""
-        index = {w: i for i, w in enumerate(self.words)}
-        ids: list[int] = []
-        starts = [0]
-        for sentence in sentences:
-            known = [index[w] for w in sentence if w in index]
-            for at in range(0, len(known), MAX_SENTENCE):
-                ids.extend(known[at : at + MAX_SENTENCE])
-                starts.append(len(ids))
-        return Corpus(torch.tensor(ids, dtype=torch.long), torch.tensor(starts, dtype=torch.long))
+        return encode(sentences, {w: i for i, w in enumerate(self.words)})
 
     def train_pass(
         self, corpus: Corpus, alphas: tuple[float, float], seed: int, threads: int = 1

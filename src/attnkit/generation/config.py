@@ -16,6 +16,7 @@ from torch import Tensor
 
 from attnkit.checks import (
     check,
+    choice,
     finite_fields,
     known,
     non_negative_int,
@@ -24,6 +25,8 @@ from attnkit.checks import (
     within,
 )
 from attnkit.config import ModelConfig
+
+CACHES = ("dynamic", "static")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,12 @@ class GenerationConfig:
     suppress_tokens: ids never generated; forced_eos_token_id: forced at the last step.
     seed: makes sampling reproducible.
     use_cache: False recomputes every position at every step (for comparison only).
+    cache_implementation: `dynamic`, the cache that grows and drops finished rows; or
+        `static` (HF's name), fixed buffers and the decoding step compiled by torch.compile,
+        replayed as one CUDA graph on a GPU (`generation/static_cache.py`): much faster where
+        a step is bound by kernel launches, after a compilation on first use. Greedy and
+        sampled decoding of models without a ring window, monotonic window or copying;
+        others decode on the dynamic cache.
     crop_context: a decoder-only model that greedy-decodes or samples past its
         max_len goes on conditioned on the last max_len tokens (nanoGPT's crop);
         False stops it at max_len. Beam search and encoder-decoders always stop.
@@ -77,6 +86,7 @@ class GenerationConfig:
     forced_eos_token_id: int | None = None
     seed: int | None = None
     use_cache: bool = True
+    cache_implementation: str = "dynamic"
     crop_context: bool = True
     monotonic_window: tuple[int, int] | None = None
 
@@ -92,6 +102,7 @@ class GenerationConfig:
         non_negative_int("no_repeat_ngram_size", self.no_repeat_ngram_size)
         positive_int("num_beams", self.num_beams)
         positive_int("num_return_sequences", self.num_return_sequences)
+        choice("cache_implementation", self.cache_implementation, CACHES)
         check(
             self.early_stopping in (True, False, "never"),
             f"early_stopping must be True, False or 'never', got {self.early_stopping!r}",

@@ -21,6 +21,9 @@ from attnkit.generation.processors import needs_history, process, warp
 from attnkit.generation.state import evaluating, prefill
 from attnkit.models import TransformerModel
 
+# Steps between two looks at whether every row of a static-cache decode has finished.
+STATIC_CHECK = 8
+
 
 def _token_steps(
     model: TransformerModel, input_ids: Tensor, attention_mask: Tensor | None, cfg: GenerationConfig
@@ -49,6 +52,7 @@ def _token_steps(
     if cfg.do_sample and cfg.seed is not None:
         generator = torch.Generator(device).manual_seed(cfg.seed)
     active = torch.arange(batch, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
     logits = state.logits
     for step in range(max_new):
         cur = start + step
@@ -61,6 +65,15 @@ def _token_steps(
             next_ids = scores.argmax(-1)
         if history:
             seqs[active, cur] = next_ids
+        if state.static:  # rows never leave a static cache: a finished row yields padding
+            next_ids = next_ids.masked_fill_(done, pad)
+            yield next_ids
+            done |= torch.isin(next_ids, eos)
+            # Reading `done` waits for the device, so a graph-replayed loop looks now and then.
+            if step == max_new - 1 or (step % STATIC_CHECK == 0 and bool(done.all())):
+                return
+            logits = state.step(next_ids[:, None])
+            continue
         out = torch.full((batch,), pad, dtype=torch.long, device=device)
         out[active] = next_ids
         yield out

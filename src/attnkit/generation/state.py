@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import AttnkitError
+from attnkit.generation import static_cache
 from attnkit.generation.config import GenerationConfig
 from attnkit.models import TransformerModel
 from attnkit.models.base import bool_mask
@@ -38,7 +39,11 @@ def left_pad(ids: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
 
 
 class Cached:
-    """Decoding on the model's KV cache: each step runs only the new positions."""
+    """Decoding on the model's KV cache: each step runs only the new positions.
+
+    `static` puts a `StaticKVCache` in its place where it can stand in, and runs each
+    step compiled (CUDA graphs on a GPU); then rows never leave (`static` says so).
+    """
 
     def __init__(
         self,
@@ -49,15 +54,28 @@ class Cached:
         prefix_mask,
         capacity: int,
         monotonic_window: tuple[int, int] | None = None,
+        static: bool = False,
     ) -> None:
         self.model = model
         self.cache = model.new_cache(inputs, mask, capacity)
         if monotonic_window is not None:
             self.cache.set_monotonic(*monotonic_window)
+        self.static = static and static_cache.supports(self.cache)
+        if static and not self.static:
+            log.warning(
+                "cache_implementation 'static' does not serve a ring window, a monotonic "
+                "window or copying; decoding on the dynamic cache"
+            )
+        self._step = model.decode_step
+        if self.static:
+            self.cache = static_cache.StaticKVCache.from_cache(self.cache)
+            self._step = static_cache.compiled_step(model)
         self.logits = model.decode_step(prefix, self.cache, prefix_mask)
 
     def step(self, ids: Tensor) -> Tensor:
-        return self.model.decode_step(ids, self.cache)
+        if self.static:  # the graph's last outputs (these logits) have been read
+            torch.compiler.cudagraph_mark_step_begin()
+        return self._step(ids, self.cache)
 
     def reorder(self, index: Tensor, memory: bool) -> None:
         self.cache.reorder(index, memory)
@@ -68,6 +86,8 @@ class Cached:
 
 class Uncached:
     """Decoding without a cache: every step reruns the decoder over all positions."""
+
+    static = False
 
     def __init__(self, model, inputs, mask, prefix, prefix_mask, capacity: int) -> None:
         self.model = model
@@ -166,7 +186,19 @@ def prefill(
         )
     capacity = min(prefix.shape[1] + max_new, max_len)
     if cfg.use_cache:
-        state = Cached(model, input_ids, mask, prefix, prefix_mask, capacity, cfg.monotonic_window)
+        # A static cache holds the capacity it starts with: it cannot slide past max_len.
+        slides = crop and prefix.shape[1] + max_new > max_len
+        static = cfg.cache_implementation == "static"
+        if static and slides:
+            log.warning(
+                "cache_implementation 'static' holds max_len %d positions and this decode "
+                "slides past them; decoding on the dynamic cache",
+                max_len,
+            )
+            static = False
+        state = Cached(
+            model, input_ids, mask, prefix, prefix_mask, capacity, cfg.monotonic_window, static
+        )
     else:
         state = Uncached(model, input_ids, mask, prefix, prefix_mask, capacity)
     return state, prefix, prefix_mask, max_new

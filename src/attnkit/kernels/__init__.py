@@ -7,6 +7,7 @@
 - `step_attention`: one decoding step's attention in one call, `step_attention.c`
 - `onednn`: oneDNN's float32 products on AVX-512, where a probe shows they pay
 - `sgns`: word2vec's SGD loop, `sgns.c`
+- `glove`: GloVe's co-occurrence counting and AdaGrad loop, `glove.c`
 
 The layers in `attnkit.nn` call these; nothing here imports a layer.
 """

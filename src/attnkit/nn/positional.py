@@ -50,8 +50,11 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved") -> Tensor:
-    """The (max_len, d_model) table of PE(pos, 2i) and PE(pos, 2i+1), `interleaved` or `split`."""
+def sinusoidal_table(
+    max_len: int, d_model: int, layout: str = "interleaved", dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """The (max_len, d_model) table of PE(pos, 2i) and PE(pos, 2i+1), `interleaved` or `split`,
+    computed in float64 and given in `dtype`."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]
     # 1 / 10000^(2i/d) computed as exp(-2i ln(10000) / d), in float64 for exactness.
     inv_freq = torch.exp(
@@ -65,7 +68,7 @@ def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved") ->
     )
     table[:, sin_dims] = torch.sin(position * inv_freq)
     table[:, cos_dims] = torch.cos(position * inv_freq[: d_model // 2])
-    return table.float()
+    return table.to(dtype)
 
 
 # Llama 3.1's scaling keeps the pairs of wavelength under L / HIGH_FREQ_FACTOR and divides

@@ -21,7 +21,7 @@ mask, and how many keys a decoding cache must hold (a ring of w slots).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -35,10 +35,12 @@ STRIDED_MIN_LENGTH = 512
 RANDOM_SEED = 20_200_728
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(NamedTuple):
     """The reach of local attention: `size` keys (0: every key), plus every `stride`-th key,
-    plus (encoders) `global_tokens` global positions and `random_blocks` random blocks."""
+    plus (encoders) `global_tokens` global positions and `random_blocks` random blocks.
+
+    A named tuple rather than a dataclass: torch.compile (2.11) builds a tuple it meets
+    inside a graph, and cannot build a dataclass there."""
 
     size: int = 0
     stride: int = 0

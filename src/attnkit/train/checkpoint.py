@@ -5,6 +5,9 @@
                                              states, data position, best metric
     RUN_DIR/checkpoints/step-0000500/        the weights at each saved step (last K kept)
     RUN_DIR/checkpoints/best/                the weights with the best validation metric
+    RUN_DIR/checkpoints/step-0000500/sharded/  under FSDP, the weights and the optimizer's
+                                             state in slices, one file per rank
+                                             (`attnkit.train.distributed_checkpoint`)
 
 The paths are `attnkit.run.RunFolder`'s; what goes in them is decided here.
 
@@ -40,7 +43,7 @@ import logging
 import pickle
 import random
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +57,7 @@ from attnkit.errors import AttnkitError
 from attnkit.files import WriteError, atomic_write, partial_of
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import merge_lora_tensors, merged_copy
-from attnkit.run import WEIGHTS_FILE, RunFolder, load_weights, save_pretrained
+from attnkit.run import SHARDS, WEIGHTS_FILE, RunFolder, load_weights, save_pretrained
 from attnkit.train.run_config import EvalSection, TrainSection
 
 log = logging.getLogger(__name__)
@@ -140,15 +143,20 @@ def remove_cut_writes(run_dir: str | Path) -> int:
         return 0
     # checkpoints/ is the training's own: its step and best folders hold weights alone.
     written = {folder.root: folder.files}
-    written |= {d: (d / WEIGHTS_FILE,) for d in folder.checkpoints.glob("*") if d.is_dir()}
+    # A step's folder also holds its sharded checkpoint, under FSDP, staged as a folder.
+    steps = [d for d in folder.checkpoints.glob("*") if d.is_dir()]
+    written |= {d: (d / WEIGHTS_FILE, d / SHARDS) for d in steps}
     cut = [
         path
         for place, files in written.items()
         for path in place.glob(".*.tmp")
-        if partial_of(path) in files and path.is_file()
+        if partial_of(path) in files and (path.is_file() or path.name.startswith(f".{SHARDS}."))
     ]
     for path in cut:
-        path.unlink(missing_ok=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return len(cut)
 
 
@@ -166,8 +174,9 @@ def check_new_run(run_dir: str | Path) -> None:
         )
     if not folder.root.is_dir() or folder.run_config.exists():
         return
-    # What a start leaves before it writes the run config: the lock, the fingerprint.
-    own = {folder.lock.name, folder.fingerprint.name}
+    # What a start leaves before it writes the run config: the lock, the fingerprint, and
+    # under torchrun the tokenizer that rank 0 made for the other ranks.
+    own = {folder.lock.name, folder.fingerprint.name, folder.tokenizer.name}
     if any(path.name not in own for path in folder.root.iterdir()):
         raise AttnkitError(
             f"train.out_dir {folder.root} holds files that are not an attnkit run; choose an "
@@ -219,7 +228,7 @@ def _load_step(run_dir: str | Path, model: TransformerModel, step: int) -> None:
 
 
 def resume(
-    run_dir: str | Path, model: TransformerModel, rank: int, world_size: int
+    run_dir: str | Path, model: TransformerModel, rank: int, world_size: int, weights: bool = True
 ) -> dict[str, Any]:
     """Load the latest checkpoint into `model` and this rank's RNG state; return the trainer state.
 
@@ -228,7 +237,8 @@ def resume(
     """
     state = load_trainer_state(run_dir)
     _check_fits(state["model_config"], model.config, run_dir)
-    _load_step(run_dir, model, state["step"])  # the state is read once: it is the largest file
+    if weights:  # a sharded model takes its weights from `distributed_checkpoint.restore`
+        _load_step(run_dir, model, state["step"])  # the state is read once: the largest file
     rngs = state["rng"]
     if len(rngs) != world_size:
         log.warning(
@@ -312,15 +322,21 @@ def restore_optimization(
     scaler: torch.amp.GradScaler,
     *,
     changed: bool,
+    load_optimizer: Callable[[], None] | None = None,
 ) -> None:
     """Continue the saved optimizer, scheduler and scaler; when settings `changed`, under the
     hyperparameters that `optimizer` and `scheduler` were built with (this session's).
 
     Without a change the saved state is left exactly as it was, so the run goes on bit for
     bit. The schedule's shape is always this session's: a scheduler saves no function.
+    `load_optimizer` loads the optimizer's saved state where it is not `state["optimizer"]`
+    (a sharded checkpoint: `attnkit.train.distributed_checkpoint.restore`).
     """
     built = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
-    optimizer.load_state_dict(state["optimizer"])
+    if load_optimizer is None:
+        optimizer.load_state_dict(state["optimizer"])
+    else:
+        load_optimizer()
     scheduler.load_state_dict(state["scheduler"])
     if state["scaler"]:  # empty if it was off; a run that turns fp16 on starts a fresh one
         scaler.load_state_dict(state["scaler"])

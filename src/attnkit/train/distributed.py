@@ -4,19 +4,34 @@
 
 torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; each process trains on its
 own shard of the data and DistributedDataParallel all-reduces (averages) the
-gradients, so every rank takes the same optimizer step. Only rank 0 logs and
-writes files. Without torchrun everything here is a no-op for one process.
+gradients, so every rank takes the same optimizer step (or FSDP2 shards the model:
+`attnkit.train.parallel`). Only rank 0 logs and writes the run folder's files (under
+FSDP every rank also writes its shard of each checkpoint). Without torchrun
+everything here is a no-op for one process, except the group of one that FSDP
+shards over when asked to run alone.
+
+Across machines (`torchrun --nnodes=M`), the run folder must be one folder that every
+rank sees at the same path (a network or cluster filesystem): rank 0 writes it, and
+every rank reads it (the tokenizer rank 0 made, a checkpoint to resume) and, under FSDP,
+writes its own shard of each checkpoint there. `check_shared_folder` refuses a run
+whose ranks do not all see it, before any work.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
+import socket
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from attnkit.errors import AttnkitError
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +62,18 @@ def from_env() -> DistInfo:
     return DistInfo(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def setup(device_type: str) -> DistInfo:
-    """Join the process group torchrun describes (gloo on CPU, NCCL on CUDA), if any."""
+def setup(device_type: str, *, alone: bool = False) -> DistInfo:
+    """Join the process group torchrun describes (gloo on CPU, NCCL on CUDA), if any; with
+    `alone`, a process without torchrun makes a group of one (FSDP shards over a group)."""
     info = from_env()
-    if info.active and not dist.is_initialized():
+    if (info.active or alone) and not dist.is_initialized():
         backend = "nccl" if device_type == "cuda" else "gloo"
         if device_type == "cuda":
             torch.cuda.set_device(info.local_rank)
-        dist.init_process_group(backend)
+        if info.active:
+            dist.init_process_group(backend)
+        else:  # no torchrun, no rendezvous: the group's store lives in this process
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         log.debug("rank %d of %d joined the %s process group", info.rank, info.world_size, backend)
     return info
 
@@ -64,16 +83,21 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
+def is_active() -> bool:
+    """Whether this process trains beside others (a process group of more than one rank)."""
+    return dist.is_initialized() and dist.get_world_size() > 1
+
+
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     """Sum over ranks, in place; identity for one process."""
-    if dist.is_initialized() and dist.get_world_size() > 1:
+    if is_active():
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t
 
 
 def gather_objects(obj: Any) -> list[Any]:
     """Every rank's `obj`, in rank order (a one-element list for one process)."""
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
+    if not is_active():
         return [obj]
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
@@ -82,8 +106,49 @@ def gather_objects(obj: Any) -> list[Any]:
 
 def broadcast_object(obj: Any) -> Any:
     """Rank 0's `obj` on every rank."""
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
+    if not is_active():
         return obj
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def refuse_together(check: Callable[[], None]) -> None:
+    """Run `check` on rank 0; when it refuses (`AttnkitError`), every rank stops with its
+    sentence, rather than the others waiting for rank 0 until a timeout."""
+    refusal = None
+    if from_env().is_main:
+        try:
+            check()
+        except AttnkitError as err:
+            refusal = str(err)
+    refusal = broadcast_object(refusal)
+    if refusal:
+        raise AttnkitError(refusal)
+
+
+def check_shared_folder(root: Path) -> None:
+    """Refuse, on every rank at once, a run folder that some rank cannot see.
+
+    Rank 0 makes the folder and writes a file with a random name into it; each rank
+    looks for that file at the same path. A rank on a machine where the path is another
+    folder (a local disk) or none does not find it.
+    """
+    info = from_env()
+    if not info.active:
+        return
+    name = broadcast_object(f".reachable-{secrets.token_hex(8)}.tmp")  # rank 0's
+    if info.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(socket.gethostname())
+    broadcast_object(None)  # written before any rank looks
+    sights = gather_objects((info.rank, socket.gethostname(), (root / name).is_file()))
+    if info.is_main:
+        (root / name).unlink()
+    blind = [f"rank {rank} on {host}" for rank, host, seen in sights if not seen]
+    if blind:
+        raise AttnkitError(
+            f"{', '.join(blind)} cannot see the run folder {root} that rank 0 writes; put "
+            "train.out_dir on a filesystem that every machine mounts at the same path (NFS, "
+            "a cluster filesystem)"
+        )

@@ -23,7 +23,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 
 import torch
 
@@ -40,43 +39,39 @@ Metric = Callable[[TransformerModel], dict[str, float]]
 lower, as error rates are, is `EvalSection.lower_is_better`'s to say."""
 
 
-@dataclass
 class Interval:
-    """The training sums since the last record (`LossTerms.recorded`), and when it began."""
+    """The training sums since the last record (`LossTerms.recorded`), and when it began.
 
-    start: float = field(default_factory=time.perf_counter)
-    loss: float = 0.0
-    tokens: float = 0.0
-    aux: float = 0.0
-    sequence: float = 0.0
-    reward: float = 0.0
-    sources: float = 0.0
+    The sums stay on the training device until the record is made: reading them
+    there waits for the device, which a record may do and a step should not.
+    """
 
-    def add(self, sums: Sequence[float]) -> None:
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.sums = torch.zeros(6, dtype=torch.float64, device=device)
+        self.start = time.perf_counter()
+        self.steps = 0
+
+    def add(self, sums: torch.Tensor) -> None:
         """Add one step's sums, in the order of `LossTerms.recorded`."""
-        loss, tokens, aux, sequence, reward, sources = sums
-        self.loss += loss
-        self.tokens += tokens
-        self.aux += aux
-        self.sequence += sequence
-        self.reward += reward
-        self.sources += sources
+        self.sums += sums
+        self.steps += 1
 
     def close(self, step: int, steps: int, lr: float) -> dict[str, float]:
         """The record of the interval that ends at `step` (also logged); a new one begins."""
+        loss, tokens, aux, sequence, reward, sources = self.sums.tolist()
         elapsed = time.perf_counter() - self.start
         record = {
             "step": step,
-            "train_loss": self.loss / self.tokens,
+            "train_loss": loss / tokens,
             "lr": lr,
-            "tokens_per_s": self.tokens / max(elapsed, 1e-9),
+            "tokens_per_s": tokens / max(elapsed, 1e-9),
         }
-        if self.aux:  # the weighted auxiliary losses (load balancing, guided attention), per token
-            record["train_aux_loss"] = self.aux / self.tokens
-        if self.sources:  # sequence-level training: its weighted loss and mean reward
-            record["train_sequence_loss"] = self.sequence / self.tokens
-            record["train_reward"] = self.reward / self.sources
-        reward = f"  reward {record['train_reward']:.4f}" if "train_reward" in record else ""
+        if aux:  # the weighted auxiliary losses (load balancing, guided attention), per token
+            record["train_aux_loss"] = aux / tokens
+        if sources:  # sequence-level training: its weighted loss and mean reward
+            record["train_sequence_loss"] = sequence / tokens
+            record["train_reward"] = reward / sources
+        reward_text = f"  reward {record['train_reward']:.4f}" if "train_reward" in record else ""
         log.info(
             "step %d/%d  loss %.4f  lr %.3g  %.0f tokens/s%s",
             step,
@@ -84,10 +79,11 @@ class Interval:
             record["train_loss"],
             lr,
             record["tokens_per_s"],
-            reward,
+            reward_text,
         )
         self.start = time.perf_counter()
-        self.loss = self.tokens = self.aux = self.sequence = self.reward = self.sources = 0.0
+        self.sums.zero_()
+        self.steps = 0
         return record
 
 

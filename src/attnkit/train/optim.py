@@ -1,8 +1,9 @@
 """The optimizer and its learning-rate schedules.
 
 AdamW with two parameter groups: weight decay shrinks matrices that mix
-features, never biases, norm gains or embeddings (decaying those only fights
-their scale, as nanoGPT's `configure_optimizers` notes).
+features, never biases or norm gains (decaying those only fights their scale,
+as nanoGPT's `configure_optimizers` notes), and embeddings only when asked:
+nanoGPT decays every matrix, its tied token table and its position table too.
 
 The paper's schedule (section 5.3), for step = 1, 2, ...:
 
@@ -34,8 +35,9 @@ from attnkit.nn import AbsolutePositions, TokenEmbedding
 EMBEDDINGS = (nn.Embedding, TokenEmbedding, AbsolutePositions)
 
 
-def no_decay_names(model: nn.Module) -> set[str]:
-    """Names of the parameters exempt from weight decay: biases, norms and embeddings.
+def no_decay_names(model: nn.Module, decay_embeddings: bool = False) -> set[str]:
+    """Names of the parameters exempt from weight decay: biases, norms and (unless
+    `decay_embeddings`) embeddings.
 
     A parameter shared by several modules (a tied embedding and output
     projection) is listed under its first name, as `named_parameters` gives it.
@@ -43,15 +45,18 @@ def no_decay_names(model: nn.Module) -> set[str]:
     exempt: set[int] = set()
     for module in model.modules():
         own = list(module.parameters(recurse=False))
-        if isinstance(module, EMBEDDINGS) or "norm" in type(module).__name__.lower():
+        embedding = isinstance(module, EMBEDDINGS) and not decay_embeddings
+        if embedding or "norm" in type(module).__name__.lower():
             exempt.update(id(p) for p in own)
         exempt.update(id(p) for name, p in module.named_parameters(recurse=False) if name == "bias")
     return {name for name, p in model.named_parameters() if id(p) in exempt}
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+def parameter_groups(
+    model: nn.Module, weight_decay: float, decay_embeddings: bool = False
+) -> list[dict]:
     """Two AdamW groups: decayed matrices, and the exempt rest with weight_decay 0."""
-    exempt = no_decay_names(model)
+    exempt = no_decay_names(model, decay_embeddings)
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     return [
         {"params": [p for n, p in params if n not in exempt], "weight_decay": weight_decay},
@@ -65,6 +70,7 @@ def build_optimizer(
     weight_decay: float = 0.0,
     betas: tuple[float, float] = (0.9, 0.98),
     eps: float = 1e-9,
+    decay_embeddings: bool = False,
 ) -> torch.optim.AdamW:
     """AdamW over `parameter_groups`; the paper used beta2 0.98 and eps 1e-9.
 
@@ -73,7 +79,11 @@ def build_optimizer(
     """
     fused = all(p.device.type in ("cpu", "cuda") for p in model.parameters())
     return torch.optim.AdamW(
-        parameter_groups(model, weight_decay), lr=lr, betas=betas, eps=eps, fused=fused
+        parameter_groups(model, weight_decay, decay_embeddings),
+        lr=lr,
+        betas=betas,
+        eps=eps,
+        fused=fused,
     )
 
 

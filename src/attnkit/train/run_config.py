@@ -8,6 +8,8 @@
     [sequence_loss]       training on a sentence reward (BLEU, chrF): self-critical, minimum risk
     [guided_attention]    a loss keeping cross-attention near the diagonal (monotonic tasks)
     [word2vec]            skip-gram or CBOW word vectors (`data.task = "word2vec"`)
+    [glove]               GloVe word vectors (`data.task = "glove"`)
+    [pretokenize]         words before tokens: a rule, jieba, phrases, stop words, stems
 
 Every key has a default and a check. Values from the file and from
 `--set section.key=value` overrides go through the same type check, and an
@@ -30,6 +32,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
+from attnkit import recipes
 from attnkit.checks import (
     check,
     choice,
@@ -41,11 +44,17 @@ from attnkit.checks import (
     within,
 )
 from attnkit.config import ModelConfig
+from attnkit.data.datasets import WINDOWS
+from attnkit.devices import parse_device
+from attnkit.embeddings.glove import GloveConfig
 from attnkit.embeddings.word2vec import Word2VecConfig
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
 from attnkit.presets import PRESETS
+from attnkit.pretokenize import PretokenizeConfig
 from attnkit.tokenizer import KINDS
+from attnkit.train.activation_checkpointing import MODES as CHECKPOINTING
+from attnkit.train.compilation import MODES as COMPILE_MODES
 from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.loggers import LOGGERS
@@ -53,12 +62,14 @@ from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
 
-TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec")
+TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec", "glove")
+VECTOR_TASKS = ("word2vec", "glove")  # word vectors, no Transformer: `train/vector_runs.py`
 SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
 DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
-DEVICES = ("auto", "cpu", "cuda")
+PARALLELS = ("ddp", "fsdp")  # how torchrun's ranks hold the model (`attnkit.train.parallel`)
+REDUCE_PRECISIONS = ("fp32", "bf16")
 TOKENIZER_KINDS = KINDS
 # The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
 # place that says so: `EvalSection.lower_is_better`, which the Trainer's best checkpoint and
@@ -106,17 +117,33 @@ class DataSection:
     """What to learn from and how to batch it.
 
     task: `translation` (encoder-decoder), `language-model` (decoder),
-        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo) or
-        `word2vec` (word vectors, no Transformer).
+        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo),
+        `word2vec` or `glove` (word vectors, no Transformer).
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
         Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
         corpus its config does not name.
+    data_dir: where known corpora are looked for (then `$ATTNKIT_DATA`, then the cache).
+    src_lang, tgt_lang: the languages (file suffixes, or a dataset's columns) of a
+        translation's source and target; a word2vec run reads both sides' text.
+    train_split, valid_split: the corpus splits trained on and validated on.
+    valid_fraction: the share at the end of a one-file text held out for validation (a
+        language model's or masked LM's corpus).
+    tokenizer, vocab_size: the kind of tokenizer trained on the training text, and its
+        vocabulary's size (a `char` vocabulary is as large as the text needs).
+    lowercase: lowercase both sides before training; `attnkit translate` and `eval` then
+        lowercase their input the same way.
+    max_len: the longest example kept, in tokens a side; longer ones are skipped and counted.
     source_field, target_field, text_field: a dataset's columns of source, target and running
         text; unset, the ones named like the languages or `translation`, and `text`.
     max_tokens: the token budget of one batch for sentence tasks.
     batch_size: sequences per batch for the language model and the demo.
     block_size: tokens of context per language-model example.
+    windows: where a language model's training examples lie in the text each epoch
+        (as many as the text has blocks): `random`, each at a fresh random offset, as
+        nanoGPT draws them; `shifted`, the block grid moved by one random offset per
+        epoch; `blocks`, the same blocks every epoch. Validation always reads fixed blocks.
     mask_prob: share of tokens the masked-LM objective hides (BERT: 0.15).
+    num_workers: processes that prepare batches beside training (torch's DataLoader).
     """
 
     task: str = "translation"
@@ -137,6 +164,7 @@ class DataSection:
     max_tokens: int = 4096
     batch_size: int = 64
     block_size: int = 128
+    windows: str = "random"
     mask_prob: float = 0.15
     num_workers: int = 0
 
@@ -144,6 +172,7 @@ class DataSection:
         finite_fields(self, "data")
         choice("data.task", self.task, TASKS)
         choice("data.tokenizer", self.tokenizer, TOKENIZER_KINDS)
+        choice("data.windows", self.windows, WINDOWS)
         _each(positive, "data", self, "vocab_size", "max_len", "max_tokens")
         _each(positive, "data", self, "batch_size", "block_size")
         _each(non_negative, "data", self, "num_workers")
@@ -156,9 +185,21 @@ class DataSection:
 class TrainSection:
     """Optimisation, precision and checkpoints.
 
+    out_dir: the run folder the training writes (`attnkit.run`).
+    seed: seeds the weights, the batches' order, dropout and sampling.
+    steps: optimizer steps to train for (the time budget may end the run first).
     lr: the peak learning rate. With `inverse-sqrt` the rate is the paper's
         d_model^-0.5 · min(step^-0.5, step · warmup^-1.5) scaled to peak at
         `lr`; the paper's own peak is (d_model · warmup)^-0.5.
+    min_lr: where a `cosine` or `linear` decay ends.
+    schedule: the rate after warmup: `inverse-sqrt` (the paper), `cosine` or `linear` decay
+        to `min_lr`, or `constant`.
+    warmup: steps over which the rate rises linearly from zero to `lr`.
+    weight_decay: AdamW's decoupled weight decay, on weight matrices only (not on biases,
+        norms or embeddings).
+    beta1, beta2, eps: AdamW's moment decays and epsilon (the paper: 0.9, 0.98, 1e-9).
+    clip_norm: the largest gradient norm; a larger one is scaled down to it (0 is off).
+    label_smoothing: epsilon of label smoothing (the paper: 0.1).
     max_minutes: a wall-clock budget for this session's training; the run
         stops, saves and finishes (averaging, curves) when it is spent; 0 is none.
     decay_over: `steps` ends a cosine or linear decay at `steps`; `minutes`
@@ -168,17 +209,38 @@ class TrainSection:
     precision: `bf16` autocasts on CPU and CUDA; `fp16` (CUDA only) adds a
         gradient scaler; `auto` is bf16 where the CPU or GPU multiplies
         bfloat16 in hardware (AVX512-BF16, AMX), else fp32.
-    keep_last: step checkpoints kept on disk; `average_last` of them are
+    compile: wrap the model in `torch.compile` (checkpoints stay plain).
+    threads: torch threads for training; 0 leaves torch's default (one per core).
+    log_every: steps between the training records of metrics.jsonl (and their log lines).
+    save_every: steps between checkpoints (the last step always saves).
+    keep_last, average_last: step checkpoints kept on disk; `average_last` of them are
         averaged into the final model (the paper averaged the last 5).
+    parallel: under torchrun, `ddp` gives every rank the whole model; `fsdp` shards the
+        weights, gradients and AdamW's state over the ranks (FSDP2, `attnkit.train.parallel`;
+        in one process too, over a group of one), and checkpoints them sharded.
+    reduce_precision: the precision gradients are averaged across ranks in (`bf16`: half
+        the traffic); under FSDP with `precision = "bf16"` the weights are gathered in bf16.
+    activation_checkpointing: `block` keeps only each Block's input for backward and
+        recomputes the rest, `selective` recomputes only the cheap ops between the matrix
+        products (`attnkit.train.activation_checkpointing`); `none` keeps everything.
     reuse_freed_memory: on a CPU, let the C library keep freed memory for the
         next step instead of faulting large activations in afresh each time
         (`train/host_memory.py`; it applies to the whole process).
     init_from: a run folder whose model (config and weights) and tokenizer
         start this run, to fine-tune it; the [model] section is then not used.
-    init_embeddings: word vectors (a word2vec run folder, or a word2vec or GloVe
+    init_embeddings: word vectors (a word2vec or GloVe run folder, or a word2vec or GloVe
         file) that start the token embeddings of a new model, for the tokens
         that stand for a word they have (`attnkit.embeddings.pretrained`).
-    log_to: where metrics.jsonl's records, the curves and an attention picture also go
+    decay_embeddings: weight decay on the token and position tables too, as nanoGPT decays
+        every matrix (its tied embedding included); off, embeddings are exempt with biases
+        and norms.
+    compile_mode: torch.compile's mode; `auto` replays CUDA graphs (`reduce-overhead`) where
+        every batch has one shape (a language model's blocks) on one GPU, which takes the
+        launch of each kernel off the host, and is torch's `default` elsewhere.
+    device: `auto` (a CUDA GPU where there is one, else the CPU) or any torch device:
+        `cpu`, `cuda`, `cuda:1`, `mps`, `xpu`, ...; one this machine lacks is refused.
+    log_to, log_project, log_name: where metrics.jsonl's records, the curves and an
+        attention picture also go
         (`attnkit.train.loggers`): `tensorboard`, `wandb` (offline unless WANDB_MODE says
         otherwise) as the run `log_name` (unset: the run folder's name) of `log_project`.
     """
@@ -195,6 +257,7 @@ class TrainSection:
     decay_over: str = "steps"
     warmup: int = 100
     weight_decay: float = 0.01
+    decay_embeddings: bool = False
     beta1: float = 0.9
     beta2: float = 0.98
     eps: float = 1e-9
@@ -203,8 +266,12 @@ class TrainSection:
     label_smoothing: float = 0.1
     precision: str = "fp32"
     compile: bool = False
+    compile_mode: str = "auto"
     device: str = "auto"
     threads: int = 0
+    parallel: str = "ddp"
+    reduce_precision: str = "fp32"
+    activation_checkpointing: str = "none"
     reuse_freed_memory: bool = True
     log_every: int = 10
     save_every: int = 500
@@ -219,7 +286,12 @@ class TrainSection:
         choice("train.schedule", self.schedule, SCHEDULES)
         choice("train.decay_over", self.decay_over, DECAY_OVER)
         choice("train.precision", self.precision, PRECISIONS)
-        choice("train.device", self.device, DEVICES)
+        if self.device != "auto":  # whether this machine has it is checked where it is used
+            parse_device(self.device, "train.device")
+        choice("train.compile_mode", self.compile_mode, COMPILE_MODES)
+        choice("train.parallel", self.parallel, PARALLELS)
+        choice("train.reduce_precision", self.reduce_precision, REDUCE_PRECISIONS)
+        choice("train.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         _each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
         _each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
         _each(non_negative, "train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
@@ -228,6 +300,11 @@ class TrainSection:
         check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")
         check(self.beta1 < 1 and 0 < self.beta2 < 1, "train.beta1 and train.beta2 must be < 1")
         within("train.label_smoothing", self.label_smoothing, "[0, 1)")
+        check(
+            self.parallel != "fsdp" or self.precision != "fp16",
+            "train.precision 'fp16' needs a loss scaler, which FSDP's sharded gradients do not "
+            "take; use 'bf16' with train.parallel 'fsdp'",
+        )
         check(
             self.schedule != "inverse-sqrt" or self.warmup > 0,
             "train.schedule 'inverse-sqrt' needs train.warmup > 0",
@@ -288,6 +365,8 @@ SECTIONS: dict[str, type] = {
     "sequence_loss": SequenceLossSection,
     "guided_attention": GuidedAttentionSection,
     "word2vec": Word2VecConfig,
+    "glove": GloveConfig,
+    "pretokenize": PretokenizeConfig,
 }
 # The sections of plain options; [model] is a preset plus `ModelConfig` fields.
 OPTION_SECTIONS = tuple(name for name in SECTIONS if name != "model")
@@ -305,6 +384,8 @@ class RunConfig:
     sequence_loss: SequenceLossSection = field(default_factory=SequenceLossSection)
     guided_attention: GuidedAttentionSection = field(default_factory=GuidedAttentionSection)
     word2vec: Word2VecConfig = field(default_factory=Word2VecConfig)
+    glove: GloveConfig = field(default_factory=GloveConfig)
+    pretokenize: PretokenizeConfig = field(default_factory=PretokenizeConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """The resolved config, every key explicit, as `from_dict` reads it back."""
@@ -350,15 +431,12 @@ class RunConfig:
 
     @classmethod
     def load(cls, path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-        """Read a TOML file, then apply `section.key=value` overrides.
+        """Read a TOML file, or the packaged recipe of that name, then apply `section.key=value`
+        overrides.
 
         The file (or an override) must name `data.task`: the defaults alone describe no run.
         """
-        path = Path(path)
-        if not path.is_file():
-            raise AttnkitError(
-                f"no run config at {path}; pass a TOML file such as configs/demo.toml"
-            )
+        path = recipes.resolve(path)
         try:
             # TOML is UTF-8; read_lines names the line of any byte that is not.
             data = tomllib.loads("".join(read_lines(path, keepends=True)))
@@ -370,7 +448,8 @@ class RunConfig:
             raise AttnkitError(
                 f"{path} {'holds no settings' if not data else 'names no data.task'}; a run "
                 f"config needs at least [data] task (one of {', '.join(TASKS)}) and, for a task "
-                "that reads text, corpus (a known corpus or a path); see configs/demo.toml"
+                "that reads text, corpus (a known corpus or a path), as every recipe has "
+                "(attnkit recipes)"
             )
         return config
 

@@ -49,9 +49,11 @@ class SequenceLossSection:
     cross-entropy alone.
 
     kind: `self-critical`, `reinforce` (leave-one-out baseline) or `risk` (minimum risk).
-    reward: `bleu` or `chrf`, sacreBLEU's sentence scores; `lowercase` scores lowercased text.
+    reward: `bleu` or `chrf`, sacreBLEU's sentence scores.
+    lowercase: score the lowercased output against the lowercased reference.
     candidates: K, the outputs decoded per source.
     search: `sample` (at `temperature`) or, for `risk`, `beam` (the K best of a beam of K).
+    temperature: of the softmax the candidates are sampled from.
     alpha: the sharpness of minimum risk's distribution Q over the candidates: 1 is the
         model's own distribution renormalised over them (Edunov et al.); Shen et al. use
         0.005 over 100 samples, which makes Q nearly uniform.

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from attnkit.embeddings.glove import Glove
 from attnkit.embeddings.word2vec import Word2Vec
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
@@ -48,7 +49,7 @@ _NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 class TrainResult:
     """How `Trainer.fit` ended: the model, the last step, why, and the records it wrote."""
 
-    model: TransformerModel | Word2Vec  # what the run trained: a Transformer, or word vectors
+    model: TransformerModel | Word2Vec | Glove  # what the run trained: a Transformer, or vectors
     step: int
     stopped: str
     """`finished`, `early-stopped`, `time-limit`, `interrupted` or `terminated` (SIGTERM)."""
@@ -132,10 +133,10 @@ class Stopping:
         the evaluation's 'early-stopped' or None."""
         seconds = time.perf_counter() - self.start
         time_up = self.max_minutes > 0 and seconds > 60 * self.max_minutes
-        flags = [float(self.requested), float(self.terminated), float(time_up)]
-        stop, terminated, time_up = (
-            dist.all_reduce_sum(torch.tensor(flags, device=device)) > 0
-        ).tolist()
+        stop, terminated = self.requested, self.terminated
+        if dist.is_active():  # every rank stops at the same step (one all-reduce; NCCL: on device)
+            flags = torch.tensor([float(stop), float(terminated), float(time_up)], device=device)
+            stop, terminated, time_up = (dist.all_reduce_sum(flags) > 0).tolist()
         if stop:
             stopped = "terminated" if terminated else "interrupted"
             log.info(

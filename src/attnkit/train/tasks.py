@@ -23,6 +23,7 @@ through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut b
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from attnkit.data.batch import Batch
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.data.sources import corpus_text, text_lines
+from attnkit.devices import resolve_device
 from attnkit.embeddings.pretrained import init_embeddings
 from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
@@ -50,6 +52,7 @@ from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
 from attnkit.nn.adapters import apply_adapters
 from attnkit.nn.lora import apply_lora
+from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
 from attnkit.train import checkpoint as ckpt
@@ -59,7 +62,7 @@ from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
 from attnkit.train.guided_attention import GuidedAttention
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
-from attnkit.train.run_config import RunConfig
+from attnkit.train.run_config import VECTOR_TASKS, RunConfig
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.sequence_level import SequenceLevel
 from attnkit.train.trainer import Trainer, TrainResult
@@ -91,17 +94,23 @@ def train(
 
     `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
     """
-    if config.data.task == "word2vec":
-        from attnkit.train import word2vec_task
-
-        return word2vec_task.train(
+    if config.data.task in VECTOR_TASKS:
+        runner = importlib.import_module(f"attnkit.train.{config.data.task}_task")
+        return runner.train(
             config, resume=resume, callbacks=callbacks, resume_command=resume_command
         )
     validate(config)  # first, so a bad train.out_dir gets its own sentence, not the lock's
-    if dist.from_env().is_main:
-        lock.check_free(RunFolder(config.train.out_dir))  # not after a tokenizer is trained
+    folder = RunFolder(config.train.out_dir)
+    # Under torchrun every rank joins now: rank 0 alone makes the tokenizer, the others wait.
+    dist.setup("cuda" if resolve_device(config.train.device).type == "cuda" else "cpu")
+
+    def check_folder() -> None:
+        lock.check_free(folder)  # not after a tokenizer is trained
         if not resume:
-            ckpt.check_new_run(config.train.out_dir)
+            ckpt.check_new_run(folder.root)
+
+    dist.refuse_together(check_folder)
+    dist.check_shared_folder(folder.root)
     setup = _build(config)
     if setup.tokenizer is not None and dist.from_env().is_main:
         _record_vocabulary(RunFolder(config.train.out_dir), setup.tokenizer, resume)
@@ -138,9 +147,10 @@ def _record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) ->
 def build_task(config: RunConfig) -> TaskSetup:
     """The model, data and metrics that `config.data.task` names, once `config` is valid."""
     validate(config)
-    if config.data.task == "word2vec":
+    if config.data.task in VECTOR_TASKS:
         raise AttnkitError(
-            "data.task 'word2vec' trains word vectors, not a Transformer; run it with attnkit train"
+            f"data.task {config.data.task!r} trains word vectors, not a Transformer; run it with "
+            "attnkit train"
         )
     return _build(config)
 
@@ -205,7 +215,27 @@ def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
 
 
 def _tokenizer(config: RunConfig, texts: Iterable[str]) -> Tokenizer:
+    """The run's tokenizer; under torchrun rank 0 makes it and writes it into the run folder
+    (`check_shared_folder` made sure every rank sees it), where the other ranks load it."""
     saved = RunFolder(config.train.out_dir).tokenizer
+    info = dist.from_env()
+    if not info.active:
+        return _make_tokenizer(config, texts, saved)
+    made: list[Tokenizer] = []
+
+    def make() -> None:
+        made.append(_make_tokenizer(config, texts, saved))
+        if not saved.is_file():
+            made[0].save(saved)
+
+    dist.refuse_together(make)  # the other ranks wait for rank 0's file, or its refusal
+    if info.is_main:
+        return made[0]
+    log.info("rank %d: using the tokenizer rank 0 wrote, %s", info.rank, saved)
+    return Tokenizer.load(saved)
+
+
+def _make_tokenizer(config: RunConfig, texts: Iterable[str], saved: Path) -> Tokenizer:
     if saved.is_file():
         log.info("using the tokenizer of the run folder, %s", saved)
         return Tokenizer.load(saved)
@@ -218,7 +248,10 @@ def _tokenizer(config: RunConfig, texts: Iterable[str]) -> Tokenizer:
             )
         return Tokenizer.load(base)
     d = config.data
-    return Tokenizer.train(d.tokenizer, texts=texts, vocab_size=d.vocab_size)
+    pretokenizer = Pretokenizer(config.pretokenize) if config.pretokenize.on else None
+    return Tokenizer.train(
+        d.tokenizer, texts=texts, vocab_size=d.vocab_size, pretokenizer=pretokenizer
+    )
 
 
 def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
@@ -242,7 +275,7 @@ def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> Transfor
 
 
 def _vector_file(path: str) -> Path:
-    """A vector file, or the vectors.bin of a word2vec run folder."""
+    """A vector file, or the vectors.bin of a word2vec or GloVe run folder."""
     return RunFolder(path).vectors if Path(path).is_dir() else Path(path)
 
 
@@ -257,6 +290,8 @@ def _loaders(
     Training batches are shuffled by (seed, epoch); validation comes shortest first.
     """
     d, info = config.data, dist.from_env()
+    # Page-locked batches let the copy to a GPU overlap the step before.
+    pinned = resolve_device(config.train.device).type == "cuda"
 
     def loader(dataset: Dataset, shuffle: bool) -> DataLoader:
         max_tokens = d.max_tokens
@@ -278,6 +313,7 @@ def _loaders(
             collate_fn=dataset.collate,
             num_workers=d.num_workers,
             generator=torch.Generator().manual_seed(config.train.seed),
+            pin_memory=pinned,
         )
 
     return loader(train, True), loader(val, False)
@@ -326,8 +362,19 @@ def _language_model(config: RunConfig) -> TaskSetup:
             val_fraction=d.valid_fraction,
             name=d.corpus,
             option_names=("data.block_size", "data.valid_fraction"),
+            windows=d.windows if split == "train" else "blocks",
+            seed=config.train.seed,
         )
         for split in ("train", "val")
+    )
+    c = config.train
+    examples = c.steps * c.accumulate * d.batch_size * dist.from_env().world_size
+    log.info(
+        "%d steps read %.1f passes over the %d training tokens (%s windows)",
+        c.steps,
+        train.passes(examples),
+        len(train.stream),
+        d.windows,
     )
     return TaskSetup(model, *_loaders(config, train, val, d.batch_size), [], tokenizer)
 

@@ -8,8 +8,12 @@ One optimizer step (section 5):
 
 Dividing the summed loss by the global token count, rather than averaging
 per micro-batch, makes accumulation and DDP give the gradient of one big batch.
-The loop checks the loss for NaN or infinity before each update (so the last
-checkpoint stays good), evaluates every `eval.every` steps, saves every
+Nothing in a step reads a number back from the device, so on a GPU the next
+step is prepared while this one runs: the sums stay there until a record is
+made, and a NaN or infinite loss is caught on the device, where its update
+(and every later one) is skipped, and reported when the Trainer next reads
+(`loss_watch.py`), so the last checkpoint stays good. It evaluates every
+`eval.every` steps, saves every
 `train.save_every` steps, and on Ctrl-C or SIGTERM (or when `train.max_minutes`
 is spent) finishes the step, saves and returns.
 Everything needed to continue bit-for-bit is saved: weights, optimizer,
@@ -19,20 +23,21 @@ resume under changed settings follows them.
 The records it writes are measured by `attnkit.train.metrics`, a stop before
 `train.steps` is decided by `attnkit.train.stopping`, the checkpoints are
 written and resumed by `attnkit.train.checkpoint`, and the run folder is held
-by one training at a time (`attnkit.train.lock`).
+by one training at a time (`attnkit.train.lock`). How the ranks hold the model (DDP,
+FSDP) is `attnkit.train.parallel`'s, with its sharded checkpoints in
+`attnkit.train.distributed_checkpoint`; recomputing activations is
+`attnkit.train.activation_checkpointing`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from attnkit.data.batch import Batch
 from attnkit.devices import resolve_device
@@ -43,14 +48,18 @@ from attnkit.nn.moe import take_dropped_tokens
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
-from attnkit.train import lock, loggers
+from attnkit.train import distributed_checkpoint, lock, loggers
+from attnkit.train.activation_checkpointing import apply_activation_checkpointing
+from attnkit.train.compilation import compile_mode
 from attnkit.train.host_memory import reuse_freed_memory
+from attnkit.train.loss_watch import LossWatch
 from attnkit.train.metrics import Interval, Metric, validate
 from attnkit.train.objectives import Objective, objective_for
 from attnkit.train.optim import TimeBudget, build_optimizer, build_scheduler, schedule_factor
+from attnkit.train.parallel import Parallel
 from attnkit.train.precision import training_precision
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
-from attnkit.train.stopping import STOP_SIGNALS, Stopping, TrainResult, diverged
+from attnkit.train.stopping import STOP_SIGNALS, Stopping, TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +71,10 @@ class Trainer:
     `set_epoch`, it is called before each epoch so shuffling differs per epoch
     but is reproducible. For an exact resume, iterating the data must not draw
     from the global RNG (give a DataLoader its own `generator`). `metrics` are
-    computed on rank 0 at each evaluation. Under torchrun, `fit` joins the
-    process group; `attnkit.train.distributed.teardown()` leaves it.
+    computed on rank 0 at each evaluation (on every rank under FSDP, whose forward passes
+    all take part in). Under torchrun, or alone with `train.parallel = "fsdp"`, `fit` joins
+    a process group; `attnkit.train.distributed.teardown()` leaves it. Under FSDP the
+    result's model is the whole model on rank 0's CPU, and the sharded one on the others.
     `resume_command` is what the log tells to run to continue a stopped run.
     """
 
@@ -120,43 +131,47 @@ class Trainer:
         c = self.train_cfg
         if c.threads:
             torch.set_num_threads(c.threads)
-        self.dist = dist.setup("cuda" if resolve_device(c.device).type == "cuda" else "cpu")
-        if self.dist.active and not self.objective.one_forward:
+        device_type = "cuda" if resolve_device(c.device).type == "cuda" else "cpu"
+        self.dist = dist.setup(device_type, alone=c.parallel == "fsdp")
+        if (self.dist.active or c.parallel == "fsdp") and not self.objective.one_forward:
             raise AttnkitError(
                 f"this run's objective ({type(self.objective).__name__}) backpropagates through "
-                "more than one forward pass per step, which DistributedDataParallel cannot "
-                "synchronise; train it in one process"
+                "more than one forward pass per step, which DDP and FSDP cannot synchronise; "
+                "train it in one process with train.parallel 'ddp'"
             )
         self.device = resolve_device(c.device, self.dist.local_rank)
+        self.parallel = Parallel(c, self.dist, self.device, self.precision)
         check = None if resume else lambda: ckpt.check_new_run(self.run_dir)
         with lock.hold(self.folder, is_main=self.dist.is_main, check=check):
             self._prepare(resume)
             with self.stopping.on_signals(lambda: self.step), loggers.open_for(self) as self.sinks:
                 stopped = self._loop()
             self._finish(stopped)
-        return TrainResult(
-            self.model.eval(), self.step, stopped, self.run_dir, self.history, self.best
-        )
+        whole = self.parallel.consolidated(self.model)
+        model = self.model if whole is None else whole
+        return TrainResult(model.eval(), self.step, stopped, self.run_dir, self.history, self.best)
 
     def evaluate(self) -> dict[str, float]:
         """Validation loss and perplexity over `val_data`, plus the extra metrics."""
-        return validate(
-            self.model,
-            self.objective,
-            self.val_data,
-            self.metrics,
-            device=self.device,
-            seed=self.train_cfg.seed,
-            max_batches=self.eval_cfg.max_batches,
-            autocast=self._autocast,
-            is_main=self.dist.is_main,
-        )
+        with self.parallel.gathered(self.model):
+            return validate(
+                self.model,
+                self.objective,
+                self.val_data,
+                self.metrics,
+                device=self.device,
+                seed=self.train_cfg.seed,
+                max_batches=self.eval_cfg.max_batches,
+                autocast=self._autocast,
+                # FSDP's forward passes are collectives: every rank decodes, rank 0's counts.
+                is_main=self.dist.is_main or self.parallel.sharded,
+            )
 
     # -- setup ----------------------------------------------------------------------------------
 
     def _prepare(self, resume: bool) -> None:
         """The optimizer, schedule and scaler, a new run's folder or the saved state, and the
-        model that runs forward (DDP, compiled)."""
+        model that runs forward (checkpointed, sharded or DDP, compiled)."""
         c = self.train_cfg
         if self.dist.is_main and (cut := ckpt.remove_cut_writes(self.run_dir)):
             log.info("removed %d temporary files of saves cut short in %s", cut, self.run_dir)
@@ -164,8 +179,10 @@ class Trainer:
             reuse_freed_memory()
         torch.manual_seed(c.seed + self.dist.rank)
         self.model.to(self.device)
+        apply_activation_checkpointing(self.model, c.activation_checkpointing)
+        self.parallel.shard(self.model)  # before the optimizer, which then updates the shards
         self.optimizer = build_optimizer(
-            self.model, c.lr, c.weight_decay, (c.beta1, c.beta2), c.eps
+            self.model, c.lr, c.weight_decay, (c.beta1, c.beta2), c.eps, c.decay_embeddings
         )
         factor = schedule_factor(
             c.schedule, lr=c.lr, warmup=c.warmup, steps=c.steps, min_lr=c.min_lr
@@ -183,13 +200,13 @@ class Trainer:
             self._resume()
         else:
             self._start()
-        forward = self.model
-        if self.dist.active:
-            forward = DistributedDataParallel(
-                forward, device_ids=[self.device.index] if self.device.type == "cuda" else None
-            )
+        forward = self.parallel.wrap(self.model)
+        one_shape = getattr(getattr(self.train_data, "dataset", None), "one_shape", False)
+        alone = not (self.dist.active or self.parallel.sharded)
+        mode = compile_mode(c.compile_mode, self.device, one_shape=one_shape, alone=alone)
+        self.cuda_graphs = c.compile and mode == "reduce-overhead"
         if c.compile:
-            forward = torch.compile(forward)
+            forward = torch.compile(forward, mode=mode)
         self.forward_model = forward
 
     def _start(self) -> None:
@@ -201,12 +218,20 @@ class Trainer:
                 self.tokenizer.save(self.folder.tokenizer)
 
     def _resume(self) -> None:
-        state = ckpt.resume(self.run_dir, self.model, self.dist.rank, self.dist.world_size)
+        info, sharded = self.dist, self.parallel.sharded
+        state = ckpt.resume(self.run_dir, self.model, info.rank, info.world_size, not sharded)
         self.model.to(self.device)
         now = ckpt.settings(self.train_cfg, self.eval_cfg)
         changes = ckpt.changed_settings(state, now, self.run_dir)
         ckpt.restore_optimization(
-            state, self.optimizer, self.scheduler, self.scaler, changed=bool(changes)
+            state,
+            self.optimizer,
+            self.scheduler,
+            self.scaler,
+            changed=bool(changes),
+            load_optimizer=lambda: distributed_checkpoint.restore(
+                self.folder, state, self.model, self.optimizer
+            ),
         )
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.saved_step = self.step
@@ -230,7 +255,13 @@ class Trainer:
     def _batches(self) -> Iterator[Batch]:
         """Batches forever, epoch after epoch, starting at the saved data position."""
         while True:
-            for target in (self.train_data, getattr(self.train_data, "batch_sampler", None)):
+            # The loader's sampler orders batches, its dataset may place windows, per epoch.
+            data = self.train_data
+            for target in (
+                data,
+                getattr(data, "batch_sampler", None),
+                getattr(data, "dataset", None),
+            ):
                 if hasattr(target, "set_epoch"):
                     target.set_epoch(self.epoch)
             seen = 0
@@ -260,36 +291,33 @@ class Trainer:
         self.stopping.begin()
         if self.budget is not None:
             self.budget.begin(self.step)
-        interval = Interval()
+        interval = Interval(self.device)
+        # Reading the loss waits for the device: on a GPU only every log_every steps, where the
+        # fused AdamW can skip a bad step's update on the device meanwhile.
+        fused = all(group.get("fused") for group in self.optimizer.param_groups)
+        lazy = fused and self.device.type != "cpu"
+        self.watch = LossWatch(self.device, c.log_every if lazy else 1)
         while self.step < c.steps:
             self.objective.start_step(self.step)
             # One all-reduce gives every rank the global sums (NCCL wants them on the device).
-            sums = dist.all_reduce_sum(self._accumulate(batches)).tolist()
-            loss_sum, tokens, aux_sum, sequence_sum = sums[:4]
-            trained = loss_sum + aux_sum + sequence_sum
-            if not math.isfinite(trained):
-                raise diverged(trained, self.step + 1, self.run_dir, self.saved_step)
-            if tokens == 0:
-                raise AttnkitError("a training batch has no target tokens; check the data")
-            self._update(tokens)
+            sums = dist.all_reduce_sum(self._accumulate(batches))
+            trained = sums[0] + sums[2] + sums[3]  # loss, auxiliary and sequence-level sums
+            skip = self.watch.step(self.step + 1, trained, sums[1])
+            self._update(sums[1], skip)
             self.step += 1
             interval.add(sums)
-            info = {
-                "step": self.step,
-                "steps": c.steps,
-                "loss": loss_sum / tokens,
-                "lr": self.scheduler.get_last_lr()[0],
-                "tokens": tokens,
-            }
+            if self.watch.due(self.step):
+                self.watch.check(self.run_dir, self.saved_step)
+            info = {"step": self.step, "steps": c.steps, "lr": self.scheduler.get_last_lr()[0]}
+            if self.step % c.log_every == 0 or self.step == c.steps:
+                info |= self._log(interval)
             for callback in self.callbacks:
                 callback(info)
-            if self.step % c.log_every == 0 or self.step == c.steps:
-                self._log(interval)
             stopped = self.stopping.after(self.step, self.device, early=self._maybe_evaluate())
             if stopped or self.step % c.save_every == 0 or self.step == c.steps:
                 self._save()
             if stopped:
-                if interval.tokens:
+                if interval.steps:
                     self._log(interval)  # the curves end where the run ends
                 return stopped
         return "finished"
@@ -301,9 +329,12 @@ class Trainer:
         sums = torch.zeros(6, dtype=torch.float64, device=self.device)
         for i in range(n):
             batch = next(batches).to(self.device, non_blocking=True)
-            # DDP all-reduces on every backward unless told to wait for the last micro-batch.
-            sync = i == n - 1 or not self.dist.active
+            # DDP all-reduces on every backward unless told to wait for the last micro-batch;
+            # FSDP reduce-scatters each, which keeps the gradients sharded.
+            sync = i == n - 1 or not self.dist.active or self.parallel.sharded
             ctx = contextlib.nullcontext() if sync else self.forward_model.no_sync()
+            if self.cuda_graphs:  # the last step's graph outputs are no longer read
+                torch.compiler.cudagraph_mark_step_begin()
             with ctx:
                 with self._autocast():
                     terms = self.objective(self.forward_model, batch)
@@ -311,25 +342,30 @@ class Trainer:
             sums += terms.recorded()
         return sums
 
-    def _update(self, global_tokens: float) -> None:
+    def _update(self, global_tokens: torch.Tensor, skip: torch.Tensor) -> None:
+        """Scale, clip and apply the gradients; `skip` (1.0 on the device) leaves the weights as
+        they are, as the fused AdamW does for GradScaler's `found_inf`."""
         self.scaler.unscale_(self.optimizer)
         # DDP averaged the per-rank sums; this turns them into the mean over the global batch.
-        scale = self.dist.world_size / global_tokens
+        scale = (self.dist.world_size / global_tokens.clamp_min(1)).float()
         params = [p for p in self.model.parameters() if p.grad is not None]
         torch._foreach_mul_([p.grad for p in params], scale)
         if (clip := self.train_cfg.clip_norm) > 0:
-            torch.nn.utils.clip_grad_norm_(params, clip)
+            torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
+        if self.watch.every > 1 and not self.scaler.is_enabled():  # GradScaler sets its own
+            self.optimizer.found_inf = skip
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _log(self, interval: Interval) -> None:
+    def _log(self, interval: Interval) -> dict[str, Any]:
         record = interval.close(self.step, self.train_cfg.steps, self.scheduler.get_last_lr()[0])
         dropped = take_dropped_tokens(unwrap(self.model))
         if dropped is not None:  # tokens a switch router had no room for, since the last record
             record["dropped_tokens"] = dropped
         self._record(record)
+        return {"loss": record["train_loss"], "tokens_per_s": record["tokens_per_s"]}
 
     def _maybe_evaluate(self) -> str | None:
         """Evaluate when due and track the best metric; 'early-stopped' when patience runs out."""
@@ -337,6 +373,7 @@ class Trainer:
         due = self.step % e.every == 0 or self.step == self.train_cfg.steps
         if not due or (self.val_data is None and not self.metrics):
             return None
+        self.watch.check(self.run_dir, self.saved_step)
         result = self.evaluate()
         self._record({"step": self.step, "minutes": round(self.stopping.minutes, 2), **result})
         self.sinks.evaluated(self.step)
@@ -352,8 +389,9 @@ class Trainer:
         )
         if better:
             self.best, self.bad_evals = value, 0
+            whole = self.parallel.consolidated(self.model)  # FSDP: every rank gathers
             if self.dist.is_main:
-                ckpt.save_best(self.run_dir, self.model)
+                ckpt.save_best(self.run_dir, whole)
         else:
             self.bad_evals += 1
         if e.patience and self.bad_evals >= e.patience:
@@ -368,13 +406,17 @@ class Trainer:
             self.sinks.record(record)  # TensorBoard, W&B (train.log_to)
 
     def _save(self) -> None:
+        self.watch.check(self.run_dir, self.saved_step)  # a checkpoint is never of a bad step
         rngs = dist.gather_objects(ckpt.rng_state())
+        whole, sharded = self.parallel.consolidated(self.model), self.parallel.sharded
+        if sharded:  # every rank writes its slices, before rank 0 names the step
+            distributed_checkpoint.save_shards(self.folder, self.step, self.model, self.optimizer)
         if self.dist.is_main:
             state = {
                 "step": self.step,
                 "epoch": self.epoch,
                 "position": self.position,
-                "optimizer": self.optimizer.state_dict(),
+                "optimizer": None if sharded else self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
                 "rng": rngs,
@@ -384,7 +426,7 @@ class Trainer:
                 "world_size": self.dist.world_size,
                 "settings": ckpt.settings(self.train_cfg, self.eval_cfg),
             }
-            ckpt.save_checkpoint(self.run_dir, self.model, state, self.train_cfg.keep_last)
+            ckpt.save_checkpoint(self.run_dir, whole, state, self.train_cfg.keep_last)
             log.debug("saved step %d to %s", self.step, self.run_dir)
         self.saved_step = self.step
 

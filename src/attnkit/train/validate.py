@@ -17,10 +17,12 @@ from attnkit.config import ModelConfig
 from attnkit.data import CORPORA
 from attnkit.data.hf_datasets import is_dataset
 from attnkit.data.reverse import BOS, EOS, VOCAB
+from attnkit.devices import resolve_device
 from attnkit.files import nearest_folder
 from attnkit.run import RunFolder
+from attnkit.tokenizer import PHRASE_KINDS
 from attnkit.train.loggers import check_installed
-from attnkit.train.run_config import RunConfig
+from attnkit.train.run_config import VECTOR_TASKS, RunConfig
 
 SHAPE_OF_TASK = {
     "translation": "encoder-decoder",
@@ -61,12 +63,14 @@ def validate(config: RunConfig) -> None:
             "not a dataset that attnkit.data.hf_datasets reads; unset them or give a dataset",
         )
     check(
-        task != "word2vec" or not config.train.log_to,
-        "train.log_to sends the Trainer's records on, but a word2vec run trains without it; "
+        task not in VECTOR_TASKS or not config.train.log_to,
+        f"train.log_to sends the Trainer's records on, but a {task} run trains without it; "
         "unset train.log_to (its metrics.jsonl and curves.png are written as always)",
     )
     check_installed(config.train.log_to)
-    if task == "word2vec":  # no Transformer, no validation: its [word2vec] section is all
+    resolve_device(config.train.device)  # a device this machine lacks, before any work
+    _check_pretokenize(config)
+    if task in VECTOR_TASKS:  # no Transformer, no validation: its [word2vec] or [glove] is all
         check_out_dir(config.train.out_dir)
         return
     metrics = METRICS_OF_TASK[task]
@@ -88,13 +92,39 @@ def validate(config: RunConfig) -> None:
         not config.train.init_embeddings
         or vectors.is_file()
         or RunFolder(vectors).vectors.is_file(),
-        f"train.init_embeddings {str(vectors)!r} is neither a vector file nor a word2vec run "
-        "folder holding vectors.bin",
+        f"train.init_embeddings {str(vectors)!r} is neither a vector file nor a word2vec or "
+        "GloVe run folder holding vectors.bin",
     )
     _check_beyond_teacher_forcing(config)
     _check_guided_attention(config)
     _check_model(config)
     check_out_dir(config.train.out_dir)
+
+
+def _check_pretokenize(config: RunConfig) -> None:
+    """The [pretokenize] options that make sense for the task and the tokenizer."""
+    p, task = config.pretokenize, config.data.task
+    if not p.on or task in VECTOR_TASKS:
+        return
+    check(
+        task != "reverse",
+        "the reverse demo has a fixed vocabulary of digits; unset the [pretokenize] options",
+    )
+    check(
+        not p.lossy,
+        f"{' and '.join(p.lossy)} drop or change words for good, which only word vectors may "
+        f"do (data.task word2vec or glove); unset them for data.task {task!r}",
+    )
+    if p.phrases:
+        check(
+            config.data.tokenizer in PHRASE_KINDS,
+            f"a {config.data.tokenizer} tokenizer splits phrases again at their delimiter; set "
+            f"data.tokenizer to one of {', '.join(PHRASE_KINDS)}, or unset pretokenize.phrases",
+        )
+    check(
+        not config.train.init_from,
+        "train.init_from's tokenizer is used as it is; unset the [pretokenize] options",
+    )
 
 
 def _check_beyond_teacher_forcing(config: RunConfig) -> None:

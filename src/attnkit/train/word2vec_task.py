@@ -5,10 +5,9 @@
     [word2vec]  architecture, dim, window, negative, sample, min_count, epochs, alpha, ...
     [train]     out_dir, seed, threads (0: torch's), max_minutes
 
-The text becomes sentences of words, one a line (`split_words`: runs of letters
-and digits, an apostrophe inside a word kept, punctuation dropped); a parallel
-corpus gives the lines of both languages of `data.train_split`, so that both
-share one space, as they share one vocabulary in translation. Training goes in
+The text becomes sentences of words, one a line (`attnkit.train.vector_text`:
+runs of letters and digits, punctuation dropped, through the [pretokenize] steps
+if any; both languages of a parallel corpus). Training goes in
 steps of about 100,000 words (`CHUNK_WORDS`): each step appends its mean loss,
 rate and words a second to metrics.jsonl and moves the progress bar; the vectors
 are saved (trainer_state.pt) at the end of each epoch and when the run stops
@@ -21,59 +20,25 @@ Spearman correlations and Google analogy accuracy in metrics.jsonl.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import re
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from attnkit.data import CORPORA
-from attnkit.data.hf_datasets import is_dataset
-from attnkit.data.sources import corpus_text, text_lines
-from attnkit.embeddings import evaluation
-from attnkit.embeddings.vectors import save_vectors
 from attnkit.embeddings.word2vec import Progress, Word2Vec, count_words
-from attnkit.errors import AttnkitError
-from attnkit.files import atomic_write
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import lock
-from attnkit.train.run_config import DataSection, RunConfig
+from attnkit.train.run_config import RunConfig
 from attnkit.train.stopping import Stopping, TrainResult
-from attnkit.train.validate import validate
-from attnkit.viz import plot_curves
+from attnkit.train.vector_runs import begin, finish, restore_state, save_state
+from attnkit.train.vector_text import record_pretokenizer, sentences
 
 log = logging.getLogger(__name__)
 
 CHUNK_WORDS = 100_000
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
-
-
-def split_words(line: str) -> list[str]:
-    """The words of a line: runs of letters and digits, "don't" one word, punctuation dropped."""
-    return _WORD.findall(line)
-
-
-def sentences(data: DataSection) -> list[list[str]]:
-    """The training text of `data` as sentences of words, empty lines left out."""
-    known = CORPORA.get(data.corpus)
-    if known is not None and known.pairs is not None:
-        raise AttnkitError(
-            f"word2vec learns from running text, which {data.corpus} is not; use "
-            "multi30k, tinyshakespeare or a text file as data.corpus"
-        )
-    folder = known is None and Path(data.corpus).is_dir() and not is_dataset(data)
-    if (known is not None and known.langs) or folder:
-        langs = (data.src_lang, data.tgt_lang)
-        lines = [line for side in corpus_text(data, data.train_split, langs) for line in side]
-    else:
-        lines = list(text_lines(data))
-        lines = [line.lower() for line in lines] if data.lowercase else lines
-    return [words for line in lines if (words := split_words(line))]
 
 
 def train(
@@ -84,12 +49,8 @@ def train(
     resume_command: str = "attnkit.train.tasks.train(config, resume=True)",
 ) -> TrainResult:
     """Learn the vectors `config` describes in the run folder `train.out_dir`."""
-    validate(config)
-    folder = RunFolder(config.train.out_dir)
-    lock.check_free(folder)
-    if not resume:
-        ckpt.check_new_run(folder.root)
-    text = sentences(config.data)
+    folder, pretokenizer = begin(config, resume)
+    text = sentences(config.data, pretokenizer)
     words, counts = count_words(text, config.word2vec.min_count)
     model = Word2Vec(words, counts, config.word2vec, seed=config.train.seed)
     corpus = model.encode(text)
@@ -101,6 +62,7 @@ def train(
     with lock.hold(folder, check=check):
         step = _restore(folder, model) if resume else 0
         folder.write_run_config(config.to_toml())
+        record_pretokenizer(folder, pretokenizer)
         stopping.begin()
         stopped = "finished"
         with stopping.on_signals(lambda: step):
@@ -109,9 +71,11 @@ def train(
                 record = _train_step(model, progress, threads, step + 1, stopping)
                 step += 1
                 folder.append_metrics(record)
+                log.info("step %d/%d  loss %.4f", step, len(chunks), record["train_loss"])
+                # What the Trainer's callbacks get on a logging step (words count as tokens).
                 info = {**record, "loss": record["train_loss"], "total": len(chunks)}
                 for callback in callbacks:
-                    callback({**info, "tokens": progress.corpus.words})
+                    callback({**info, "tokens_per_s": record["words_per_s"]})
                 stopped = stopping.after(step, torch.device("cpu"), None) or "finished"
                 if (
                     stopped != "finished"
@@ -121,7 +85,7 @@ def train(
                     _save(folder, model, step)
                 if stopped != "finished":
                     break
-        history = _finish(folder, model, step)
+        history = finish(folder, model.word_vectors(), step)
     return TrainResult(model, step, stopped, folder.root, history)
 
 
@@ -142,80 +106,12 @@ def _train_step(
 
 
 def _save(folder: RunFolder, model: Word2Vec, step: int) -> None:
-    state = {
-        "task": "word2vec",
-        "step": step,
-        "settings": dataclasses.asdict(model.config),
-        "seed": model.seed,
-        "words": model.words,
-        "counts": model.counts,
-        "inputs": model.vectors.inputs,
-        "outputs": model.vectors.outputs,
-    }
-    atomic_write(folder.trainer_state, lambda p: torch.save(state, p))
-    save_vectors(model.word_vectors(), folder.vectors, binary=True)
+    tensors = {"inputs": model.vectors.inputs, "outputs": model.vectors.outputs}
+    save_state(folder, "word2vec", step, model, tensors, model.word_vectors())
 
 
 def _restore(folder: RunFolder, model: Word2Vec) -> int:
-    if not folder.trainer_state.is_file():
-        raise AttnkitError(
-            f"{folder.root} holds no word2vec run to resume; start it without --resume"
-        )
-    state = torch.load(folder.trainer_state, weights_only=True)
-    if state.get("task") != "word2vec":
-        raise AttnkitError(
-            f"{folder.root} holds a Transformer's run, not word2vec's; choose another train.out_dir"
-        )
-    settings = {**dataclasses.asdict(model.config), "seed": model.seed}
-    changed = [
-        k for k, v in settings.items() if {**state["settings"], "seed": state["seed"]}[k] != v
-    ]
-    if changed:
-        raise AttnkitError(
-            f"{folder.root} was trained with other {', '.join(changed)}; resume with the "
-            "settings the run started with, or start a new run"
-        )
-    if state["words"] != model.words or not torch.equal(state["counts"], model.counts):
-        raise AttnkitError(
-            f"the vocabulary of {folder.root} differs from the one this config's text gives; "
-            "resume with the config and text the run started with"
-        )
-    # steps recorded after the last save are trained again: their records go
-    folder.write_metrics(
-        r for r in folder.read_metrics() if r["step"] <= state["step"] and "train_loss" in r
-    )
+    state = restore_state(folder, "word2vec", model)
     model.vectors.inputs.copy_(state["inputs"])
     model.vectors.outputs.copy_(state["outputs"])
-    log.info("resuming word2vec at step %d", state["step"])
     return int(state["step"])
-
-
-def _finish(folder: RunFolder, model: Word2Vec, step: int) -> list[dict[str, Any]]:
-    """Score the vectors on the benchmarks gensim ships, if it is installed; draw the curves."""
-    vectors = model.word_vectors()
-    try:
-        paths = {name: evaluation.benchmark_file(name) for name in evaluation.BENCHMARKS}
-    except AttnkitError as err:
-        log.info("the vectors are not scored: %s", err)
-        paths = {}
-    if paths:
-        record: dict[str, Any] = {"step": step}
-        for name in ("wordsim353", "simlex999"):
-            try:
-                score = evaluation.word_similarity(vectors, paths[name])
-            except AttnkitError as err:  # a small vocabulary may know too few pairs
-                log.info("%s is not scored: %s", name, err)
-                continue
-            record[name], record[f"{name}_coverage"] = score.spearman, score.coverage
-        analogies = evaluation.analogies(vectors, paths["analogies"])
-        record["analogy"], record["analogy_coverage"] = analogies.accuracy, analogies.coverage
-        folder.append_metrics(record)
-        log.info(
-            "WordSim-353 rho %.3f, SimLex-999 rho %.3f, analogies %.1f%% (of %.0f%% asked)",
-            record.get("wordsim353", float("nan")), record.get("simlex999", float("nan")),
-            100 * analogies.accuracy, 100 * analogies.coverage,
-        )  # fmt: skip
-    history = folder.read_metrics()
-    losses = [{k: r[k] for k in ("step", "train_loss", "lr")} for r in history if "train_loss" in r]
-    plot_curves(losses, folder.curves)
-    return history

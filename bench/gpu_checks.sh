@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The GPU checks of attnkit, in one call on a machine with one CUDA GPU: the suite's CUDA-
+# sensitive tests, training against nanoGPT's loop, nanoGPT's GPU recipe end to end, and
+# decoding against transformers' generate. Run from the repository root with the Tiny
+# Shakespeare text under DATA (default ../shared/data); results and logs go to OUT.
+#
+#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode]
+set -uo pipefail
+export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/attnkit-gpu}
+DATA=${DATA:-../shared/data}
+mkdir -p "$OUT"
+steps=${*:-tests train recipe fsdp decode}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
+
+for step in $steps; do
+    start=$(date +%s)
+    case $step in
+    tests)
+        python -m pytest -q -x -p no:cacheprovider -n 4 tests/models/test_models.py \
+            tests/train/test_trainer.py tests/nn/test_lora.py tests/data/test_lm_windows.py \
+            tests/train/test_loss_watch.py tests/train/test_trainer_cuda.py tests/generation \
+            tests/train/test_activation_checkpointing.py \
+            2>&1 | tail -15 ;;
+    train)
+        python -m bench train --device cuda --data-dir "$DATA" --steps 300 --warmup 100 \
+            --window 50 --modes ${MODES:-auto default} --profile "$OUT" --out "$OUT/train_gpu" 2>&1 \
+            | grep -v Warning | tail -12 ;;
+    recipe)
+        recipe=(tinyshakespeare_char_gpu --set "data.data_dir=$DATA")
+        python -m attnkit train "${recipe[@]}" --set "train.out_dir=$OUT/recipe" \
+            > "$OUT/recipe.log" 2>&1 || {
+            echo "the recipe failed (log: recipe.log); again with torch's default compile mode"
+            python -m attnkit train "${recipe[@]}" --set "train.out_dir=$OUT/recipe_default" \
+                --set train.compile_mode=default > "$OUT/recipe_default.log" 2>&1
+        }
+        run="$OUT/recipe"; [ -f "$OUT/recipe_default/metrics.jsonl" ] && run="$OUT/recipe_default"
+        tail -3 "$OUT/recipe.log"
+        python -m attnkit generate "$run" --device cuda --prompt $'\n' --max-new-tokens 500 \
+            --top-k 200 --temperature 0.8 --seed 1337 > "$OUT/sample.txt" 2>&1
+        cp "$run/metrics.jsonl" "$OUT/recipe_metrics.jsonl"
+        python - "$OUT/recipe_metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
+speed = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r]
+best = min(val, key=lambda x: x[1])
+print("val", " ".join(f"{s}:{v:.4f}" for s, v in val))
+print(f"best {best[1]:.4f} at {best[0]}, last {val[-1][1]:.4f}; tokens/s median "
+      f"{sorted(speed)[len(speed) // 2]:,.0f}")
+PY
+        ;;
+    fsdp)
+        python -m bench fsdp --device cuda 2>&1 | grep -v Warning | tail -12 ;;
+    decode)
+        python -m bench generate --device cuda --reps 2 --out "$OUT/generate_gpu" 2>&1 \
+            | grep -v "Writing model" | tail -20 ;;
+    esac
+    echo "[$step took $(( $(date +%s) - start )) s]"
+done

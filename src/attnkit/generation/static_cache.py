@@ -1,0 +1,160 @@
+"""A static KV cache: every tensor keeps its shape and its address from step to step.
+
+A decoding step of a small model on a GPU costs mostly the launch of its many
+small kernels (about 5 ms a token for GPT-2 small, whatever the batch). Captured
+once as a CUDA graph and replayed, the step costs one launch; but a graph
+replays the same kernels on the same memory, so nothing in it may change shape
+or move: not the keys held, not the mask, not the position. gpt-fast's answer,
+taken here: keys and values of all `capacity` positions in buffers allocated
+once, written in place at the step's slot s, and attention over every slot,
+
+    K[:, :, s] <- k_t,   V[:, :, s] <- v_t,
+    mask[b, j] = real[b, j] and j <= s      (slots not yet written are masked)
+                 or j = s                  (a padding query sees its own key)
+
+so only tensor values change between steps (the slot, the mask, each row's
+count of real tokens). Rows never leave: a finished row decodes on, and its
+tokens are set to padding by the caller. The buffers are marked as static
+addresses, so torch.compile's CUDA graphs may write them in place.
+
+It answers the same calls as `attnkit.nn.kv_cache.KVCache` (`extend`, each
+layer's `update` and `memory`), for the models without a ring window, a
+monotonic window or a copy mechanism (`supports`); `from_cache` takes over a
+cache the model made, with its cross-attention keys and values.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.nn.kv_cache import HeldKV, KVCache
+from attnkit.nn.masks import padding_mask
+
+
+def supports(cache: KVCache) -> bool:
+    """Whether a static cache can stand in for `cache`: no ring, window focus or copying."""
+    return not cache.ring and cache.monotonic is None and cache.copy_source is None
+
+
+class StaticLayerKV:
+    """One layer's view of a `StaticKVCache`, handed to that layer's attention."""
+
+    moves_focus = False
+
+    def __init__(self, cache: StaticKVCache, index: int) -> None:
+        self.cache, self.index = cache, index
+
+    def update(self, k: Tensor, v: Tensor) -> HeldKV:
+        """Write the new positions' keys and values at their slots; return every slot's."""
+        kv = self.cache.kv[self.index]
+        kv[0].index_copy_(2, self.cache.slots_written, k)
+        kv[1].index_copy_(2, self.cache.slots_written, v)
+        return HeldKV(kv[0], kv[1])
+
+    def memory(self) -> tuple[Tensor, Tensor] | None:
+        memory_kv = self.cache.memory_kv
+        return None if memory_kv is None else (memory_kv[self.index, 0], memory_kv[self.index, 1])
+
+    def memory_window(self) -> None:
+        return None
+
+
+class StaticKVCache:
+    """Self-attention keys and values of every layer in fixed buffers, and cross-attention's.
+
+    kv: (layers, 2, batch, kv_heads, capacity, d_head), slot p holding position p of the
+        (left-padded) sequence; read whole at every step, under `mask`.
+    key_mask: (batch, capacity) True where a real token's key has been written.
+    n_real: (batch,) real tokens so far: the next token's position.
+    slot: () the next slot to write.
+    memory_kv, memory_mask, group: as `KVCache`'s (an encoder-decoder's memory).
+    """
+
+    ring = False
+    monotonic = None
+    copy_source = None
+    memory_window = None
+
+    def __init__(
+        self,
+        n_layers: int,
+        batch_size: int,
+        n_kv_heads: int,
+        d_head: int,
+        capacity: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.capacity = capacity
+        shape = (n_layers, 2, batch_size, n_kv_heads, capacity, d_head)
+        self.kv = torch.zeros(shape, dtype=dtype, device=device)
+        self.key_mask = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
+        self.n_real = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.slot = torch.zeros((), dtype=torch.long, device=device)
+        self.slots = torch.arange(capacity, device=device)
+        self.slots_written = self.slot[None]
+        self.mask: Tensor | None = None
+        self.memory_kv: Tensor | None = None
+        self.memory_mask: Tensor | None = None
+        self.group = 1
+        self.layers = [StaticLayerKV(self, i) for i in range(n_layers)]
+        for buffer in (self.kv, self.key_mask, self.n_real, self.slot):
+            torch._dynamo.mark_static_address(buffer)
+
+    @classmethod
+    def from_cache(cls, cache: KVCache) -> StaticKVCache:
+        """An empty static cache of `cache`'s size, with its cross-attention keys and values."""
+        layers, _, batch, kv_heads, capacity, d_head = cache.kv.shape
+        static = cls(
+            layers, batch, kv_heads, d_head, capacity, dtype=cache.kv.dtype, device=cache.kv.device
+        )
+        static.memory_kv, static.memory_mask, static.group = (
+            cache.memory_kv,
+            cache.memory_mask,
+            cache.group,
+        )
+        return static
+
+    @property
+    def batch_size(self) -> int:
+        return self.key_mask.shape[0]
+
+    def extend(self, key_mask: Tensor | None, n: int) -> Tensor:
+        """Take the next `n` slots for new tokens; return their positions (batch, n).
+
+        Sets `mask` (batch, 1, n, capacity): query i sees the real keys up to its own slot.
+        """
+        written = self.slot + torch.arange(n, device=self.slot.device)
+        real = torch.ones_like(self.key_mask[:, :n]) if key_mask is None else key_mask
+        self.key_mask.index_copy_(1, written, real)
+        positions = self.n_real[:, None] + real.long().cumsum(-1) - 1
+        self.n_real += real.sum(-1)
+        self.slots_written = written
+        causal = self.slots[None, :] <= written[:, None]  # (n, capacity)
+        # A padding query (left padding of a prompt) sees its own key, so no row is empty.
+        own = self.slots[None, :] == written[:, None]
+        self.mask = (padding_mask(self.key_mask) & causal[None, None]) | own[None, None]
+        self.slot += n
+        return positions.clamp(min=0)
+
+    def distance(self) -> Tensor:
+        """(new queries, capacity) distance from each new query's slot to each slot."""
+        return self.slots_written[:, None] - self.slots[None, :]
+
+
+def compiled_step(model: nn.Module) -> Callable[[Tensor, StaticKVCache], Tensor]:
+    """`model.decode_step` compiled for one new token a row on a `StaticKVCache`: one graph,
+    replayed as a CUDA graph on a GPU (`reduce-overhead`)."""
+    return functools.partial(_compiled(type(model)), model)
+
+
+@functools.cache
+def _compiled(kind: type) -> Callable:
+    # Compiled once per model class, with the model an argument (torch.compile keeps a graph
+    # for each model it meets), so that no cache here holds a model alive.
+    return torch.compile(kind.decode_step, mode="reduce-overhead", fullgraph=True)

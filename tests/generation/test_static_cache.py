@@ -1,0 +1,124 @@
+"""The static cache: the same tokens as the dynamic one on every model shape, one graph a step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnkit.generation import generate, static_cache
+from attnkit.generation.config import resolve
+from attnkit.generation.state import prefill
+from tests.helpers import peaked, source_batch
+
+VARIANTS = {
+    "plain": {},
+    "gqa": {"n_heads": 4, "n_kv_heads": 2},
+    "rope": {"positional": "rope"},
+    "alibi": {"positional": "alibi"},
+    "learned": {"positional": "learned"},
+    "strided window": {"attention_window": 3, "attention_stride": 2},
+}
+
+
+@pytest.fixture
+def eager_step(monkeypatch) -> list[int]:
+    """The static cache without compilation: what the compiled step computes, quickly. Lists
+    the batch size of every static cache made, so a test sees that one was."""
+    monkeypatch.setattr(static_cache, "_compiled", lambda kind: kind.decode_step)
+    made, take_over = [], static_cache.StaticKVCache.from_cache.__func__
+
+    def counted(cls, cache):
+        made.append(cache.batch_size)
+        return take_over(cls, cache)
+
+    monkeypatch.setattr(static_cache.StaticKVCache, "from_cache", classmethod(counted))
+    return made
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
+def test_greedy_decoding_gives_the_dynamic_caches_tokens(eager_step, shape, variant):
+    model = peaked(shape, **VARIANTS[variant])
+    ids, mask = source_batch()
+    options = {"max_new_tokens": 12}
+    dynamic = generate(model, ids, mask, **options).sequences
+    assert not eager_step
+    static = generate(model, ids, mask, cache_implementation="static", **options).sequences
+    assert eager_step == [len(ids)]  # the static cache decoded (a decoder's crop included)
+    assert torch.equal(static, dynamic)
+
+
+@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
+def test_the_static_state_keeps_every_row_and_matches_the_dynamic_logits(eager_step, shape):
+    model = peaked(shape)
+    ids, mask = source_batch()
+    cfg = resolve(None, {"max_new_tokens": 6}, model.config)
+    dynamic = prefill(model, ids, mask, cfg)[0]
+    static = prefill(
+        model, ids, mask, resolve(cfg, {"cache_implementation": "static"}, model.config)
+    )[0]
+    assert static.static and isinstance(static.cache, static_cache.StaticKVCache)
+    torch.testing.assert_close(static.logits, dynamic.logits, atol=1e-5, rtol=1e-5)
+    for _ in range(5):
+        nxt = dynamic.logits.argmax(-1)[:, None]
+        torch.testing.assert_close(static.step(nxt), dynamic.step(nxt), atol=1e-5, rtol=1e-5)
+    assert static.cache.batch_size == len(ids)
+
+
+def test_finished_rows_yield_padding_and_the_decode_ends_when_all_have(eager_step):
+    model = peaked("decoder")
+    ids, mask = source_batch()
+    options = {"max_new_tokens": 30}
+    dynamic = generate(model, ids, mask, **options)
+    static = generate(model, ids, mask, cache_implementation="static", **options)
+    assert torch.equal(static.sequences, dynamic.sequences)
+    new = static.sequences[:, ids.shape[1] :]
+    ended = (new == 2).int().cumsum(1) > 0  # at or after a row's first EOS
+    after = ended & (ended.int().cumsum(1) > 1)
+    assert after.any() and (new[after] == model.config.pad_id).all()
+    # Every row ends at once: the static loop stops at its first look, as the dynamic one does.
+    every_id = tuple(range(model.config.vocab_size))
+    ended = generate(model, ids, mask, cache_implementation="static", eos_token_id=every_id)
+    assert ended.sequences.shape[1] == ids.shape[1] + 1
+
+
+def test_a_decode_that_slides_past_max_len_stays_dynamic_and_says_so(eager_step, caplog):
+    model = peaked("decoder", max_len=12)
+    ids, mask = source_batch()  # 7 tokens: 9 new ones slide past max_len 12, as nanoGPT's crop
+    options = {"max_new_tokens": 9, "cache_implementation": "static"}
+    dynamic = generate(model, ids, mask, max_new_tokens=9).sequences
+    assert torch.equal(generate(model, ids, mask, **options).sequences, dynamic)
+    assert not eager_step
+    assert "slides past them; decoding on the dynamic cache" in caplog.text
+    generate(model, ids, mask, **{**options, "max_new_tokens": 5})  # fits: static
+    assert eager_step == [len(ids)]
+
+
+@pytest.mark.parametrize(
+    "changes", [{"attention_window": 3}, {"copy_attention": "mean", "unk_id": 3}]
+)
+def test_caches_it_cannot_stand_in_for_stay_dynamic_and_say_so(eager_step, changes, caplog):
+    shape = "encoder-decoder" if "copy_attention" in changes else "decoder"
+    model = peaked(shape, **changes)
+    ids, mask = source_batch()
+    cfg = resolve(None, {"max_new_tokens": 4, "cache_implementation": "static"}, model.config)
+    state = prefill(model, ids, mask, cfg)[0]
+    assert not state.static  # a ring window, a copy mechanism: the dynamic cache decodes
+    assert "decoding on the dynamic cache" in caplog.text
+
+
+@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
+def test_a_decoding_step_on_the_static_cache_compiles_to_one_graph(shape, monkeypatch):
+    model = peaked(shape)
+    ids, mask = source_batch()
+    cfg = resolve(None, {"max_new_tokens": 8}, model.config)
+    cache = prefill(model, ids, mask, cfg)[0].cache
+    static = static_cache.StaticKVCache.from_cache(cache)
+    model.decode_step(torch.ones(len(ids), 3, dtype=torch.long), static)  # a prefix, eagerly
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
+    step = torch.compile(type(model).decode_step, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        for _ in range(3):  # the same graph each step: the slot is a tensor, not a number
+            step(model, torch.ones(len(ids), 1, dtype=torch.long), static)
+    assert int(static.slot) == 6
