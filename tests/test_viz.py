@@ -172,3 +172,13 @@ def test_positional_pictures_refuse_what_they_cannot_draw(tmp_path):
         viz.plot_positional_encoding(tmp_path / "pe.png", 16, 20, layout="zigzag")
     with pytest.raises(AttnkitError, match=r"must be 0 to 15, not \[3, 16\]"):
         viz.plot_positional_encoding(tmp_path / "pe.png", 16, 20, dims=[3, 16])
+
+
+def test_a_small_models_picture_draws_each_default_dimension_once(kept, tmp_path):
+    """d/2 of a 16-dimension model is 8, one of the fixed dimensions; 8 dimensions have no 8."""
+    for d, drawn in ((16, ["dim 0", "dim 1", "dim 4", "dim 8"]), (8, ["dim 0", "dim 1", "dim 2",
+                                                                      "dim 4"])):  # fmt: skip
+        kept.clear()
+        viz.plot_positional_encoding(tmp_path / "pe.png", d, 20)
+        labels = [line.get_label().split(" (")[0] for line in kept[0].axes[1].get_lines()]
+        assert labels == drawn

@@ -247,7 +247,9 @@ def plot_positional_encoding(
         raise AttnkitError("the picture needs an even d_model and a length, both 8 or more.")
     if layout not in SINUSOIDAL_LAYOUTS:
         raise AttnkitError(f"unknown layout {layout!r}; choose {' or '.join(SINUSOIDAL_LAYOUTS)}.")
-    dims = list(dims) if dims else [*POSITION_DIMS, d_model // 4, d_model // 2]
+    if not dims:  # each once, in order, within a small model's dimensions
+        dims = sorted({*POSITION_DIMS, d_model // 4, d_model // 2} & set(range(d_model)))
+    dims = list(dims)
     if not dims or any(not 0 <= d < d_model for d in dims):
         raise AttnkitError(f"the dimensions drawn must be 0 to {d_model - 1}, not {dims}.")
     table = sinusoidal_table(length, d_model, layout, dtype=torch.float64)
