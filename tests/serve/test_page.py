@@ -173,6 +173,13 @@ def test_a_phone_gets_a_page_that_fits_and_a_long_output_scrolls(
     assert result.evaluate("o => getComputedStyle(o).overflowY") == "auto"
     for figure in page.locator("#views figure").all():
         assert figure.bounding_box()["x"] + figure.bounding_box()["width"] <= PHONE["width"]
+    # pictures keep a readable size and scroll in their frames rather than shrink to the phone:
+    # the heat map's cells (63 a side) 12 px at least, the positions picture 720 px wide
+    assert page.evaluate("document.getElementById('heat').width") >= 63 * 12
+    page.wait_for_function("document.getElementById('pe').naturalWidth > 0")
+    assert page.locator("#pe").bounding_box()["width"] == 720
+    frame = page.locator("#positions .scroll")
+    assert frame.evaluate("f => f.scrollWidth > f.clientWidth && f.clientWidth <= 390")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "serve_page_phone.png"), full_page=True)
     page.close()

@@ -1,9 +1,9 @@
 """The runs a server serves: each loaded once, under a name, with what its requests need.
 
 `served_runs(["runs/multi30k_de_en", "mt=runs/other"])` serves the first under its
-folder's name and the second as `mt`. `Served.encode` is where request text enters
-a model: every prompt, chat, input, source and attention text passes through it,
-so a run reads its input over HTTP as `attnkit translate` and training read theirs.
+folder's name and the second as `mt`. `Served.encode` turns request text into the
+ids a model reads: every prompt, chat, input, source and attention text passes
+through it, after `Server.texts` has taken it from the request.
 """
 
 from __future__ import annotations

@@ -83,7 +83,11 @@ class Server:
     def texts(
         self, value: str | list[str] | list[int] | list[list[int]], param: str, empty: bool = True
     ) -> list[str] | list[list[int]]:
-        """The texts (or token-id lists) of a request field, 1 to `max_texts` of them."""
+        """The texts (or token-id lists) of a request field, 1 to `max_texts` of them.
+
+        Where a request's text enters: every endpoint reads the texts this returns (prompts,
+        inputs, sources, the attention view's text) from here, so a run's own preparation of
+        its input (as `attnkit translate` reads it) belongs here, once."""
         if isinstance(value, str):
             texts: list[Any] = [value]
         elif value and all(isinstance(x, int) for x in value):

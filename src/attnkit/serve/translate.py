@@ -101,7 +101,7 @@ def _stream(
 @router.post("/attention")
 async def attention(body: AttentionRequest, srv: ServerDep) -> dict[str, Any]:
     served = srv.model(body.model, None, "/v1/attention")
-    srv.texts(body.text, "text", empty=False)
-    await srv.encode(served, [body.text], "text")
-    (view,) = await srv.run((work.attention, served, None), [(body.text, body.output)], True)
+    (text,) = srv.texts(body.text, "text", empty=False)
+    await srv.encode(served, [text], "text")
+    (view,) = await srv.run((work.attention, served, None), [(text, body.output)], True)
     return {"object": "attention", "model": body.model, **view}

@@ -226,13 +226,15 @@ function drawLines(queries, keys, weights) {
 function drawHeat(queries, keys, weights, [rows, columns]) {
   const canvas = $("heat");
   const g = canvas.getContext("2d");
-  const font = `${Math.max(keys.length, queries.length) > 40 ? 9 : 12}px system-ui, sans-serif`;
+  // cells fill the width, but never below 12 px: a label (2 px smaller) stays readable and
+  // apart from its neighbours, and a wider map scrolls in its frame
+  const fits = Math.floor((document.querySelector("main").clientWidth - 80) / Math.max(keys.length, 1));
+  const cell = Math.max(12, Math.min(22, fits));
+  const font = `${Math.min(12, cell - 2)}px system-ui, sans-serif`;
   g.font = font;
   // room for the longest label on each side, no more
   const widest = (labels) => Math.max(...labels.map((t) => g.measureText(short(t)).width), 10);
   const left = Math.ceil(widest(queries)) + 8, top = Math.ceil(widest(keys)) + 8;
-  const room = document.querySelector("main").clientWidth - left - 24;
-  const cell = Math.max(8, Math.min(22, Math.floor(room / Math.max(keys.length, 1))));
   canvas.width = left + cell * keys.length + 10;
   canvas.height = top + cell * queries.length + 10;
   g.font = font;  // a resized canvas forgets its font
