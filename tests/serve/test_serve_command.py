@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,20 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.bench_serve import free_port, rss_mib
 from tests.helpers import tiny_run
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def _serve(run: Path, port: int) -> subprocess.Popen:
@@ -39,7 +26,7 @@ def _serve(run: Path, port: int) -> subprocess.Popen:
 
 def test_the_command_serves_refuses_big_bodies_and_a_busy_port(tmp_path: Path) -> None:
     run = tiny_run(tmp_path / "run", "decoder")
-    port = _free_port()
+    port = free_port()
     server = _serve(run, port)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -53,13 +40,13 @@ def test_the_command_serves_refuses_big_bodies_and_a_busy_port(tmp_path: Path) -
                 assert time.monotonic() < deadline, "the server did not start"
                 time.sleep(0.2)
         assert [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] == ["shakespeare"]
-        before = _rss_mib(server.pid)
+        before = rss_mib(server.pid)
         body = b'{"model": "shakespeare", "prompt": "' + b"x" * 20_000_000 + b'"}'
         for _ in range(3):
             refused = httpx.post(f"{url}/v1/completions", content=body, timeout=60,
                                  headers={"content-type": "application/json"})  # fmt: skip
             assert refused.status_code == 413
-        assert _rss_mib(server.pid) - before < 20  # nothing of the 60 MB stayed (9.6 GB did)
+        assert rss_mib(server.pid) - before < 20  # nothing of the 60 MB stayed (9.6 GB did)
 
         second = _serve(run, port)  # the same port, taken
         out, err = second.communicate(timeout=120)
