@@ -80,7 +80,7 @@ BENCHMARKS = {
     ),
     "serve": Benchmark(
         "bench.bench_serve",
-        "attnkit serve under concurrent clients, batched across requests or not",
+        "attnkit serve: streaming clients, iteration-level batching vs one at a time",
     ),
     "exposure": Benchmark(
         "bench.bench_exposure",

@@ -42,6 +42,19 @@ ARTIFACTS = Path(
 # The text of the run folders `tiny_run` builds: German and English, for their tokenizer.
 RUN_LINES = ["ein hund läuft", "zwei kinder spielen im park", "a dog runs", "the cat sleeps"]
 
+# Sentences that try a sentence encoder's tokenizer and length limit: short, long (over
+# all-MiniLM-L6-v2's 256 tokens), German, Japanese, Russian, punctuation alone, accents, an emoji.
+EDGE_SENTENCES = [
+    "Hi",
+    "A man is playing a guitar on the street.",
+    "The quick brown fox jumps over the lazy dog. " * 40,
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "東京は日本の首都です。",
+    "Привет, как дела?",
+    "?!... -- ;;; ***",
+    "café naïve résumé 😀",
+]
+
 # Two blocks per stack, d_model 32 in 4 heads: the model tests (parity with torch.nn.Transformer).
 WIDE = {"layers": 2, "vocab_size": 50, "d_model": 32, "n_heads": 4, "d_ff": 64, "max_len": 64}
 # The decoding tests' model: as wide, without dropout, so that cached and full forwards agree.
@@ -311,12 +324,15 @@ def source_batch() -> tuple[torch.Tensor, torch.Tensor]:
     return padded_batch([7, 4, 2, 5], 7)
 
 
-def tiny_run(path: Path, shape: str, max_len: int = 40) -> Path:
-    """A run folder at `path`: a one-block-a-stack model of `shape`, a tokenizer of `RUN_LINES`.
+def tiny_run(
+    path: Path, shape: str, max_len: int = 40, kind: str = "char", **changes: object
+) -> Path:
+    """A run folder at `path`: a one-block-a-stack model of `shape` (`changes` to its config),
+    a `kind` tokenizer (characters by default) of `RUN_LINES`.
 
     Its config records the tokenizer's decoding ids, as a trained run's does.
     """
-    tokenizer = Tokenizer.train("char", texts=RUN_LINES * 3)
+    tokenizer = Tokenizer.train(kind, texts=RUN_LINES * 3)
     config = tiny_config(
         shape,
         1,
@@ -324,6 +340,7 @@ def tiny_run(path: Path, shape: str, max_len: int = 40) -> Path:
         max_len=max_len,
         dropout=0.0,
         embedding_dropout=0.0,
+        **changes,
     )
     torch.manual_seed(0)
     model = build_model(with_decoding_ids(config, tokenizer))

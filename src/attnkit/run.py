@@ -7,6 +7,8 @@
     RUN_DIR/tokenizer.pretokenize.json   a Transformer run's [pretokenize] steps, applied
                                          before the tokenizer (`attnkit.pretokenize`)
     RUN_DIR/pretokenize.json             a word-vector run's [pretokenize] steps
+    RUN_DIR/tokenizer_config.json        an imported tokenizer's settings: its chat template
+    RUN_DIR/pooling.json                 how an encoder's sentence vectors are pooled
     RUN_DIR/run_config.toml              the run config it was trained from
     RUN_DIR/trainer_state.pt             what resuming needs (`attnkit.train.checkpoint`)
     RUN_DIR/metrics.jsonl                one JSON record per logged interval or evaluation
@@ -55,6 +57,7 @@ from attnkit.models import TransformerModel, build_model
 from attnkit.nn.adapters import adapter_state_dict
 from attnkit.nn.compute_type import compute_type_of, convert
 from attnkit.nn.lora import merged_copy
+from attnkit.pooling import Pooling, SentenceEncoder
 from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer, pretokenize_file
 from attnkit.weights import check_finite as check_finite  # its old import path, from here
 from attnkit.weights import load_weights
@@ -90,6 +93,8 @@ class RunFolder:
         self.weights = self.root / WEIGHTS_FILE
         self.tokenizer = self.root / TOKENIZER_FILE
         self.fingerprint = self.root / "tokenizer_fingerprint"
+        self.tokenizer_config = self.root / "tokenizer_config.json"  # Hugging Face's
+        self.pooling = self.root / "pooling.json"
         self.run_config = self.root / "run_config.toml"
         self.trainer_state = self.root / "trainer_state.pt"
         self.metrics = self.root / "metrics.jsonl"
@@ -108,7 +113,7 @@ class RunFolder:
         return (
             *(self.config, self.weights, self.tokenizer, self.fingerprint, self.run_config),
             *(self.trainer_state, self.metrics, self.curves, self.vectors, self.pretokenize),
-            self.tokenizer_pretokenize,
+            *(self.tokenizer_pretokenize, self.tokenizer_config, self.pooling),
         )
 
     def owns(self, entry: Path) -> bool:
@@ -202,6 +207,15 @@ class RunFolder:
             )
         return tokenizer
 
+    def read_pooling(self) -> Pooling:
+        """How the model's sentence vectors are pooled: pooling.json's, or mean, normalised."""
+        if not self.pooling.is_file():
+            return Pooling()
+        return Pooling.from_json(self.pooling.read_text(), str(self.pooling))
+
+    def write_pooling(self, pooling: Pooling) -> None:
+        atomic_write(self.pooling, lambda p: p.write_text(pooling.to_json()))
+
     def record_tokenizer(self, tokenizer: Tokenizer) -> None:
         """Record the fingerprint of the vocabulary the model is made with, which loading checks."""
         atomic_write(self.fingerprint, lambda p: p.write_text(tokenizer.fingerprint + "\n"))
@@ -231,6 +245,10 @@ class Run:
     def compute_type(self) -> str:
         """The type the model's linear layers compute in (`attnkit.nn.compute_type`)."""
         return compute_type_of(self.model)
+
+    def sentence_encoder(self) -> SentenceEncoder:
+        """Texts to sentence vectors with an encoder run's own pooling (`read_pooling`)."""
+        return SentenceEncoder(self.model, self.tokenizer, self.folder.read_pooling())
 
 
 def load_run(

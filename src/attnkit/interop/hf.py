@@ -31,6 +31,7 @@ from attnkit.files import atomic_write, replace_folder
 from attnkit.interop.bert import BERT
 from attnkit.interop.bloom import BLOOM
 from attnkit.interop.folder import (
+    inside,
     is_hf_folder,
     read_config,
     read_weights,
@@ -41,6 +42,7 @@ from attnkit.interop.gpt2 import GPT2
 from attnkit.interop.llama import LLAMA, MISTRAL, MIXTRAL
 from attnkit.interop.mapping import Family, dump_tensors, load_tensors
 from attnkit.interop.marian import MARIAN
+from attnkit.interop.sentence_transformers import read_pooling
 from attnkit.models import TransformerModel, build_model
 from attnkit.run import (
     CONFIG_FILE,
@@ -160,18 +162,27 @@ def save_hf(
 def import_hf(src_dir: str | Path, run_dir: str | Path, *, overwrite: bool = False) -> Imported:
     """Turn a Hugging Face folder into an attnkit run folder (with its tokenizer.json).
 
-    The run folder records the tokenizer's fingerprint, which loading checks. A
-    folder that is not empty is refused unless `overwrite` (`new_folder`).
+    The run folder records the tokenizer's fingerprint, which loading checks, and
+    keeps tokenizer_config.json (its chat template) and, from a sentence-transformers
+    folder, the pooling of its sentence vectors. A folder that is not empty is
+    refused unless `overwrite` (`new_folder`).
     """
     target = new_folder(run_dir, overwrite, source=src_dir)
     imported = load_hf(src_dir)
+    pooling = read_pooling(src_dir)
+    settings = Path(src_dir) / "tokenizer_config.json"
+    settings = inside(Path(src_dir), settings, str(settings)) if settings.is_file() else None
 
     def write(stage: Path) -> None:
         save_pretrained(imported.model, stage)
+        folder = RunFolder(stage)
         if imported.tokenizer is not None:
-            folder = RunFolder(stage)
             _copy(imported.tokenizer, folder.tokenizer)
             _record_vocabulary(folder, imported.tokenizer)
+        if settings is not None:
+            _copy(settings, folder.tokenizer_config)
+        if pooling is not None:
+            folder.write_pooling(pooling)
 
     replace_folder(target, write)
     return imported
