@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnkit.errors import AttnkitError
 from attnkit.data.section import prepare_sources
+from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 from attnkit.pooling import SentenceEncoder
 from attnkit.run import Run, load_run

@@ -37,6 +37,7 @@ import torch
 
 from attnkit.data.batch import pad
 from attnkit.generation import left_pad
+from attnkit.models.decoding_state import DecodingState
 from attnkit.nn.kv_cache import KVCache
 from attnkit.serve import cache_rows
 from attnkit.serve.sampler import choose
@@ -179,9 +180,9 @@ class Scheduler(Executor):
         new = max(s.sampling.max_tokens for s in sequences)
         if model.config.shape == "encoder-decoder":
             capacity = 1 if batch.shared else min(1 + new, model.config.max_len)
-            cache = model.new_cache(ids, mask, capacity)
+            cache = model.new_cache(ids, mask, capacity).kv_cache
             start = torch.full((len(sequences), 1), model.config.decoder_start_id)
-            logits = model.decode_step(start.to(model.device), cache)
+            logits = _decode_step(model, start.to(model.device), cache)
         else:
             ids, mask = left_pad(ids, mask)
             capacity = ids.shape[1] + (0 if batch.shared else new)
@@ -212,7 +213,7 @@ class Scheduler(Executor):
                 if batch.shared:
                     batch.cache = cache_rows.compact(batch.cache, model.config.max_len)
                 last = torch.tensor(batch.last, device=device)[:, None]
-                logits = model.decode_step(last, batch.cache)
+                logits = _decode_step(model, last, batch.cache)
                 going = self._choose(batch.rows, logits)
                 if len(going) < len(batch.rows):
                     keep = [i for i, s in enumerate(batch.rows) if s in going]
@@ -290,6 +291,15 @@ class Scheduler(Executor):
             sequence.emit(Failed(sequence.index, error))
         for future, _, _ in jobs:
             future.cancel()
+
+
+def _decode_step(model: Any, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """`decode_step` on a joinable model's keys and values (`cache_rows.joinable`): an
+    encoder-decoder's are its `DecodingState`'s whole, as it copies nothing and has no
+    monotonic window, so the rows are joined and compacted on the `KVCache` alone."""
+    if model.config.shape == "encoder-decoder":
+        return model.decode_step(ids, DecodingState(cache))
+    return model.decode_step(ids, cache)
 
 
 def _run_job(future: Future, fn: Callable, arguments: tuple) -> None:
