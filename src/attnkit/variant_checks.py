@@ -1,7 +1,9 @@
 """The checks of the later variants' settings: each in range, and only where it applies.
 
 The window and its strided, global and random keys; RoPE's and xPos's settings;
-the mixture of experts and its router; the fused attention kernel. Called by
+T5's relative buckets and concatenated positions; the kinds of attention (Linformer,
+location-aware, monotonic); the mixture of experts and its router; the fused
+attention kernel. Called by
 `ModelConfig` when a config is made (`check_variants`), so a config that cannot
 build a working model is refused in one sentence.
 """
@@ -17,6 +19,10 @@ if TYPE_CHECKING:
     from attnkit.config import ModelConfig
 
 ROUTERS = ("topk", "switch")
+ATTENTION_KINDS = ("full", "linformer", "location-aware", "monotonic")
+LINFORMER_SHARING = ("headwise", "key-value", "layerwise")
+# Positions that bias or rotate scores, or neither: nothing to concatenate to the embeddings.
+ABSOLUTE = ("sinusoidal", "learned")
 ROPE_SETTINGS = ("theta", "scaling", "scaling_type", "original_max_len")
 # xPos's largest key factor is (1.4 / 0.4)^(max_len / B); 3.5^64 ~ 1e35 stays under float32's
 # 3.4e38 (and bfloat16's), with room for the values it multiplies.
@@ -30,9 +36,14 @@ def check_variants(c: ModelConfig) -> None:
         non_negative_int(name, getattr(c, name))
     check(
         not (c.attention_global or c.attention_random)
-        or (c.attention_window and c.shape != "decoder" and c.positional != "alibi"),
+        or (
+            c.attention_window
+            and c.shape != "decoder"
+            and c.positional not in ("alibi", "t5-relative")
+        ),
         "attention_global and attention_random add keys to an encoder's window: set "
-        "attention_window, use a shape with an encoder, and a positional other than alibi",
+        "attention_window, use a shape with an encoder, and a positional other than alibi "
+        "or t5-relative",
     )
     check(
         not c.attention_stride or c.attention_window,
@@ -68,6 +79,8 @@ def check_variants(c: ModelConfig) -> None:
             f"rope_scaling_type {c.rope_scaling_type!r} and rope_original_max_len "
             f"{c.rope_original_max_len!r}",
         )
+    _check_relative(c)
+    check_attention_kind(c)
     check(
         not c.n_experts or 1 <= c.n_experts_per_token <= c.n_experts,
         f"n_experts_per_token must be between 1 and n_experts {c.n_experts}, "
@@ -86,4 +99,76 @@ def check_variants(c: ModelConfig) -> None:
     check(
         c.router_aux_loss_coef >= 0,
         f"router_aux_loss_coef must be non-negative, got {c.router_aux_loss_coef!r}",
+    )
+
+
+def _check_relative(c: ModelConfig) -> None:
+    """T5's buckets, and concatenation of absolute positions only."""
+    for name in ("relative_buckets", "relative_max_distance"):
+        non_negative_int(name, getattr(c, name))
+    if c.positional == "t5-relative":
+        check(
+            c.relative_buckets >= 4 and c.relative_buckets % 2 == 0,
+            f"relative_buckets must be even and at least 4 (half a direction's buckets are "
+            f"exact distances, half log-spaced), got {c.relative_buckets}",
+        )
+        check(
+            c.relative_max_distance > c.relative_buckets // 2,
+            f"relative_max_distance {c.relative_max_distance} must exceed the exact distances "
+            f"of a direction, relative_buckets / 2 = {c.relative_buckets // 2} in a decoder",
+        )
+    check(
+        c.positional_combine == "add" or c.positional in ABSOLUTE,
+        f"positional_combine 'concat' joins absolute position vectors to the embeddings; "
+        f"positional {c.positional!r} has none, so leave it 'add' or use one of "
+        f"{', '.join(ABSOLUTE)}",
+    )
+
+
+def check_attention_kind(c: ModelConfig) -> None:
+    """Linformer on an encoder's unwindowed attention; location-aware and monotonic attention
+    on a decoder's cross-attention."""
+    choice("attention_kind", c.attention_kind, ATTENTION_KINDS)
+    choice("linformer_sharing", c.linformer_sharing, LINFORMER_SHARING)
+    for name in ("linformer_k", "location_filters", "location_kernel", "monotonic_chunk"):
+        non_negative_int(name, getattr(c, name))
+    kind = c.attention_kind
+    if kind == "linformer":
+        check(
+            c.shape != "decoder",
+            "attention_kind 'linformer' mixes keys along the whole sequence, so a causal "
+            "decoder's query would see the future; use it with an encoder or encoder-decoder "
+            "model (whose decoder keeps full attention)",
+        )
+        check(
+            1 <= c.linformer_k <= c.max_len,
+            f"linformer_k is the projected length, between 1 and max_len {c.max_len}, got "
+            f"{c.linformer_k}",
+        )
+        check(
+            c.positional in (*ABSOLUTE, "none") and not c.attention_window,
+            "attention_kind 'linformer' projects keys along the sequence, which leaves no "
+            "distance between a query and a key for rope, xpos, alibi, t5-relative or an "
+            "attention_window; use sinusoidal or learned positions and no window",
+        )
+    if kind in ("location-aware", "monotonic"):
+        check(
+            c.shape == "encoder-decoder",
+            f"attention_kind {kind!r} changes cross-attention, which only an encoder-decoder "
+            f"model has, not a {c.shape} one",
+        )
+        check(
+            c.copy_attention == "none",
+            f"attention_kind {kind!r} and copy_attention both read the cross-attention of the "
+            "last layer; use one of them",
+        )
+    check(
+        c.location_kernel % 2 == 1 and c.location_filters >= 1,
+        f"location_kernel must be odd (centred on each source position) and location_filters "
+        f"at least 1, got {c.location_kernel} and {c.location_filters}",
+    )
+    check(c.monotonic_chunk >= 1, f"monotonic_chunk must be at least 1, got {c.monotonic_chunk}")
+    check(
+        c.monotonic_noise >= 0,
+        f"monotonic_noise is a standard deviation, 0 or more, got {c.monotonic_noise!r}",
     )

@@ -127,6 +127,16 @@ class LayerKV:
         allowed (real and within the monotonic window), or None without a window."""
         return self.cache.memory_window
 
+    # Issue 43's hook: what a location-aware or monotonic cross-attention carries from one
+    # step to the next (`nn/alignment_attention.py`), kept per layer and reordered with the rows.
+    def attention_state(self) -> Tensor | None:
+        """This layer's cross-attention state after the last step (None before the first)."""
+        return self.cache.attention_states.get(self.index)
+
+    def keep_attention_state(self, state: Tensor) -> None:
+        """Keep `state` (batch, ...) for this layer's next step."""
+        self.cache.attention_states[self.index] = state
+
     @property
     def moves_focus(self) -> bool:
         """Whether this layer's cross-attention moves the monotonic focus: the last layer's."""
@@ -162,6 +172,8 @@ class KVCache:
         tokens) that each row attended to most at its last step.
     memory_window: (batch, 1, 1, source length) with a window, the source keys
         the current step may attend to; None without one.
+    attention_states: per layer, what an alignment-carrying cross-attention
+        (location-aware, monotonic) keeps from its last step, (batch, ...).
     """
 
     def __init__(
@@ -199,6 +211,7 @@ class KVCache:
         self.monotonic: tuple[int, int] | None = None
         self.focus: Tensor | None = None
         self.memory_window: Tensor | None = None
+        self.attention_states: dict[int, Tensor] = {}
         self.layers = [LayerKV(self, i) for i in range(n_layers)]
 
     @property
@@ -389,6 +402,10 @@ class KVCache:
         if self.focus is not None:
             # The window of the next step comes from the focus (`extend`); beams follow it.
             self.focus = self.focus.index_select(0, index)
+        # Each row's alignment state goes with it, as its keys do.
+        self.attention_states = {
+            layer: state.index_select(0, index) for layer, state in self.attention_states.items()
+        }
         if memory and self.memory_kv is not None:
             rows = index if self.group == 1 else index[:: self.group] // self.group
             self.memory_kv = self.memory_kv.index_select(2, rows)
