@@ -53,6 +53,9 @@ BENCHMARKS = {
     "attention": Benchmark(
         "bench.bench_attention", "causal attention on each fused kernel (attention_backend)"
     ),
+    "linformer": Benchmark(
+        "bench.bench_linformer", "Linformer's self-attention vs full attention, 1k-16k positions"
+    ),
     "window": Benchmark(
         "bench.bench_window", "sliding-window attention block by block vs the window as a mask"
     ),

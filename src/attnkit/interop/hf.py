@@ -8,7 +8,7 @@ into a folder that is not empty unless asked to replace it (`overwrite`), and
 then only one that holds a model; the new folder is complete before anything
 of the old one goes.
 
-GPT-2, LLaMA, Mistral, Mixtral and BLOOM, BERT, and Marian become `DecoderOnly`,
+GPT-2, LLaMA, Mistral, Mixtral and BLOOM, BERT, and Marian and T5 become `DecoderOnly`,
 `EncoderOnly` and `EncoderDecoder` built from a plain `ModelConfig`: every
 difference between the families is a config field, and the same `Block` runs
 them all.
@@ -43,6 +43,7 @@ from attnkit.interop.llama import LLAMA, MISTRAL, MIXTRAL
 from attnkit.interop.mapping import Family, dump_tensors, load_tensors
 from attnkit.interop.marian import MARIAN
 from attnkit.interop.sentence_transformers import read_pooling
+from attnkit.interop.t5 import T5
 from attnkit.models import TransformerModel, build_model
 from attnkit.run import (
     CONFIG_FILE,
@@ -56,7 +57,7 @@ from attnkit.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 FAMILIES: dict[str, Family] = {
-    f.model_type: f for f in (GPT2, LLAMA, MISTRAL, MIXTRAL, BLOOM, BERT, MARIAN)
+    f.model_type: f for f in (GPT2, LLAMA, MISTRAL, MIXTRAL, BLOOM, BERT, MARIAN, T5)
 }
 
 
@@ -152,7 +153,7 @@ def save_hf(
     """Write `model` as a Hugging Face folder: config.json, model.safetensors, tokenizer.json.
 
     The family is the first of the shape's that can express the model (decoder:
-    gpt2, llama, mistral, mixtral, bloom; encoder: bert; encoder-decoder: marian); a
+    gpt2, llama, mistral, mixtral, bloom; encoder: bert; encoder-decoder: marian, t5); a
     model none can express is refused, naming the fields. A folder that is not
     empty is refused unless `overwrite` (`new_folder`).
     """

@@ -57,7 +57,7 @@ class EncoderDecoder(TransformerModel):
         tgt_token = TokenEmbedding(c.vocab_size, c.d_model, c.scale_embeddings)
         src_token = (
             tgt_token
-            if c.tie_embeddings == "all"
+            if c.tie_embeddings in ("all", "inputs")
             else TokenEmbedding(c.src_vocab_size, c.d_model, c.scale_embeddings)
         )
         self.src_embed = Embed(src_token, c)
@@ -69,7 +69,7 @@ class EncoderDecoder(TransformerModel):
         if c.copy_attention != "none":
             self.copy = PointerGenerator(c.d_model, c.vocab_size, c.unk_id, c.copy_attention)
         self._init_weights()
-        if c.tie_embeddings != "none":
+        if c.tie_embeddings in ("decoder", "all"):
             self.head.weight = tgt_token.weight
 
     @property

@@ -22,6 +22,7 @@ asks once a call.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -140,16 +141,20 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         rotary: Rotary | None = None,
         backend: str = "auto",
+        d_head: int | None = None,
+        scale_scores: bool = True,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if d_model % n_heads or n_heads % n_kv_heads:
+        if (d_head is None and d_model % n_heads) or n_heads % n_kv_heads:
             raise AttnkitError(
-                f"d_model {d_model} must be divisible by n_heads {n_heads}, "
+                f"d_model {d_model} must be divisible by n_heads {n_heads} (or d_head given), "
                 f"and n_heads by n_kv_heads {n_kv_heads}"
             )
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.d_head = d_model // n_heads
+        self.d_head = d_model // n_heads if d_head is None else d_head
+        # T5 scores Q K^T unscaled: queries times sqrt(d_k) cancel the 1/sqrt(d_k) of every path.
+        self.query_scale = None if scale_scores else math.sqrt(self.d_head)
         self.cross = cross
         self.dropout = dropout
         self.rotary = rotary
@@ -165,6 +170,10 @@ class MultiHeadAttention(nn.Module):
     def _heads(self, x: Tensor, n: int) -> Tensor:
         """(batch, length, n * d_head) -> (batch, n, length, d_head), a view."""
         return x.unflatten(-1, (n, self.d_head)).transpose(1, 2)
+
+    def scaled(self, q: Tensor) -> Tensor:
+        """The queries, times sqrt(d_k) when scores are not to be scaled (`scale_scores`)."""
+        return q if self.query_scale is None else q * self.query_scale
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-attention keys and values (batch, kv_heads, source length, d_head) of `memory`."""
@@ -247,7 +256,7 @@ class MultiHeadAttention(nn.Module):
         self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries from `x`; keys and values over the memory, from the cache or projected."""
-        q = self._heads(self.q_proj(x), self.n_heads)
+        q = self.scaled(self._heads(self.q_proj(x), self.n_heads))
         cached = None if cache is None else cache.memory()
         if cached is not None:
             return q, *cached
@@ -263,7 +272,7 @@ class MultiHeadAttention(nn.Module):
         where each row's keys lie (`HeldKV.rows`)."""
         q_dim, kv_dim = self.n_heads * self.d_head, self.n_kv_heads * self.d_head
         q, k, v = self.qkv_proj(x).split((q_dim, kv_dim, kv_dim), dim=-1)
-        q = self._heads(q, self.n_heads)
+        q = self.scaled(self._heads(q, self.n_heads))
         k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
         if self.rotary is not None:
             positions = inputs.positions
