@@ -7,14 +7,20 @@ line at fault: a missing file, invalid UTF-8, a truncated or corrupt `.gz`.
 that arrives as a string (a command-line argument).
 
 `check_writable` tells, before any work, whether an output path can be written, by
-a real write in its `nearest_folder`.
+a real write in its `nearest_folder`, and refuses an output that is one of the
+command's own inputs (`same_file`: the same file under another name, through a
+link, or as standard input), which writing would destroy.
 
 `atomic_write` writes every file attnkit saves (run folders, tokenizers,
 checkpoints) to a temporary name and renames it, so a crash mid-write never
 leaves a half-written file behind; `append_line` adds a whole line or none, and
 `replace_folder` fills a folder only once everything for it is written. A
 write that finds no room (disk full, quota, file too large) stops with
-`WriteError`: the file, the reason, and what is intact.
+`WriteError`: the file, the reason, and what is intact. Only a regular file is
+replaced by renaming: a symbolic link's target is what gets replaced (the link
+stays), and a device, a FIFO or a socket (/dev/stdout, /dev/null, a named pipe)
+is written in place, since renaming over it would put a regular file where the
+system's device was.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import gzip
 import os
 import re
 import shutil
+import stat
+import sys
 import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -84,13 +92,26 @@ def check_utf8(text: str, what: str) -> str:
     return text
 
 
-def check_writable(path: PathLike, what: str) -> Path:
+def check_writable(
+    path: PathLike,
+    what: str,
+    *,
+    inputs: Iterable[tuple[str, PathLike | None]] = (),
+    stdin: bool = False,
+) -> Path:
     """Stop before any work when no file can be written at `path` (missing folders would be
-    made): it is a folder, a file stands where a folder should, or its folder refuses.
+    made): it is a folder, a file stands where a folder should, or its folder refuses; or
+    when `path` is one of the command's `inputs` (each a name for the user and a path) or,
+    with `stdin`, the file standard input reads: writing would replace what is being read.
 
     `what` names the path for the user, e.g. "--output".
     """
     path = Path(path)
+    for name, source in inputs:
+        if source is not None and same_file(path, source):
+            _refuse_input(what, path, name)
+    if stdin and _is_stdin(path):
+        _refuse_input(what, path, "standard input")
     if path.is_dir():
         raise AttnkitError(f"{what} {path} is a folder; give a file path")
     if path.exists() and not path.is_file():
@@ -109,6 +130,32 @@ def check_writable(path: PathLike, what: str) -> Path:
             f"{what} {path} cannot be written: no file can be made in {folder}; choose another path"
         )
     return path
+
+
+def same_file(path: PathLike, other: PathLike) -> bool:
+    """Whether `path` and `other` name one existing file (by another name, a hard or
+    symbolic link, or the same name)."""
+    try:
+        return os.path.samefile(path, other)
+    except (OSError, ValueError):  # one of them missing, or a name the system refuses
+        return False
+
+
+def _is_stdin(path: Path) -> bool:
+    """Whether `path` is the regular file that standard input reads (`< FILE`)."""
+    try:
+        held = os.fstat(sys.stdin.fileno())
+        at = os.stat(path)
+    except (OSError, AttributeError, ValueError):  # no file there, stdin closed or replaced
+        return False
+    return stat.S_ISREG(held.st_mode) and (held.st_dev, held.st_ino) == (at.st_dev, at.st_ino)
+
+
+def _refuse_input(what: str, path: Path, name: str) -> None:
+    raise AttnkitError(
+        f"{what} {path} is also the input ({name}): writing it would destroy what the command "
+        "reads; choose another path"
+    )
 
 
 def nearest_folder(path: PathLike) -> tuple[Path, bool]:
@@ -157,6 +204,12 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     want of room stops with `WriteError`, which names the file and the reason.
     """
     path = Path(path)
+    if path.is_dir():
+        raise AttnkitError(f"{path} is a folder, so no file can be written there; give a file path")
+    if path.exists() and (not path.is_file() or _is_descriptor(path)):
+        return _write_in_place(path, write)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # the link stays, pointing at the new file
     existed = path.exists()
     tmp = None
     try:
@@ -178,6 +231,34 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+    return path
+
+
+def _is_descriptor(path: Path) -> bool:
+    """Whether `path` names one of the process's open files (/dev/stdout, /dev/fd/N,
+    /proc/self/fd/N), directly or through links: what the shell redirected, to be written
+    through that name, even where it is a regular file."""
+    name = str(path)
+    for _ in range(8):  # links to links: /dev/stdout -> /proc/self/fd/1 -> the file
+        if name.startswith(("/proc/", "/dev/fd/")):
+            return True
+        if not os.path.islink(name):
+            return False
+        name = os.path.join(os.path.dirname(name), os.readlink(name))
+    return False
+
+
+def _write_in_place(path: Path, write: Callable[[Path], None]) -> Path:
+    """`write(path)` on a device, FIFO, socket or open descriptor, which renaming over would
+    replace (or, through /proc, cannot reach: /proc/self/fd/1 of a pipe names no file)."""
+    try:
+        write(path)
+    except AttnkitError:
+        raise
+    except OSError as err:
+        raise AttnkitError(
+            f"could not write {path} ({err.strerror or err}); choose another path"
+        ) from None
     return path
 
 

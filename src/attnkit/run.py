@@ -106,6 +106,11 @@ class RunFolder:
             self.tokenizer_pretokenize,
         )
 
+    def inputs(self) -> list[tuple[str, Path]]:
+        """Its files that a command using the run reads, each with its name for the user:
+        what no output of that command may be written over (`check_writable`)."""
+        return [(f"{path.name} of {self.root}", path) for path in self.files if path.is_file()]
+
     def owns(self, entry: Path) -> bool:
         """Whether `entry` of the folder is one attnkit writes there, or the leftover of a
         write it did not finish (a hidden `.tmp` of `atomic_write` or `replace_folder`)."""
