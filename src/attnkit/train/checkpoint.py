@@ -162,17 +162,27 @@ def remove_cut_writes(run_dir: str | Path) -> int:
 
 def check_new_run(run_dir: str | Path) -> None:
     """Refuse to start a new run in `run_dir` when it holds a run (which `--resume`
-    continues) or files that are not one: attnkit never writes over a folder it did not make.
+    continues), a trained model (whose trainer state was deleted, as users do once a run is
+    done: `--overwrite` replaces it) or files that are not one: attnkit never writes over a
+    model without being told to, nor over a folder it did not make.
 
-    A run killed before its first checkpoint (a run config, no trainer state) starts again.
+    A run killed before its first checkpoint (a run config, no weights) starts again.
     """
     folder = RunFolder(run_dir)
     if folder.trainer_state.exists():
         raise AttnkitError(
-            f"{folder.root} already holds a run; pass --resume to continue it or choose "
-            "another train.out_dir"
+            f"{folder.root} already holds a run; pass --resume to continue it, --overwrite "
+            "(overwrite=True) to train a new one in its place, or choose another train.out_dir"
         )
-    if not folder.root.is_dir() or folder.run_config.exists():
+    if not folder.root.is_dir():
+        return
+    if trained := trained_files(folder):
+        raise AttnkitError(
+            f"{folder.root} holds a trained model ({', '.join(trained)}) but no "
+            f"{folder.trainer_state.name} to resume from; pass --overwrite (overwrite=True) to "
+            "train a new one in its place, or choose another train.out_dir"
+        )
+    if folder.run_config.exists():
         return
     # What a start leaves before it writes the run config: the lock, the fingerprint, and
     # under torchrun the tokenizer that rank 0 made for the other ranks.
@@ -184,6 +194,43 @@ def check_new_run(run_dir: str | Path) -> None:
         )
 
 
+def trained_files(folder: RunFolder) -> list[str]:
+    """The names of what in `folder` a training made and a new one would replace: the
+    weights (the latest, the best, a step's) and word vectors."""
+    found = [p.name for p in (folder.weights, folder.vectors) if p.is_file()]
+    if folder.best_weights.is_file():
+        found.append(str(folder.best_weights.relative_to(folder.root)))
+    if steps := folder.saved_steps():
+        found.append(f"{len(steps)} step checkpoints")
+    return found
+
+
+def clear_run(run_dir: str | Path) -> None:
+    """Empty `run_dir` of an earlier run for a new one (`--overwrite`): every file and folder
+    a training writes there goes, so nothing stale (a later step's checkpoint, old metrics)
+    mixes with the new run; a folder holding anything else is refused, since attnkit
+    replaces only what it made."""
+    folder = RunFolder(run_dir)
+    if not folder.root.is_dir():
+        return
+    foreign = sorted(e.name for e in folder.root.iterdir() if not folder.owns(e))
+    if foreign:
+        more = ", ..." if len(foreign) > 5 else ""
+        raise AttnkitError(
+            f"{folder.root} holds {', '.join(foreign[:5])}{more}, which attnkit did not write, "
+            "so it will not replace that folder, even with --overwrite; move them away or "
+            "choose another train.out_dir"
+        )
+    for entry in folder.root.iterdir():
+        if entry == folder.lock:
+            continue  # the lock is checked free, and stays a lock
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    log.info("removed the earlier run in %s (--overwrite)", folder.root)
+
+
 def save_best(run_dir: str | Path, model: TransformerModel) -> Path:
     return atomic_write(
         RunFolder(run_dir).best_weights, lambda p: save_model(merged_copy(model), str(p))
@@ -192,8 +239,15 @@ def save_best(run_dir: str | Path, model: TransformerModel) -> Path:
 
 def load_trainer_state(run_dir: str | Path) -> dict[str, Any]:
     """The trainer state of a run folder; weights_only loading, so it runs no pickled code."""
-    path = RunFolder(run_dir).trainer_state
+    folder = RunFolder(run_dir)
+    path = folder.trainer_state
     if not path.is_file():
+        if trained_files(folder):
+            raise AttnkitError(
+                f"{run_dir} has a trained model but no {path.name} to resume from, so it cannot "
+                "continue; train a new model into another train.out_dir, or in its place with "
+                "--overwrite"
+            )
         raise AttnkitError(
             f"{run_dir} has no {path.name} to resume from; start a new run without --resume"
         )

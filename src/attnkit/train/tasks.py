@@ -87,13 +87,18 @@ def train(
     config: RunConfig,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
     resume_command: str = "attnkit.train.tasks.train(config, resume=True)",
 ) -> TrainResult:
     """Build the task of `config` and train it into the run folder `train.out_dir`.
 
+    A folder that holds a run or a trained model is refused unless `resume` (continue it)
+    or `overwrite` (empty it of the earlier run first: `checkpoint.clear_run`).
     `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
     """
+    if overwrite:
+        _clear_for_new_run(config, resume)
     if config.data.task in VECTOR_TASKS:
         runner = importlib.import_module(f"attnkit.train.{config.data.task}_task")
         return runner.train(
@@ -128,6 +133,17 @@ def train(
         resume_command=resume_command,
     )
     return trainer.fit(resume=resume)
+
+
+def _clear_for_new_run(config: RunConfig, resume: bool) -> None:
+    if resume:
+        raise AttnkitError(
+            "--resume continues the run in train.out_dir and --overwrite replaces it; pass one"
+        )
+    validate(config)
+    folder = RunFolder(config.train.out_dir)
+    lock.check_free(folder)  # a training under way there is not to be emptied
+    ckpt.clear_run(folder.root)
 
 
 def _record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) -> None:
