@@ -82,6 +82,32 @@ def test_a_float_additive_mask_is_refused_not_read_with_padding_inverted(models,
         )
 
 
+@pytest.mark.parametrize("name", ["tiny", "gpt-tiny"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda real: torch.where(real, 0, -10000),  # additive, as in torch.where(ids == pad, ...)
+        lambda real: real.long() * 2,  # 0 / 2
+    ],
+    ids=["additive -10000/0", "0/2"],
+)
+def test_an_integer_mask_other_than_0_1_is_refused_not_read_as_nonzero_keeps(
+    models, name, make
+) -> None:
+    """An int64 additive mask read as bool keeps only the padding (issue 39, BAD 4)."""
+    ids = torch.tensor([[5, 6, 7, 0]])
+    mask = make(torch.tensor([[True, True, True, False]]))
+    with pytest.raises(
+        AttnkitError,
+        match=r"padding mask of \w+ holds torch\.int64 values other than 0 and 1 .*`mask == 0`",
+    ):
+        run(models[name], ids, mask)
+    with pytest.raises(AttnkitError, match=r"padding mask of input_ids holds torch\.int64 values"):
+        generate(
+            models[name], ids, mask, max_new_tokens=2, eos_token_id=(), decoder_start_token_id=1
+        )
+
+
 def test_a_float_source_mask_given_to_decode_is_refused(models) -> None:
     model = models["tiny"]
     src = torch.tensor([[5, 6, 0]])
