@@ -174,9 +174,7 @@ def section_keys(section: str) -> list[Key]:
         if section == "model" and field.name in TOKENIZER_SIZES:
             continue  # the tokenizer sets them; the section refuses them
         default = (
-            field.default
-            if field.default is not dataclasses.MISSING
-            else field.default_factory()  # type: ignore[misc]
+            field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
         )
         keys.append(
             Key(
@@ -202,7 +200,9 @@ def sections() -> list[tuple[str, str]]:
     return out
 
 
-def _table(headers: list[str], rows: list[list[nodes.Node | str]], widths: list[int]) -> nodes.table:
+def _table(
+    headers: list[str], rows: list[list[nodes.Node | str]], widths: list[int]
+) -> nodes.table:
     table = nodes.table(classes=["longtable"])
     group = nodes.tgroup(cols=len(headers))
     table += group

@@ -4,6 +4,9 @@
     RUN_DIR/model.safetensors            the weights (a tied matrix stored once)
     RUN_DIR/tokenizer.json               the tokenizer, when there is one
     RUN_DIR/tokenizer_fingerprint        its vocabulary's fingerprint, checked when loading
+    RUN_DIR/tokenizer.pretokenize.json   a Transformer run's [pretokenize] steps, applied
+                                         before the tokenizer (`attnkit.pretokenize`)
+    RUN_DIR/pretokenize.json             a word-vector run's [pretokenize] steps
     RUN_DIR/run_config.toml              the run config it was trained from
     RUN_DIR/trainer_state.pt             what resuming needs (`attnkit.train.checkpoint`)
     RUN_DIR/metrics.jsonl                one JSON record per logged interval or evaluation

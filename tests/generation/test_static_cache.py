@@ -21,9 +21,18 @@ VARIANTS = {
 
 
 @pytest.fixture
-def eager_step(monkeypatch):
-    """The static cache without compilation: what the compiled step computes, quickly."""
+def eager_step(monkeypatch) -> list[int]:
+    """The static cache without compilation: what the compiled step computes, quickly. Lists
+    the batch size of every static cache made, so a test sees that one was."""
     monkeypatch.setattr(static_cache, "_compiled", lambda kind: kind.decode_step)
+    made, take_over = [], static_cache.StaticKVCache.from_cache.__func__
+
+    def counted(cls, cache):
+        made.append(cache.batch_size)
+        return take_over(cls, cache)
+
+    monkeypatch.setattr(static_cache.StaticKVCache, "from_cache", classmethod(counted))
+    return made
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -33,7 +42,9 @@ def test_greedy_decoding_gives_the_dynamic_caches_tokens(eager_step, shape, vari
     ids, mask = source_batch()
     options = {"max_new_tokens": 12}
     dynamic = generate(model, ids, mask, **options).sequences
+    assert not eager_step
     static = generate(model, ids, mask, cache_implementation="static", **options).sequences
+    assert eager_step == [len(ids)]  # the static cache decoded (a decoder's crop included)
     assert torch.equal(static, dynamic)
 
 
@@ -71,16 +82,29 @@ def test_finished_rows_yield_padding_and_the_decode_ends_when_all_have(eager_ste
     assert ended.sequences.shape[1] == ids.shape[1] + 1
 
 
+def test_a_decode_that_slides_past_max_len_stays_dynamic_and_says_so(eager_step, caplog):
+    model = peaked("decoder", max_len=12)
+    ids, mask = source_batch()  # 7 tokens: 9 new ones slide past max_len 12, as nanoGPT's crop
+    options = {"max_new_tokens": 9, "cache_implementation": "static"}
+    dynamic = generate(model, ids, mask, max_new_tokens=9).sequences
+    assert torch.equal(generate(model, ids, mask, **options).sequences, dynamic)
+    assert not eager_step
+    assert "slides past them; decoding on the dynamic cache" in caplog.text
+    generate(model, ids, mask, **{**options, "max_new_tokens": 5})  # fits: static
+    assert eager_step == [len(ids)]
+
+
 @pytest.mark.parametrize(
     "changes", [{"attention_window": 3}, {"copy_attention": "mean", "unk_id": 3}]
 )
-def test_caches_it_cannot_stand_in_for_stay_dynamic(eager_step, changes):
+def test_caches_it_cannot_stand_in_for_stay_dynamic_and_say_so(eager_step, changes, caplog):
     shape = "encoder-decoder" if "copy_attention" in changes else "decoder"
     model = peaked(shape, **changes)
     ids, mask = source_batch()
     cfg = resolve(None, {"max_new_tokens": 4, "cache_implementation": "static"}, model.config)
     state = prefill(model, ids, mask, cfg)[0]
     assert not state.static  # a ring window, a copy mechanism: the dynamic cache decodes
+    assert "decoding on the dynamic cache" in caplog.text
 
 
 @pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])

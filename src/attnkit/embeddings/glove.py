@@ -42,7 +42,18 @@ from attnkit.kernels.glove import Cooccurrences, CountTable, Parameters
 @dataclass(frozen=True)
 class GloveConfig:
     """The hyper-parameters, named as the paper and the reference tool name them; the [glove]
-    section of a run config."""
+    section of a run config.
+
+    dim: the vectors' dimension (each word has a word vector and a context vector, summed).
+    window: the most words on each side counted as co-occurring.
+    min_count: words seen fewer times are left out of the vocabulary.
+    symmetric: count context on both sides of a word (False: the left side only).
+    distance_weighting: a pair `d` words apart adds 1/d to X_ij (False: adds 1).
+    x_max: counts at or above it get full weight in the loss, f(x) = min(1, (x/x_max)^alpha).
+    alpha: the exponent of that weighting (the paper's 3/4).
+    eta: AdaGrad's initial learning rate.
+    epochs: passes over the non-zero entries of X.
+    """
 
     dim: int = 100
     window: int = 10

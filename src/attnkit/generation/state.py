@@ -61,6 +61,11 @@ class Cached:
         if monotonic_window is not None:
             self.cache.set_monotonic(*monotonic_window)
         self.static = static and static_cache.supports(self.cache)
+        if static and not self.static:
+            log.warning(
+                "cache_implementation 'static' does not serve a ring window, a monotonic "
+                "window or copying; decoding on the dynamic cache"
+            )
         self._step = model.decode_step
         if self.static:
             self.cache = static_cache.StaticKVCache.from_cache(self.cache)
@@ -181,7 +186,16 @@ def prefill(
         )
     capacity = min(prefix.shape[1] + max_new, max_len)
     if cfg.use_cache:
-        static = cfg.cache_implementation == "static" and not crop
+        # A static cache holds the capacity it starts with: it cannot slide past max_len.
+        slides = crop and prefix.shape[1] + max_new > max_len
+        static = cfg.cache_implementation == "static"
+        if static and slides:
+            log.warning(
+                "cache_implementation 'static' holds max_len %d positions and this decode "
+                "slides past them; decoding on the dynamic cache",
+                max_len,
+            )
+            static = False
         state = Cached(
             model, input_ids, mask, prefix, prefix_mask, capacity, cfg.monotonic_window, static
         )
