@@ -171,18 +171,30 @@ def load_vectors(path: PathLike, format: str = "auto", limit: int | None = None)
     return _read_text(path, header=format == "word2vec", limit=limit)
 
 
+# What a text vector's numbers are written with. A binary vector's 4 * dim bytes of float32
+# are mostly other bytes (a float near 0.1 is cd cc cc 3d), so a first vector whose bytes
+# after the word are nearly all of these (a damaged value or a stray Latin-1 byte allowed)
+# is text.
+_TEXT_BYTES = frozenset(b"0123456789+-.eEinfaINFA \t\r")
+
+
 def _sniff(path: Path) -> str:
+    """ "glove" without a word2vec header, else "word2vec" (text) or "word2vec-binary".
+
+    Text and binary are told apart by the bytes after the first word, not by
+    parsing them, so a text file with a malformed value or a byte that is not
+    UTF-8 is read as text and refused naming the line, never taken for binary.
+    """
     with open_binary(path) as f:
         first = f.readline().split()
         if not (len(first) == 2 and all(x.isdigit() for x in first)):
             return "glove"
         second = f.readline()
-    try:
-        fields = second.decode("utf-8").split()
-        [float(x) for x in fields[1:]]
-    except (UnicodeDecodeError, ValueError):
-        return "word2vec-binary"
-    return "word2vec" if len(fields) == int(first[1]) + 1 else "word2vec-binary"
+    values = second.lstrip(b"\n").partition(b" ")[2].rstrip(b"\n")
+    textual = sum(byte in _TEXT_BYTES for byte in values)
+    if values and textual >= 0.9 * len(values) and any(chr(b).isdigit() for b in values):
+        return "word2vec"
+    return "word2vec-binary"
 
 
 def _header(line: bytes | str, path: Path) -> tuple[int, int]:
@@ -217,12 +229,23 @@ def _read_text(path: Path, header: bool, limit: int | None) -> WordVectors:
         try:
             rows.append(np.array(fields[len(fields) - dim :], dtype=np.float32))
         except ValueError:
-            raise AttnkitError(f"{path}, line {number}: a value is not a number.") from None
+            bad = next(x for x in fields[len(fields) - dim :] if not _is_number(x))
+            raise AttnkitError(
+                f"{path}, line {number}: the value {bad!r} is not a number."
+            ) from None
         # GloVe's larger files have words with spaces in them: the vector is the last dim fields
         words.append(" ".join(fields[: len(fields) - dim]))
     if dim is None or not words:
         raise AttnkitError(f"{path} holds no word vectors.")
     return WordVectors(words, torch.from_numpy(np.stack(rows)))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _read_binary(path: Path, limit: int | None) -> WordVectors:
