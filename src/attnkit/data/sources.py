@@ -41,24 +41,29 @@ def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[s
         )
     else:
         hf_datasets.check_local(d.corpus)
-        folder = Path(d.corpus)
-        paths = []
-        for lang in langs:
-            candidates = (folder / f"{split}.{lang}", folder / f"{split}.{lang}.gz")
-            path = next((p for p in candidates if p.is_file()), None)
-            if path is None:
-                raise AttnkitError(
-                    f"data.corpus {d.corpus!r} is neither a known corpus ({', '.join(CORPORA)}), "
-                    f"a folder holding {split}.{lang} nor a dataset; check data.corpus and "
-                    "data.*_split"
-                )
-            paths.append(path)
+        paths = folder_files(d.corpus, split, langs)
     if len(paths) == 2:
         pairs = list(read_aligned(*paths))
         sides = [[s for s, _ in pairs], [t for _, t in pairs]]
     else:
         sides = [list(read_lines(paths[0]))]
     return _cased(d, sides)
+
+
+def folder_files(corpus: str, split: str, langs: Sequence[str]) -> list[Path]:
+    """The `{split}.{lang}` files (`.gz` too) of a corpus given as a folder, one per language."""
+    paths = []
+    for lang in langs:
+        candidates = (Path(corpus) / f"{split}.{lang}", Path(corpus) / f"{split}.{lang}.gz")
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            raise AttnkitError(
+                f"data.corpus {corpus!r} is neither a known corpus ({', '.join(CORPORA)}), "
+                f"a folder holding {split}.{lang} nor a dataset; check data.corpus and "
+                "data.*_split (or attnkit eval's --corpus and --split)"
+            )
+        paths.append(path)
+    return paths
 
 
 def _cased(d: DataSection, sides: list[list[str]]) -> list[list[str]]:
