@@ -1,9 +1,11 @@
 """A run folder: everything about one model in one place, and the one module that knows its files.
 
     RUN_DIR/config.json                  the ModelConfig
-    RUN_DIR/model.safetensors            the weights (a tied matrix stored once)
+    RUN_DIR/model.safetensors            the weights (a tied matrix stored once), whose
+                                         metadata binds them to their tokenizer's fingerprint
     RUN_DIR/tokenizer.json               the tokenizer, when there is one
-    RUN_DIR/tokenizer_fingerprint        its vocabulary's fingerprint, checked when loading
+    RUN_DIR/tokenizer_fingerprint        the fingerprint the run started with, which every
+                                         weights file it writes carries
     RUN_DIR/tokenizer.pretokenize.json   a Transformer run's [pretokenize] steps, applied
                                          before the tokenizer (`attnkit.pretokenize`)
     RUN_DIR/pretokenize.json             a word-vector run's [pretokenize] steps
@@ -43,7 +45,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file, save_model
 from torch import Tensor
 
@@ -63,6 +65,9 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ADAPTERS_FILE = "adapters.safetensors"  # a model's adapters alone (`attnkit.nn.adapters`)
+# The weights' metadata key of the fingerprint of the vocabulary they were trained with: bound
+# to the weights, so a tokenizer copied in from another run (with its fingerprint file) is seen.
+FINGERPRINT_KEY = "attnkit.tokenizer_fingerprint"
 SHARDS = "sharded"  # a step's sharded checkpoint (`attnkit.train.distributed_checkpoint`)
 _STEP = "step-"
 
@@ -178,9 +183,12 @@ class RunFolder:
     def load_tokenizer(self, check: bool = True) -> Tokenizer:
         """The run's tokenizer; a run folder without one is refused in one sentence.
 
-        With `check`, a tokenizer whose vocabulary is not the one the run recorded
-        (`record_tokenizer`) is refused: another model's tokenizer of the same size
-        would run, and give wrong text. A run that recorded none loads as it is.
+        With `check`, a tokenizer whose vocabulary is not the one the model was
+        trained with (the fingerprint in its weights' metadata, `weights_metadata`)
+        is refused: another model's tokenizer of the same size would run, and give
+        wrong text. A run whose weights record none (saved before attnkit bound
+        them) is checked against its tokenizer_fingerprint file if it has one, and
+        says once that its tokenizer cannot be checked against its weights.
         """
         if not self.tokenizer.is_file():
             raise AttnkitError(
@@ -188,8 +196,13 @@ class RunFolder:
                 "one there"
             )
         tokenizer = Tokenizer.load(self.tokenizer)
-        recorded = self.fingerprint.read_text().strip() if self.fingerprint.is_file() else None
-        if check and recorded is not None and recorded != tokenizer.fingerprint:
+        if not check:
+            return tokenizer
+        recorded = self.bound_fingerprint()
+        if recorded is None:
+            _warn_unbound(self)
+            recorded = self.fingerprint.read_text().strip() if self.fingerprint.is_file() else None
+        if recorded is not None and recorded != tokenizer.fingerprint:
             raise AttnkitError(
                 f"{self.tokenizer} is not the tokenizer the model of {self.root} was made with "
                 f"(its vocabulary's fingerprint is {tokenizer.fingerprint}, the run recorded "
@@ -199,8 +212,33 @@ class RunFolder:
         return tokenizer
 
     def record_tokenizer(self, tokenizer: Tokenizer) -> None:
-        """Record the fingerprint of the vocabulary the model is made with, which loading checks."""
+        """Record the fingerprint of the vocabulary the model is made with, which loading checks.
+
+        Weights written into the folder from now on carry it (`weights_metadata`);
+        weights already there that carry none are bound to it now.
+        """
         atomic_write(self.fingerprint, lambda p: p.write_text(tokenizer.fingerprint + "\n"))
+        if self.weights.is_file() and self.bound_fingerprint() is None:
+            tensors = read_weights(self.weights)
+            metadata = self.weights_metadata()
+            atomic_write(self.weights, lambda p: save_file(tensors, str(p), metadata=metadata))
+
+    def weights_metadata(self) -> dict[str, str]:
+        """The metadata of every weights file attnkit writes into the folder: with the
+        fingerprint the run recorded (`record_tokenizer`), which binds them to their tokenizer."""
+        metadata = {"format": "pt"}
+        if self.fingerprint.is_file():
+            metadata[FINGERPRINT_KEY] = self.fingerprint.read_text().strip()
+        return metadata
+
+    def bound_fingerprint(self) -> str | None:
+        """The fingerprint the weights were written with (None: none, or no readable weights,
+        which loading them refuses in its own sentence)."""
+        try:
+            with safe_open(str(self.weights), "pt") as weights:
+                return (weights.metadata() or {}).get(FINGERPRINT_KEY)
+        except (SafetensorError, OSError):
+            return None
 
     def intact(self, step: int | None) -> str:
         """What a failed write during training left whole: the checkpoint of `step` (or none)."""
@@ -210,6 +248,27 @@ class RunFolder:
             f"the checkpoint of step {step} ({self.step_dir(step)}) is intact: free some space, "
             "then continue with --resume"
         )
+
+
+_unbound_warned: set[Path] = set()  # the runs `_warn_unbound` has spoken of in this process
+
+
+def _warn_unbound(folder: RunFolder) -> None:
+    """Say once per run that its weights record no tokenizer fingerprint to check by."""
+    root = folder.root.resolve()
+    if root in _unbound_warned:
+        return
+    _unbound_warned.add(root)
+    log.warning(
+        "%s: its weights record no fingerprint of the tokenizer they were trained with (saved "
+        "before attnkit bound one, or by save_pretrained alone), so a tokenizer copied in from "
+        "another model would go unnoticed; once you know %s is this model's own, bind them with "
+        "RunFolder(%r).record_tokenizer(Tokenizer.load(%r))",
+        folder.root,
+        folder.tokenizer,
+        str(folder.root),
+        str(folder.tokenizer),
+    )
 
 
 @dataclass(frozen=True)
@@ -258,7 +317,8 @@ def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
     if (kind := compute_type_of(model)) != "float32":
         raise AttnkitError(f"a model converted to {kind} is for decoding; save the float32 model")
     atomic_write(folder.config, lambda p: p.write_text(model.config.to_json()))
-    atomic_write(folder.weights, lambda p: save_model(model, str(p)))
+    metadata = folder.weights_metadata()
+    atomic_write(folder.weights, lambda p: save_model(model, str(p), metadata=metadata))
     if adapters := adapter_state_dict(model):
         # Also alone: what a fine-tuning with adapters adds to its base model.
         atomic_write(folder.root / ADAPTERS_FILE, lambda p: save_file(adapters, str(p)))

@@ -160,18 +160,18 @@ def save_hf(
 def import_hf(src_dir: str | Path, run_dir: str | Path, *, overwrite: bool = False) -> Imported:
     """Turn a Hugging Face folder into an attnkit run folder (with its tokenizer.json).
 
-    The run folder records the tokenizer's fingerprint, which loading checks. A
+    The run folder's weights carry the tokenizer's fingerprint, which loading checks. A
     folder that is not empty is refused unless `overwrite` (`new_folder`).
     """
     target = new_folder(run_dir, overwrite, source=src_dir)
     imported = load_hf(src_dir)
 
     def write(stage: Path) -> None:
-        save_pretrained(imported.model, stage)
-        if imported.tokenizer is not None:
+        if imported.tokenizer is not None:  # recorded first, so the weights carry it
             folder = RunFolder(stage)
             _copy(imported.tokenizer, folder.tokenizer)
             _record_vocabulary(folder, imported.tokenizer)
+        save_pretrained(imported.model, stage)
 
     replace_folder(target, write)
     return imported

@@ -117,7 +117,10 @@ def save_checkpoint(
     saved = folder.saved_steps()
     intact = saved[-1] if saved else None  # the step the trainer state names until replaced
     try:
-        atomic_write(folder.step_weights(step), lambda p: save_model(model, str(p)))
+        metadata = folder.weights_metadata()
+        atomic_write(
+            folder.step_weights(step), lambda p: save_model(model, str(p), metadata=metadata)
+        )
         save_pretrained(model, folder.root)
         atomic_write(folder.trainer_state, lambda p: torch.save(state, p))
         intact = step
@@ -232,8 +235,10 @@ def clear_run(run_dir: str | Path) -> None:
 
 
 def save_best(run_dir: str | Path, model: TransformerModel) -> Path:
+    folder = RunFolder(run_dir)
+    metadata = folder.weights_metadata()
     return atomic_write(
-        RunFolder(run_dir).best_weights, lambda p: save_model(merged_copy(model), str(p))
+        folder.best_weights, lambda p: save_model(merged_copy(model), str(p), metadata=metadata)
     )
 
 
@@ -430,5 +435,6 @@ def average_last(run_dir: str | Path, n: int) -> list[int]:
     if not steps:
         raise AttnkitError(f"{folder.root} has no step checkpoints to average")
     mean = average_weights([folder.step_weights(s) for s in steps])
-    atomic_write(folder.weights, lambda p: save_file(mean, str(p)))
+    metadata = folder.weights_metadata()
+    atomic_write(folder.weights, lambda p: save_file(mean, str(p), metadata=metadata))
     return steps
