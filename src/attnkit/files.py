@@ -4,7 +4,11 @@
 reader, for plain or gzipped (`.gz`) files. Bad input stops with the file and
 line at fault: a missing file, invalid UTF-8, a truncated or corrupt `.gz`.
 `decode_lines` reads standard input the same way, and `check_utf8` checks text
-that arrives as a string (a command-line argument).
+that arrives as a string (a command-line argument). Running text (a language
+model's corpus, a tokenizer's training text) is read with `pieces`: a line longer
+than `PIECE_BYTES` comes in pieces cut before a space between words (at a
+character otherwise), so memory stays bounded on a corpus in one line (text8's
+shape) while the pieces, joined, are the line.
 
 `check_writable` tells, before any work, whether an output path can be written, by
 a real write in its `nearest_folder`, and refuses an output that is one of the
@@ -43,38 +47,85 @@ from attnkit.errors import AttnkitError
 PathLike = str | Path
 
 
-def read_lines(path: PathLike, *, keepends: bool = False) -> Iterator[str]:
+# The most bytes of a line read at once when reading `pieces` of running text: small enough
+# that a corpus in one line costs no more memory than one in short lines, large enough that
+# a piece holds thousands of words.
+PIECE_BYTES = 1 << 12
+_SPACES = frozenset(b" \t\r\n\x0b\x0c")
+
+
+def read_lines(path: PathLike, *, keepends: bool = False, pieces: bool = False) -> Iterator[str]:
     """Yield the lines of a UTF-8 text file (gzipped if it ends in `.gz`).
 
     Line endings are removed unless `keepends`, which a language model wants
-    because a newline is part of its token stream.
+    because a newline is part of its token stream. With `pieces`, a line longer
+    than `PIECE_BYTES` is yielded in pieces (`decode_lines`).
     """
     path = Path(path)
     with open_binary(path) as stream:
-        yield from decode_lines(stream, str(path), keepends=keepends)
+        yield from decode_lines(stream, str(path), keepends=keepends, pieces=pieces)
 
 
-def decode_lines(stream: Iterable[bytes], name: str, *, keepends: bool = False) -> Iterator[str]:
+def decode_lines(
+    stream: Iterable[bytes], name: str, *, keepends: bool = False, pieces: bool = False
+) -> Iterator[str]:
     """Yield the lines of a binary stream (an open file, `sys.stdin.buffer`) as UTF-8 text.
 
     `name` says in errors where the lines come from: a path, "standard input".
+    With `pieces` (a stream with `readline`), a line longer than `PIECE_BYTES` is
+    read and yielded a piece at a time, each cut before a single space between
+    two words, so that a tokenizer that splits at spaces encodes the pieces as it
+    would the line (a piece with no such space is cut between two characters).
     """
-    number = 0
+    number, at = 0, 0  # the line being read, and the byte of it where the next piece starts
     try:
-        for number, raw in enumerate(stream, start=1):
+        raws = _pieces(stream) if pieces else ((raw, True) for raw in stream)  # type: ignore[arg-type]
+        for raw, ends in raws:
+            number += at == 0
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise AttnkitError(
-                    f"{name} line {number} is not valid UTF-8 (byte {err.start} of the line); "
-                    "re-encode it as UTF-8"
+                    f"{name} line {number} is not valid UTF-8 (byte {at + err.start} of the "
+                    "line); re-encode it as UTF-8"
                 ) from None
-            yield line if keepends else line.rstrip("\r\n")
+            at = 0 if ends else at + len(raw)
+            yield line if keepends or not ends else line.rstrip("\r\n")
     except (OSError, EOFError, zlib.error) as err:
         # A truncated or corrupt .gz surfaces only while reading.
         raise AttnkitError(
             f"{name} could not be read after line {number} ({err}); replace the file"
         ) from None
+
+
+def _pieces(stream: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """The lines of `stream` in pieces of about `PIECE_BYTES`, each with whether it ends
+    its line."""
+    carry = b""
+    while raw := carry + (more := stream.readline(PIECE_BYTES)):
+        # readline stops short of its limit only at a newline or at the end of the stream.
+        if raw.endswith(b"\n") or len(more) < PIECE_BYTES:
+            carry = b""
+            yield raw, True
+        else:
+            cut = _cut(raw)
+            carry = raw[cut:]
+            yield raw[:cut], False
+
+
+def _cut(raw: bytes) -> int:
+    """Where to cut a piece off `raw`: before the last single space between two words in its
+    second half, else before the last character that starts in its last 4 bytes."""
+    half = len(raw) // 2
+    at = raw.rfind(b" ", half, len(raw) - 1)
+    while at > half:
+        if raw[at - 1] not in _SPACES and raw[at + 1] not in _SPACES:
+            return at
+        at = raw.rfind(b" ", half, at)
+    for at in range(len(raw) - 1, len(raw) - 5, -1):
+        if raw[at] & 0xC0 != 0x80:  # not a UTF-8 continuation byte: a character starts here
+            return at
+    return len(raw)  # not UTF-8: decoding the piece says where
 
 
 def check_utf8(text: str, what: str) -> str:

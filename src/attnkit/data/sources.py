@@ -72,11 +72,12 @@ def _cased(d: DataSection, sides: list[list[str]]) -> list[list[str]]:
 
 def text_lines(d: DataSection, *, keepends: bool = False) -> Iterator[str]:
     """The lines of a monolingual corpus (with their newline if `keepends`), read lazily:
-    a known one's, a text file's given as data.corpus, or a dataset's text field."""
+    a known one's, a text file's given as data.corpus, or a dataset's text field; a long
+    line comes in pieces (`read_lines`), for running text is all these are read as."""
     if d.corpus not in CORPORA and hf_datasets.is_dataset(d):
         return hf_datasets.train_lines(d, keepends=keepends)
     paths = _text_files(d)
-    return (line for path in paths for line in read_lines(path, keepends=keepends))
+    return (line for path in paths for line in read_lines(path, keepends=keepends, pieces=True))
 
 
 def _text_files(d: DataSection) -> list[Path]:

@@ -151,7 +151,7 @@ def read_eval_set(
     block = min(model.config.max_len - 1, block_size)
     if own_text:  # cut at the fraction training held out, so val is the text it validated on
         dataset = LanguageModelDataset.from_lines(
-            read_lines(corpus, keepends=True),
+            read_lines(corpus, keepends=True, pieces=True),
             tokenizer=run.tokenizer,
             block_size=block,
             split=split,
