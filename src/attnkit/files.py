@@ -2,7 +2,8 @@
 
 `read_lines` is the one reader under the tokenizer's training and every data
 reader, for plain or gzipped (`.gz`) files. Bad input stops with the file and
-line at fault: a missing file, invalid UTF-8, a truncated or corrupt `.gz`.
+line at fault: a missing file, invalid UTF-8, a truncated or corrupt `.gz`. A
+byte-order mark before the first line (Windows editors write one) is dropped.
 `decode_lines` reads standard input the same way, and `check_utf8` checks text
 that arrives as a string (a command-line argument). Running text (a language
 model's corpus, a tokenizer's training text) is read with `pieces`: a line longer
@@ -89,6 +90,8 @@ def decode_lines(
                     f"{name} line {number} is not valid UTF-8 (byte {at + err.start} of the "
                     "line); re-encode it as UTF-8"
                 ) from None
+            if number == 1 and at == 0:  # a byte-order mark some editors put first is no text
+                line = line.removeprefix("\ufeff")
             at = 0 if ends else at + len(raw)
             yield line if keepends or not ends else line.rstrip("\r\n")
     except (OSError, EOFError, zlib.error) as err:

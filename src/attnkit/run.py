@@ -147,10 +147,30 @@ class RunFolder:
         )
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """The records of metrics.jsonl, one dict per line (none if there is no file)."""
+        """The records of metrics.jsonl, one dict per line (none if there is no file).
+
+        A last line cut short (a kill or a full disk mid-append) is left out with a
+        warning: the records before it are whole. A damaged line before the last is
+        refused, naming it.
+        """
         if not self.metrics.is_file():
             return []
-        return [json.loads(line) for line in self.metrics.read_text().splitlines() if line.strip()]
+        lines = self.metrics.read_text(encoding="utf-8", errors="replace").splitlines()
+        records = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                if number == len(lines):
+                    log.warning("%s: its last line is cut short (%s); left out", self.metrics, err)
+                    continue
+                raise AttnkitError(
+                    f"{self.metrics}, line {number} is not a JSON record ({err}); remove that "
+                    "line or restore the file"
+                ) from None
+        return records
 
     def write_metrics(self, records: Iterable[dict[str, Any]] = ()) -> None:
         """Replace metrics.jsonl by `records` (none: an empty file)."""
@@ -174,7 +194,7 @@ class RunFolder:
         if not self.run_config.is_file():
             return {}
         try:
-            return tomllib.loads(self.run_config.read_text()).get("data", {})
+            return tomllib.loads(self.run_config.read_text(encoding="utf-8-sig")).get("data", {})
         except tomllib.TOMLDecodeError as err:
             raise AttnkitError(
                 f"{self.run_config} is not valid TOML ({err}); fix or remove it"
