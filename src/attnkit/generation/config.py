@@ -20,6 +20,7 @@ from attnkit.checks import (
     finite_fields,
     known,
     non_negative_int,
+    of_type,
     positive,
     positive_int,
     within,
@@ -156,6 +157,10 @@ def resolve(
     A model without `eos_id` decodes to max_new_tokens, as Hugging Face's does;
     an encoder-decoder needs a decoder start id from its config or the caller.
     """
+    if config is not None:
+        of_type(
+            "config", config, GenerationConfig, "give options as keywords, or GenerationConfig(...)"
+        )
     config = config or GenerationConfig()
     names = [f.name for f in dataclasses.fields(GenerationConfig)]
     known("option", options, names, owner="generate", otherwise="see GenerationConfig")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit.checks import of_type
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models.block import Block, Weights
@@ -72,6 +73,10 @@ class TransformerModel(nn.Module):
 
     def _check(self, ids: Tensor, mask: Tensor | None, name: str) -> Tensor | None:
         """Validate ids (batch, length) and their padding mask; return the mask as bool."""
+        hint = "make one with torch.tensor(...)"
+        of_type(name, ids, Tensor, hint)
+        if mask is not None:
+            of_type(f"the padding mask of {name}", mask, Tensor, hint)
         if ids.dim() != 2:
             raise AttnkitError(
                 f"{name} must be a (batch, length) tensor of token ids, "

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from attnkit.checks import of_type
 from attnkit.data import (
     CORPORA,
     LanguageModelDataset,
@@ -97,6 +98,7 @@ def train(
     or `overwrite` (empty it of the earlier run first: `checkpoint.clear_run`).
     `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
     """
+    of_type("config", config, RunConfig, "read one with RunConfig.load(path) or from_dict(...)")
     if overwrite:
         _clear_for_new_run(config, resume)
     if config.data.task in VECTOR_TASKS:
