@@ -5,6 +5,7 @@ Detection looks at the bytes, not at whether they parse; the damage is named by 
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,39 @@ def test_binary_files_are_still_told_apart(text_file, tmp_path) -> None:
     binary = save_vectors(vectors, tmp_path / "v.bin", binary=True)
     torch.testing.assert_close(load_vectors(binary).vectors, vectors.vectors, rtol=0, atol=0)
     assert load_vectors(binary).words == vectors.words
+
+
+# -- what a vectors file holds that queries passed over in silence (issue 39, POOR) -------------
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_a_header_count_that_disagrees_with_the_rows_is_said(tmp_path, caplog, binary) -> None:
+    vectors = WordVectors(["a", "b", "c"], torch.eye(3))
+    path = save_vectors(vectors, tmp_path / "v", binary=binary)
+    path.write_bytes(path.read_bytes().replace(b"3 3\n", b"2 3\n", 1))
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        read = load_vectors(path)
+    holds = "more" if binary else "3"
+    assert f"its header says 2 vectors, but it holds {holds}; read {2 if binary else 3}" in (
+        caplog.text
+    )
+    assert len(read) == (2 if binary else 3)
+
+
+def test_a_row_holding_nan_is_said_and_ranks_last(tmp_path, caplog) -> None:
+    rows = torch.tensor([[1.0, 0.0], [0.9, 0.1], [float("nan"), 1.0], [0.0, 1.0]])
+    path = save_vectors(WordVectors(["a", "b", "bad", "d"], rows), tmp_path / "v.txt")
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        vectors = load_vectors(path)
+    assert "1 vectors hold NaN or infinite values (first: 'bad', vector 3)" in caplog.text
+    assert [word for word, _ in vectors.most_similar(["a"], k=3)] == ["b", "d", "bad"]
+
+
+def test_a_word_listed_twice_is_said(tmp_path, caplog) -> None:
+    path = save_vectors(WordVectors(["a", "b", "a"], torch.eye(3)), tmp_path / "v.txt")
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        vectors = load_vectors(path)
+    assert "1 words are listed more than once (first: 'a'); each keeps its first vector" in (
+        caplog.text
+    )
+    assert torch.equal(vectors["a"], torch.tensor([1.0, 0.0, 0.0]))

@@ -19,6 +19,7 @@ text format (no header). `load_vectors` tells them apart by themselves.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ from torch import Tensor
 
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write, open_binary, read_lines
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "word2vec", "word2vec-binary", "glove")
 
@@ -111,7 +114,8 @@ class WordVectors:
     def _top(
         self, query: Tensor, exclude: set[int], k: int, restrict: int | None
     ) -> list[tuple[str, float]]:
-        scores = self.unit[: restrict or len(self)] @ query
+        # A row holding NaN (`load_vectors` warns of it) has no direction: it ranks last.
+        scores = (self.unit[: restrict or len(self)] @ query).nan_to_num(nan=-torch.inf)
         scores[[i for i in exclude if i < len(scores)]] = -torch.inf
         top = scores.topk(min(k, max(len(scores) - len(exclude), 0)))
         return [
@@ -167,8 +171,46 @@ def load_vectors(path: PathLike, format: str = "auto", limit: int | None = None)
     if format == "auto":
         format = _sniff(path)
     if format == "word2vec-binary":
-        return _read_binary(path, limit)
-    return _read_text(path, header=format == "word2vec", limit=limit)
+        return _warn_of_oddities(_read_binary(path, limit), path)
+    return _warn_of_oddities(_read_text(path, header=format == "word2vec", limit=limit), path)
+
+
+def _warn_of_oddities(vectors: WordVectors, path: Path) -> WordVectors:
+    """Say what a file holds that queries would otherwise pass over in silence: rows that are
+    not finite (which rank last) and words listed twice (the first row is the one used)."""
+    bad = (~torch.isfinite(vectors.vectors).all(dim=1)).nonzero().flatten().tolist()
+    if bad:
+        log.warning(
+            "%s: %d vectors hold NaN or infinite values (first: %r, vector %d); they rank last "
+            "in every query",
+            path,
+            len(bad),
+            vectors.words[bad[0]],
+            bad[0] + 1,
+        )
+    repeated = len(vectors.words) - len(vectors.index)
+    if repeated:
+        first = next(w for i, w in enumerate(vectors.words) if vectors.index[w] != i)
+        log.warning(
+            "%s: %d words are listed more than once (first: %r); each keeps its first vector",
+            path,
+            repeated,
+            first,
+        )
+    return vectors
+
+
+def _warn_of_count(path: Path, count: int, found: int | None) -> None:
+    """A word2vec header whose count is not the number of vectors the file holds (None: more,
+    which a binary file's count keeps from being read)."""
+    holds = "more" if found is None else str(found)
+    log.warning(
+        "%s: its header says %d vectors, but it holds %s; read %d",
+        path,
+        count,
+        holds,
+        found or count,
+    )
 
 
 # What a text vector's numbers are written with. A binary vector's 4 * dim bytes of float32
@@ -211,10 +253,10 @@ def _header(line: bytes | str, path: Path) -> tuple[int, int]:
 def _read_text(path: Path, header: bool, limit: int | None) -> WordVectors:
     words: list[str] = []
     rows: list[np.ndarray] = []
-    dim = None
+    dim = count = None
     for number, line in enumerate(read_lines(path), start=1):
         if header and number == 1:
-            dim = _header(line, path)[1]
+            count, dim = _header(line, path)
             continue
         if limit is not None and len(words) >= limit:
             break
@@ -237,6 +279,8 @@ def _read_text(path: Path, header: bool, limit: int | None) -> WordVectors:
         words.append(" ".join(fields[: len(fields) - dim]))
     if dim is None or not words:
         raise AttnkitError(f"{path} holds no word vectors.")
+    if count is not None and limit is None and count != len(words):
+        _warn_of_count(path, count, len(words))
     return WordVectors(words, torch.from_numpy(np.stack(rows)))
 
 
@@ -270,4 +314,6 @@ def _read_binary(path: Path, limit: int | None) -> WordVectors:
             words.append(word.decode("utf-8", errors="replace"))
             vectors[i] = np.frombuffer(buffer, dtype="<f4", count=dim, offset=space + 1)
             at = space + 1 + width
+        if limit is None and (buffer[at:] + f.read(1 << 12)).strip():
+            _warn_of_count(path, count, None)
     return WordVectors(words, torch.from_numpy(vectors))
