@@ -397,3 +397,21 @@ def test_saved_files_get_the_mode_the_umask_gives(tmp_path, umask, mode):
         os.umask(old)
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         assert (tmp_path / "run" / name).stat().st_mode & 0o777 == mode, name
+
+
+def test_integer_weights_are_said_to_be_cast_and_half_floats_are_not(tmp_path, caplog):
+    """int64 weights were cast silently on load (issue 39, POOR); float16 is fine."""
+    for dtype, said in ((torch.int64, True), (torch.float16, False)):
+        run = tiny_run(tmp_path / str(dtype), "decoder")
+
+        def retype(tensors, dtype=dtype):
+            for name in tensors:
+                tensors[name] = tensors[name].to(dtype)
+
+        rewrite_weights(run, retype)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="attnkit"):
+            load_pretrained(run)
+        assert ("tensors are stored as integers" in caplog.text) == said
+        if said:
+            assert "and were cast to torch.float32; a model's weights are floats" in caplog.text

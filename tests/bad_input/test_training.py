@@ -287,3 +287,14 @@ def test_a_nan_loss_before_the_first_checkpoint_says_none_was_saved(tmp_path):
     assert message.startswith("the training loss became nan at step 2")
     assert f"no checkpoint was saved yet in {tmp_path}" in message and "then start again" in message
     assert "intact" not in message
+
+
+# -- silent where a warning belongs (issue 39, POOR) ---------------------------------------------
+
+
+@pytest.mark.parametrize(("warmup", "said"), [(5, True), (2, False)])
+def test_a_warmup_longer_than_the_run_is_said(tmp_path, caplog, warmup, said):
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        trained(tmp_path, warmup=warmup)
+    message = "train.warmup 5 is longer than the run (train.steps 2): the rate rises to 0.0012 at"
+    assert (message in caplog.text) == said

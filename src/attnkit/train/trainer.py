@@ -187,6 +187,15 @@ class Trainer:
         factor = schedule_factor(
             c.schedule, lr=c.lr, warmup=c.warmup, steps=c.steps, min_lr=c.min_lr
         )
+        if c.warmup > c.steps and c.decay_over == "steps":
+            log.warning(
+                "train.warmup %d is longer than the run (train.steps %d): the rate rises to "
+                "%.3g at most, never reaching train.lr %g; lower train.warmup if that is not meant",
+                c.warmup,
+                c.steps,
+                c.lr * factor(c.steps),
+                c.lr,
+            )
         budget = TimeBudget(60 * c.max_minutes, c.steps) if c.decay_over == "minutes" else None
         self.budget = budget
         self.scheduler = build_scheduler(
