@@ -23,6 +23,7 @@ through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut b
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
@@ -118,6 +119,8 @@ def train(
 
     dist.refuse_together(check_folder)
     dist.check_shared_folder(folder.root)
+    if resume:
+        config = _keep_vocabulary(config, folder)
     setup = _build(config)
     if setup.tokenizer is not None and dist.from_env().is_main:
         _record_vocabulary(RunFolder(config.train.out_dir), setup.tokenizer, resume)
@@ -135,6 +138,34 @@ def train(
         resume_command=resume_command,
     )
     return trainer.fit(resume=resume)
+
+
+# The [data] keys that make the tokenizer, which a run folder keeps once it has one.
+_VOCABULARY_KEYS = ("tokenizer", "vocab_size")
+
+
+def _keep_vocabulary(config: RunConfig, folder: RunFolder) -> RunConfig:
+    """`config` with the vocabulary keys of the run it resumes: its model was trained with the
+    tokenizer in the folder, which a resumed run goes on using (and now records so)."""
+    if not folder.tokenizer.is_file():
+        return config
+    saved = folder.data_defaults()
+    kept = {
+        key: saved[key]
+        for key in _VOCABULARY_KEYS
+        if key in saved and saved[key] != getattr(config.data, key)
+    }
+    if not kept:
+        return config
+    log.warning(
+        "%s not applied: a resumed run goes on with the tokenizer its model was trained with, "
+        "%s; start a new train.out_dir for another vocabulary",
+        ", ".join(
+            f"data.{k} {getattr(config.data, k)!r} (the run's is {v!r})" for k, v in kept.items()
+        ),
+        folder.tokenizer,
+    )
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, **kept))
 
 
 def _clear_for_new_run(config: RunConfig, resume: bool) -> None:
