@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,6 +186,30 @@ class RunFolder:
             steps = self.saved_steps()
             intact = self.intact(steps[-1] if steps else None)
             raise WriteError(err.path, err.reason, intact) from None
+
+    def read_trainer_state(self) -> dict[str, Any]:
+        """trainer_state.pt, read without running any pickled code (`weights_only`): a file
+        holding Python objects, a damaged one (cut short, overwritten) or one that is not a
+        trainer state is refused in one sentence that tells them apart."""
+        path = self.trainer_state
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch's own message advises weights_only=False: never
+            if zipfile.is_zipfile(path) and "Unsupported global" in str(err):
+                raise AttnkitError(
+                    f"{path} holds Python objects that attnkit will not unpickle, since "
+                    "unpickling can run code; it is not a trainer state attnkit wrote"
+                ) from None
+            reason = (str(err).splitlines() or [type(err).__name__])[0]
+            if "weights_only" in reason or "Weights only" in reason:
+                reason = "not a file torch.save wrote"
+            raise AttnkitError(
+                f"{path} is damaged ({reason}): it cannot be read, so the run cannot resume "
+                "from it; restore it from a copy, or start a new run"
+            ) from None
+        if not isinstance(state, dict) or ("step" not in state and "task" not in state):
+            raise AttnkitError(f"{path} is not a trainer state attnkit wrote; remove it")
+        return state
 
     def write_run_config(self, toml: str) -> None:
         atomic_write(self.run_config, lambda p: p.write_text(toml))
@@ -371,6 +396,7 @@ def load_pretrained(
                 f"{folder.root} is not an attnkit run folder: {path.name} is missing "
                 "(train a model with `attnkit train` or import one with `attnkit import hf`)"
             )
+    _refuse_hf_folder(folder)
     config = overridden(ModelConfig.from_json(folder.config), overrides or {}, folder.root)
     if _unset_decoding_ids(config) and (tokenizer is not None or folder.tokenizer.is_file()):
         # Runs saved before models recorded their decoding ids have them only in the tokenizer.
@@ -387,6 +413,21 @@ def load_pretrained(
     if compute_type != "float32":
         log.info("%s: linear layers in %s (asked: %s)", folder.root, chosen, compute_type)
     return model
+
+
+def _refuse_hf_folder(folder: RunFolder) -> None:
+    """A Hugging Face model folder (its config.json names a `model_type`) is not a run folder:
+    say so, and how to make one, rather than which of its keys ModelConfig lacks."""
+    try:
+        model_type = json.loads(folder.config.read_text(encoding="utf-8-sig")).get("model_type")
+    except (ValueError, AttributeError):  # not JSON, or not an object: ModelConfig says so
+        return
+    if model_type is not None:
+        raise AttnkitError(
+            f"{folder.root} is a Hugging Face model folder ({model_type}), not an attnkit run "
+            f"folder; import it first with `attnkit import hf {folder.root} RUN_DIR` and give "
+            "RUN_DIR"
+        )
 
 
 def with_decoding_ids(config: ModelConfig, tokenizer: Tokenizer) -> ModelConfig:
@@ -429,9 +470,13 @@ def load_weights(
     try:
         missing, unexpected = model.load_state_dict(tensors, strict=False)
     except RuntimeError as err:
+        # torch lists every tensor, a line each: one sentence names how many and the first.
+        lines = [line.strip() for line in str(err).splitlines() if "mismatch" in line]
+        first = lines[0].rstrip(".") if lines else str(err).splitlines()[0]
         raise AttnkitError(
             f"the weights in {weights_path} do not fit the model of {model.config.shape!r} "
-            f"shape and its config: {err}"
+            f"shape and its config: {len(lines) or 1} tensors differ ({first}); "
+            "was config.json edited after training? put back the one trained with"
         ) from None
     # Tied weights are stored once, so their second name is reported missing; that is fine.
     tied = {name for name in missing if _is_tied(model, name)}

@@ -7,8 +7,10 @@ seem: tests/interop/test_interop_bad_folders.py.)"""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -276,6 +278,31 @@ def test_weights_of_another_model_still_do_not_fit(tmp_path):
     (run / "model.safetensors").write_bytes((tmp_path / "other" / "model.safetensors").read_bytes())
     with pytest.raises(AttnkitError, match="do not fit the model of 'decoder' shape"):
         load_run(run)
+
+
+def test_a_config_whose_d_model_was_edited_gets_one_sentence(tmp_path, capsys):
+    """It printed torch's 15-line dump of every tensor after its first sentence (issue 39)."""
+    run = tiny_run(tmp_path / "run", "decoder")
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "d_model": 2 * config["d_model"]}))
+    with pytest.raises(AttnkitError) as info:
+        load_run(run)
+    message = str(info.value)
+    assert "\n" not in message
+    assert re.search(r"shape and its config: \d\d+ tensors differ \(size mismatch for ", message)
+    assert message.endswith("was config.json edited after training? put back the one trained with")
+    assert main(["generate", str(run), "--prompt", "a"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_hugging_face_folder_is_told_to_be_imported_first(hf_folder, capsys):
+    """It got "ModelConfig has no field 'activation_function'" (issue 39, misleading)."""
+    with pytest.raises(AttnkitError, match=r"is a Hugging Face model folder \(gpt2\), not an"):
+        load_run(hf_folder)
+    assert main(["generate", str(hf_folder), "--prompt", "a"]) == 2
+    assert f"import it first with `attnkit import hf {hf_folder} RUN_DIR`" in (
+        capsys.readouterr().err
+    )
 
 
 def test_an_unknown_device_gets_its_own_sentence(lm_run, capsys):

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import pickle
 import random
 import shutil
 from collections.abc import Callable, Sequence
@@ -256,16 +255,7 @@ def load_trainer_state(run_dir: str | Path) -> dict[str, Any]:
         raise AttnkitError(
             f"{run_dir} has no {path.name} to resume from; start a new run without --resume"
         )
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        # torch's own message advises weights_only=False, which would run the file's code.
-        raise AttnkitError(
-            f"{path} holds Python objects that attnkit will not unpickle, since unpickling can "
-            "run code; it is not a trainer state attnkit wrote"
-        ) from None
-    except Exception as err:
-        raise AttnkitError(f"{path} cannot be read ({err}); it is not a trainer state") from None
+    return folder.read_trainer_state()
 
 
 def load_checkpoint(run_dir: str | Path, model: TransformerModel) -> dict[str, Any]:
