@@ -132,6 +132,18 @@ def of_type(name: str, value: object, kind: type | tuple[type, ...], hint: str =
         )
 
 
+# The largest seed: numpy's generators and torch's both take any int from 0 to it.
+MAX_SEED = 2**32 - 1
+
+
+def seed_value(name: str, value: object) -> None:
+    """A seed must be an int from 0 to MAX_SEED (torch overflows past 2**64, numpy past 2**32)."""
+    check(
+        _is_int(value) and 0 <= value <= MAX_SEED,  # type: ignore[operator]
+        f"{name} must be a whole number from 0 to {MAX_SEED}, not {value!r}",
+    )
+
+
 def _type_name(kind: type) -> str:
     """`kind` as a user writes it: `ModelConfig`, `list`, `torch.Tensor`."""
     package = kind.__module__.split(".")[0]

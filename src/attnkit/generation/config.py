@@ -23,6 +23,7 @@ from attnkit.checks import (
     of_type,
     positive,
     positive_int,
+    seed_value,
     within,
 )
 from attnkit.config import ModelConfig
@@ -94,6 +95,8 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         finite_fields(self)  # NaN passes no comparison: length_penalty has none of its own
         positive_int("max_new_tokens", self.max_new_tokens)
+        if self.seed is not None:
+            seed_value("seed", self.seed)
         non_negative_int("min_new_tokens", self.min_new_tokens, zero="no minimum")
         within("min_new_tokens", self.min_new_tokens, f"[0, {self.max_new_tokens}]")
         positive("temperature", self.temperature)
