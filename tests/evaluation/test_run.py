@@ -140,6 +140,20 @@ def test_a_translation_trained_on_a_folder_is_scored_on_its_files(tmp_path) -> N
         read_eval_set(load_run(run_dir), split="val")
 
 
+def test_the_reverse_demos_run_and_one_language_twice_are_refused_before_any_download(
+    tmp_path, mt_run, capsys
+) -> None:
+    """eval on the demo's run tried to download Multi30k; de->de was scored (issue 39)."""
+    run_dir = tiny_run(tmp_path / "demo", "encoder-decoder")
+    RunFolder(run_dir).write_run_config('[data]\ntask = "reverse"\n')
+    with pytest.raises(AttnkitError, match="trained on the reverse demo's random digit strings"):
+        read_eval_set(load_run(run_dir))
+    with pytest.raises(AttnkitError, match="the source and target languages are both 'en'"):
+        read_eval_set(load_run(mt_run), src_lang="en", tgt_lang="en")
+    assert main(["eval", str(mt_run), "--src-lang", "de", "--tgt-lang", "de"]) == 2
+    assert "the source and target languages are both 'de'" in capsys.readouterr().err
+
+
 # -- grapheme-to-phoneme on cmudict ---------------------------------------------------------------
 
 

@@ -119,6 +119,11 @@ def read_eval_set(
     saved = run.folder.data_defaults()
     model = run.model
     translation = model.config.shape == "encoder-decoder"
+    if saved.get("task") == "reverse" and corpus is None:
+        raise AttnkitError(
+            f"{run.folder.root} was trained on the reverse demo's random digit strings, which "
+            "`attnkit demo` scores (exact match); to score it on a corpus, pass --corpus"
+        )
     corpus = corpus or saved.get("corpus") or ("multi30k" if translation else "tinyshakespeare")
     data_dir = data_dir or saved.get("data_dir")
     own_text = corpus not in CORPORA and Path(corpus).is_file()  # a language model's own text
@@ -131,6 +136,11 @@ def read_eval_set(
             src_lang or saved.get("src_lang") or "de",
             tgt_lang or saved.get("tgt_lang") or "en",
         )
+        if langs[0] == langs[1]:
+            raise AttnkitError(
+                f"the source and target languages are both {langs[0]!r}; a translation is "
+                "scored from one language into another: give --src-lang and --tgt-lang"
+            )
         src_path, ref_path = (
             corpus_files(corpus, split, langs=langs, data_dir=data_dir)
             if known is not None
