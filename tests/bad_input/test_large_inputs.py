@@ -58,7 +58,9 @@ class Counting:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer, self.most = tokenizer, 0
-        self.pad_id = tokenizer.pad_id
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.tokenizer, name)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         self.most = max(self.most, sum(map(len, texts)))

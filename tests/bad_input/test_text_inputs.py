@@ -46,3 +46,18 @@ def test_a_cut_last_line_of_metrics_is_left_out_and_a_damaged_one_named(tmp_path
     folder.metrics.write_text('{"step": 2}\n{"step\n' + json.dumps(whole[1]) + "\n")
     with pytest.raises(AttnkitError, match=r"metrics\.jsonl, line 2 is not a JSON record"):
         folder.read_metrics()
+
+
+def test_text_the_tokenizer_reads_as_unk_is_counted_in_a_warning(caplog) -> None:
+    """Unknown characters became <unk> in training without a word (issue 39, POOR)."""
+    from attnkit.data.datasets import LanguageModelDataset
+    from attnkit.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.train("char", texts=["abc abc abc\n"])
+    lines = ["abc abc abc\n"] * 9 + ["abc xyz abc\n"]  # x, y, z: unknown, in the val split
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        LanguageModelDataset.from_lines(lines, tokenizer=tokenizer, block_size=4, split="train")
+    assert "<unk>" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        LanguageModelDataset.from_lines(lines, tokenizer=tokenizer, block_size=4, split="val")
+    assert "3 of the 12 tokens of the val split of the text are <unk> (25.00%)" in caplog.text

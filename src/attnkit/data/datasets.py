@@ -342,6 +342,7 @@ class LanguageModelDataset(Dataset):
         cut = int(len(stream) * (1.0 - val_fraction))
         # val copies its tail, so that the whole stream is freed once this returns.
         part = stream[:cut] if split == "train" else stream[cut:].copy()
+        _warn_of_unknown(part, tokenizer, f"the {split} split of {name}")
         if len(part) < block_size + 1:
             raise AttnkitError(
                 f"the {split} split of {name} has {len(part)} tokens, "
@@ -366,6 +367,23 @@ class LanguageModelDataset(Dataset):
     @property
     def lengths(self) -> np.ndarray:
         return np.full((len(self), 1), self.block_size + 1, dtype=np.int64)
+
+
+def _warn_of_unknown(ids: np.ndarray, tokenizer: Tokenizer, what: str) -> None:
+    """Say how many tokens of `what` the tokenizer could only read as <unk>: characters its
+    vocabulary lacks, which the model then learns (or is scored on) as one unknown token."""
+    if not tokenizer.has("unk") or not len(ids):
+        return
+    unknown = int(np.count_nonzero(ids == tokenizer.unk_id))
+    if unknown:
+        logger.warning(
+            "%d of the %d tokens of %s are <unk> (%.2f%%): text the tokenizer has no token for; "
+            "a larger vocab_size or a byte-bpe tokenizer reads it",
+            unknown,
+            len(ids),
+            what,
+            100 * unknown / len(ids),
+        )
 
 
 def _joined_chunks(lines: Iterable[str], lines_per_piece: int = 64) -> Iterable[list[str]]:
