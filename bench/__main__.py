@@ -81,6 +81,10 @@ BENCHMARKS = {
     "glove": Benchmark(
         "bench.bench_glove", "GloVe beside word2vec, and against mittens: words/s and quality"
     ),
+    "corpus-memory": Benchmark(
+        "bench.bench_corpus_memory",
+        "peak memory of a language-model run reading a 100 MB corpus in one line vs in lines",
+    ),
     "serve": Benchmark(
         "bench.bench_serve",
         "attnkit serve: streaming clients, iteration-level batching vs one at a time",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -123,6 +124,58 @@ def lookup(what: str, name: str, table: Mapping[str, T]) -> T:
     """The entry `name` of `table`; an unknown name stops with the nearest valid one."""
     known(what, [name], list(table))
     return table[name]
+
+
+def of_type(name: str, value: object, kind: type | tuple[type, ...], hint: str = "") -> None:
+    """A public API's argument `name` must be a `kind` (the Python API's counterpart of a
+    config's checks: a list where a tensor belongs would fail deep inside torch)."""
+    if not isinstance(value, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        wanted = " or ".join(_type_name(k) for k in kinds)
+        raise AttnkitError(
+            f"{name} must be {with_article(wanted)}, not {with_article(type(value).__name__)}"
+            + (f"; {hint}" if hint else "")
+        )
+
+
+# The largest seed: numpy's generators and torch's both take any int from 0 to it.
+MAX_SEED = 2**32 - 1
+
+
+def seed_value(name: str, value: object) -> None:
+    """A seed must be an int from 0 to MAX_SEED (torch overflows past 2**64, numpy past 2**32)."""
+    check(
+        _is_int(value) and 0 <= value <= MAX_SEED,  # type: ignore[operator]
+        f"{name} must be a whole number from 0 to {MAX_SEED}, not {value!r}",
+    )
+
+
+def _type_name(kind: type) -> str:
+    """`kind` as a user writes it: `ModelConfig`, `list`, `torch.Tensor`."""
+    package = kind.__module__.split(".")[0]
+    return (
+        kind.__qualname__
+        if package in ("attnkit", "builtins")
+        else f"{package}.{kind.__qualname__}"
+    )
+
+
+def token_ids(name: str, ids: Sequence[object], vocab_size: int) -> list[int]:
+    """`ids` as a list of ints, each an id of a vocabulary of `vocab_size` tokens."""
+    values = ids.tolist() if hasattr(ids, "tolist") else ids
+    of_type(name, values, (list, tuple), "give a list of token ids or a 1-D tensor")
+    for at, value in enumerate(values):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise AttnkitError(
+                f"{name}[{at}] is {value!r}, not a token id; ids are ints from 0 to "
+                f"{vocab_size - 1}"
+            )
+        if not 0 <= value < vocab_size:
+            raise AttnkitError(
+                f"{name}[{at}] is {value}, which is not an id of this vocabulary of "
+                f"{vocab_size} tokens (0 to {vocab_size - 1})"
+            )
+    return [int(value) for value in values]
 
 
 def _is_int(value: object) -> bool:

@@ -567,7 +567,7 @@ class ModelConfig:
             path = Path(source)
             if not path.is_file():
                 raise AttnkitError(f"no config file at {path}")
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is no JSON
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:

@@ -24,7 +24,6 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -51,16 +50,12 @@ def read_texts(path: PathLike | None = None) -> list[str]:
 def write_lines(lines: Sequence[str], path: PathLike | None = None) -> None:
     """Each of `lines` and a newline, to the file at `path` (its folder made) or to stdout.
 
-    The file is written whole or not at all (`atomic_write`), and a full disk is one sentence.
+    A file is written whole or not at all, a device or a pipe in place, a link's target
+    replaced (`atomic_write`), and a full disk is one sentence.
     """
     text = "".join(f"{line}\n" for line in lines)
     if path is None:
         sys.stdout.write(text)
-        return
-    path = Path(path)
-    if path.exists() and not path.is_file():
-        # A device or pipe (/dev/stdout) cannot be renamed over: it is written in place.
-        path.write_text(text, encoding="utf-8")
         return
     atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 

@@ -1,9 +1,11 @@
 """A run folder: everything about one model in one place, and the one module that knows its files.
 
     RUN_DIR/config.json                  the ModelConfig
-    RUN_DIR/model.safetensors            the weights (a tied matrix stored once)
+    RUN_DIR/model.safetensors            the weights (a tied matrix stored once), whose
+                                         metadata binds them to their tokenizer's fingerprint
     RUN_DIR/tokenizer.json               the tokenizer, when there is one
-    RUN_DIR/tokenizer_fingerprint        its vocabulary's fingerprint, checked when loading
+    RUN_DIR/tokenizer_fingerprint        the fingerprint the run started with, which every
+                                         weights file it writes carries
     RUN_DIR/tokenizer.pretokenize.json   a Transformer run's [pretokenize] steps, applied
                                          before the tokenizer (`attnkit.pretokenize`)
     RUN_DIR/pretokenize.json             a word-vector run's [pretokenize] steps
@@ -34,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +48,7 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file, save_model
 
 from attnkit.config import ModelConfig
@@ -68,6 +72,9 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ADAPTERS_FILE = "adapters.safetensors"  # a model's adapters alone (`attnkit.nn.adapters`)
+# The weights' metadata key of the fingerprint of the vocabulary they were trained with: bound
+# to the weights, so a tokenizer copied in from another run (with its fingerprint file) is seen.
+FINGERPRINT_KEY = "attnkit.tokenizer_fingerprint"
 SHARDS = "sharded"  # a step's sharded checkpoint (`attnkit.train.distributed_checkpoint`)
 _STEP = "step-"
 
@@ -116,6 +123,11 @@ class RunFolder:
             *(self.tokenizer_pretokenize, self.tokenizer_config, self.pooling),
         )
 
+    def inputs(self) -> list[tuple[str, Path]]:
+        """Its files that a command using the run reads, each with its name for the user:
+        what no output of that command may be written over (`check_writable`)."""
+        return [(f"{path.name} of {self.root}", path) for path in self.files if path.is_file()]
+
     def owns(self, entry: Path) -> bool:
         """Whether `entry` of the folder is one attnkit writes there, or the leftover of a
         write it did not finish (a hidden `.tmp` of `atomic_write` or `replace_folder`)."""
@@ -144,10 +156,30 @@ class RunFolder:
         )
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """The records of metrics.jsonl, one dict per line (none if there is no file)."""
+        """The records of metrics.jsonl, one dict per line (none if there is no file).
+
+        A last line cut short (a kill or a full disk mid-append) is left out with a
+        warning: the records before it are whole. A damaged line before the last is
+        refused, naming it.
+        """
         if not self.metrics.is_file():
             return []
-        return [json.loads(line) for line in self.metrics.read_text().splitlines() if line.strip()]
+        lines = self.metrics.read_text(encoding="utf-8", errors="replace").splitlines()
+        records = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                if number == len(lines):
+                    log.warning("%s: its last line is cut short (%s); left out", self.metrics, err)
+                    continue
+                raise AttnkitError(
+                    f"{self.metrics}, line {number} is not a JSON record ({err}); remove that "
+                    "line or restore the file"
+                ) from None
+        return records
 
     def write_metrics(self, records: Iterable[dict[str, Any]] = ()) -> None:
         """Replace metrics.jsonl by `records` (none: an empty file)."""
@@ -163,6 +195,30 @@ class RunFolder:
             intact = self.intact(steps[-1] if steps else None)
             raise WriteError(err.path, err.reason, intact) from None
 
+    def read_trainer_state(self) -> dict[str, Any]:
+        """trainer_state.pt, read without running any pickled code (`weights_only`): a file
+        holding Python objects, a damaged one (cut short, overwritten) or one that is not a
+        trainer state is refused in one sentence that tells them apart."""
+        path = self.trainer_state
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch's own message advises weights_only=False: never
+            if zipfile.is_zipfile(path) and "Unsupported global" in str(err):
+                raise AttnkitError(
+                    f"{path} holds Python objects that attnkit will not unpickle, since "
+                    "unpickling can run code; it is not a trainer state attnkit wrote"
+                ) from None
+            reason = (str(err).splitlines() or [type(err).__name__])[0]
+            if "weights_only" in reason or "Weights only" in reason:
+                reason = "not a file torch.save wrote"
+            raise AttnkitError(
+                f"{path} is damaged ({reason}): it cannot be read, so the run cannot resume "
+                "from it; restore it from a copy, or start a new run"
+            ) from None
+        if not isinstance(state, dict) or ("step" not in state and "task" not in state):
+            raise AttnkitError(f"{path} is not a trainer state attnkit wrote; remove it")
+        return state
+
     def write_run_config(self, toml: str) -> None:
         atomic_write(self.run_config, lambda p: p.write_text(toml))
 
@@ -172,7 +228,7 @@ class RunFolder:
         if not self.run_config.is_file():
             return {}
         try:
-            return tomllib.loads(self.run_config.read_text()).get("data", {})
+            return tomllib.loads(self.run_config.read_text(encoding="utf-8-sig")).get("data", {})
         except tomllib.TOMLDecodeError as err:
             raise AttnkitError(
                 f"{self.run_config} is not valid TOML ({err}); fix or remove it"
@@ -187,9 +243,12 @@ class RunFolder:
     def load_tokenizer(self, check: bool = True) -> Tokenizer:
         """The run's tokenizer; a run folder without one is refused in one sentence.
 
-        With `check`, a tokenizer whose vocabulary is not the one the run recorded
-        (`record_tokenizer`) is refused: another model's tokenizer of the same size
-        would run, and give wrong text. A run that recorded none loads as it is.
+        With `check`, a tokenizer whose vocabulary is not the one the model was
+        trained with (the fingerprint in its weights' metadata, `weights_metadata`)
+        is refused: another model's tokenizer of the same size would run, and give
+        wrong text. A run whose weights record none (saved before attnkit bound
+        them) is checked against its tokenizer_fingerprint file if it has one, and
+        says once that its tokenizer cannot be checked against its weights.
         """
         if not self.tokenizer.is_file():
             raise AttnkitError(
@@ -197,8 +256,13 @@ class RunFolder:
                 "one there"
             )
         tokenizer = Tokenizer.load(self.tokenizer)
-        recorded = self.fingerprint.read_text().strip() if self.fingerprint.is_file() else None
-        if check and recorded is not None and recorded != tokenizer.fingerprint:
+        if not check:
+            return tokenizer
+        recorded = self.bound_fingerprint()
+        if recorded is None:
+            _warn_unbound(self)
+            recorded = self.fingerprint.read_text().strip() if self.fingerprint.is_file() else None
+        if recorded is not None and recorded != tokenizer.fingerprint:
             raise AttnkitError(
                 f"{self.tokenizer} is not the tokenizer the model of {self.root} was made with "
                 f"(its vocabulary's fingerprint is {tokenizer.fingerprint}, the run recorded "
@@ -217,8 +281,33 @@ class RunFolder:
         atomic_write(self.pooling, lambda p: p.write_text(pooling.to_json()))
 
     def record_tokenizer(self, tokenizer: Tokenizer) -> None:
-        """Record the fingerprint of the vocabulary the model is made with, which loading checks."""
+        """Record the fingerprint of the vocabulary the model is made with, which loading checks.
+
+        Weights written into the folder from now on carry it (`weights_metadata`);
+        weights already there that carry none are bound to it now.
+        """
         atomic_write(self.fingerprint, lambda p: p.write_text(tokenizer.fingerprint + "\n"))
+        if self.weights.is_file() and self.bound_fingerprint() is None:
+            tensors = read_weights(self.weights)
+            metadata = self.weights_metadata()
+            atomic_write(self.weights, lambda p: save_file(tensors, str(p), metadata=metadata))
+
+    def weights_metadata(self) -> dict[str, str]:
+        """The metadata of every weights file attnkit writes into the folder: with the
+        fingerprint the run recorded (`record_tokenizer`), which binds them to their tokenizer."""
+        metadata = {"format": "pt"}
+        if self.fingerprint.is_file():
+            metadata[FINGERPRINT_KEY] = self.fingerprint.read_text().strip()
+        return metadata
+
+    def bound_fingerprint(self) -> str | None:
+        """The fingerprint the weights were written with (None: none, or no readable weights,
+        which loading them refuses in its own sentence)."""
+        try:
+            with safe_open(str(self.weights), "pt") as weights:
+                return (weights.metadata() or {}).get(FINGERPRINT_KEY)
+        except (SafetensorError, OSError):
+            return None
 
     def intact(self, step: int | None) -> str:
         """What a failed write during training left whole: the checkpoint of `step` (or none)."""
@@ -228,6 +317,27 @@ class RunFolder:
             f"the checkpoint of step {step} ({self.step_dir(step)}) is intact: free some space, "
             "then continue with --resume"
         )
+
+
+_unbound_warned: set[Path] = set()  # the runs `_warn_unbound` has spoken of in this process
+
+
+def _warn_unbound(folder: RunFolder) -> None:
+    """Say once per run that its weights record no tokenizer fingerprint to check by."""
+    root = folder.root.resolve()
+    if root in _unbound_warned:
+        return
+    _unbound_warned.add(root)
+    log.warning(
+        "%s: its weights record no fingerprint of the tokenizer they were trained with (saved "
+        "before attnkit bound one, or by save_pretrained alone), so a tokenizer copied in from "
+        "another model would go unnoticed; once you know %s is this model's own, bind them with "
+        "RunFolder(%r).record_tokenizer(Tokenizer.load(%r))",
+        folder.root,
+        folder.tokenizer,
+        str(folder.root),
+        str(folder.tokenizer),
+    )
 
 
 @dataclass(frozen=True)
@@ -284,7 +394,8 @@ def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
     if (kind := compute_type_of(model)) != "float32":
         raise AttnkitError(f"a model converted to {kind} is for decoding; save the float32 model")
     atomic_write(folder.config, lambda p: p.write_text(model.config.to_json()))
-    atomic_write(folder.weights, lambda p: save_model(model, str(p)))
+    metadata = folder.weights_metadata()
+    atomic_write(folder.weights, lambda p: save_model(model, str(p), metadata=metadata))
     if adapters := adapter_state_dict(model):
         # Also alone: what a fine-tuning with adapters adds to its base model.
         atomic_write(folder.root / ADAPTERS_FILE, lambda p: save_file(adapters, str(p)))
@@ -317,6 +428,7 @@ def load_pretrained(
                 f"{folder.root} is not an attnkit run folder: {path.name} is missing "
                 "(train a model with `attnkit train` or import one with `attnkit import hf`)"
             )
+    _refuse_hf_folder(folder)
     config = overridden(ModelConfig.from_json(folder.config), overrides or {}, folder.root)
     if _unset_decoding_ids(config) and (tokenizer is not None or folder.tokenizer.is_file()):
         # Runs saved before models recorded their decoding ids have them only in the tokenizer.
@@ -333,6 +445,21 @@ def load_pretrained(
     if compute_type != "float32":
         log.info("%s: linear layers in %s (asked: %s)", folder.root, chosen, compute_type)
     return model
+
+
+def _refuse_hf_folder(folder: RunFolder) -> None:
+    """A Hugging Face model folder (its config.json names a `model_type`) is not a run folder:
+    say so, and how to make one, rather than which of its keys ModelConfig lacks."""
+    try:
+        model_type = json.loads(folder.config.read_text(encoding="utf-8-sig")).get("model_type")
+    except (ValueError, AttributeError):  # not JSON, or not an object: ModelConfig says so
+        return
+    if model_type is not None:
+        raise AttnkitError(
+            f"{folder.root} is a Hugging Face model folder ({model_type}), not an attnkit run "
+            f"folder; import it first with `attnkit import hf {folder.root} RUN_DIR` and give "
+            "RUN_DIR"
+        )
 
 
 def with_decoding_ids(config: ModelConfig, tokenizer: Tokenizer) -> ModelConfig:

@@ -27,6 +27,7 @@ from typing import Any
 
 from tokenizers import Tokenizer as Backend
 
+from attnkit.checks import of_type, token_ids
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write, check_utf8
 from attnkit.pretokenize import Pretokenizer
@@ -184,6 +185,7 @@ class Tokenizer:
         max_length: int | None = None,
     ) -> list[int]:
         """The ids of one text; see `encode_batch`."""
+        of_type("text", text, str, "encode_batch takes a list of texts")
         return self.encode_batch([text], add_bos=add_bos, add_eos=add_eos, max_length=max_length)[0]
 
     def encode_batch(
@@ -202,6 +204,11 @@ class Tokenizer:
             kept; each cut is counted in `n_truncated` and logged as a warning.
         padding: right-pad every sequence with `pad_id` to the longest.
         """
+        if isinstance(texts, str):
+            raise AttnkitError("texts is one string; give a list of strings, or call encode")
+        of_type("texts", texts, (list, tuple), "give a list of strings")
+        for number, text in enumerate(texts):
+            of_type(f"texts[{number}]", text, str)
         prefix = [self.bos_id] if add_bos else []
         suffix = [self.eos_id] if add_eos else []
         room = None
@@ -241,11 +248,15 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         """Clean text from ids (a list or a 1-D tensor); special tokens dropped unless asked."""
+        ids = token_ids("ids", ids, self.vocab_size)
         return self.decode_batch([ids], skip_special=skip_special)[0]
 
     def decode_batch(self, batch: Sequence[Sequence[int]], skip_special: bool = True) -> list[str]:
         """`decode` for many sequences (a list of lists or a 2-D tensor)."""
-        rows = [_as_list(ids) for ids in _as_list(batch)]
+        rows = _as_list(batch) if hasattr(batch, "tolist") else batch
+        of_type("batch", rows, (list, tuple), "give a list of id lists or a 2-D tensor")
+        size = self.vocab_size  # an id outside it was dropped without a word by the backend
+        rows = [token_ids(f"ids of row {n}", row, size) for n, row in enumerate(rows)]
         texts = self.backend.decode_batch(rows, skip_special_tokens=skip_special)
         if self.pretokenizer is not None:
             texts = [self.pretokenizer.restore(text) for text in texts]

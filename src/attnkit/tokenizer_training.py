@@ -176,7 +176,9 @@ class _CountingLines:
         self.files, self.texts, self.keepends, self.count = list(files), texts, keepends, 0
 
     def __iter__(self) -> Iterator[str]:
-        for source in [*(read_lines(f, keepends=self.keepends) for f in self.files), self.texts]:
+        # Files in pieces: a corpus in one line is counted a piece at a time (`read_lines`).
+        files = (read_lines(f, keepends=self.keepends, pieces=True) for f in self.files)
+        for source in [*files, self.texts]:
             for line in source:
                 if line.strip():
                     self.count += 1

@@ -26,11 +26,13 @@ matplotlib.use("Agg")  # files only: no display is needed or assumed
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.backend_bases import FigureCanvasBase
 from torch import Tensor
 
 from attnkit.config import SINUSOIDAL_LAYOUTS
 from attnkit.embeddings.vectors import WordVectors
 from attnkit.errors import AttnkitError
+from attnkit.files import atomic_write, check_writable
 from attnkit.models import EncoderDecoder, TransformerModel
 from attnkit.nn.positional import XPOS_GAMMA, alibi_slopes, rope_frequencies, sinusoidal_table
 
@@ -344,10 +346,27 @@ def plot_model_positions(model: TransformerModel, path: str | Path, length: int 
     return _save(fig, path)
 
 
-def _save(fig: plt.Figure, path: str | Path) -> Path:
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def check_picture(
+    path: str | Path, what: str = "the picture", inputs: Sequence[tuple[str, Path]] = ()
+) -> Path:
+    """Stop before any work when no picture can be written at `path`: its suffix is no
+    picture type matplotlib writes (.png, .svg, .pdf, ...), or `check_writable` refuses it."""
+    path = check_writable(path, what, inputs=inputs)
+    types = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lower().lstrip(".") not in types:
+        known = ", ".join(f".{kind}" for kind in sorted(types))
+        raise AttnkitError(
+            f"{what} {path} needs a picture type as its suffix ({known}); .png is the usual one"
+        )
     return path
+
+
+def _save(fig: plt.Figure, path: str | Path) -> Path:
+    path = check_picture(path)
+    fig.tight_layout()
+    try:
+        # The type by the name's suffix, since the file is written under a temporary name.
+        kind = path.suffix.lower().lstrip(".")
+        return atomic_write(path, lambda p: fig.savefig(p, dpi=120, format=kind))
+    finally:
+        plt.close(fig)

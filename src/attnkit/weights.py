@@ -11,6 +11,7 @@ read their weights here.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -20,6 +21,8 @@ from torch import Tensor
 
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
+
+log = logging.getLogger(__name__)
 
 
 def load_weights(
@@ -31,6 +34,7 @@ def load_weights(
     as damaged (`read_weights`), apart from weights that do not fit the model.
     """
     tensors = read_weights(weights_path, device)
+    _warn_of_integer_weights(model, tensors, weights_path)
     try:
         missing, unexpected = model.load_state_dict(tensors, strict=False)
     except RuntimeError as err:
@@ -46,6 +50,29 @@ def load_weights(
             f"{sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]}"
         )
     return model
+
+
+def _warn_of_integer_weights(
+    model: TransformerModel, tensors: dict[str, Tensor], path: str | Path
+) -> None:
+    """Say that integer tensors were cast to the model's floats (float16 and bfloat16 are
+    floats already, and fine): integer weights are rounded, or not weights at all."""
+    own = model.state_dict()
+    cast = [
+        name
+        for name, tensor in tensors.items()
+        if name in own and own[name].is_floating_point() and not tensor.is_floating_point()
+    ]
+    if cast:
+        log.warning(
+            "%s: %d tensors are stored as integers (first: %r, %s) and were cast to %s; a "
+            "model's weights are floats, so check what wrote the file",
+            path,
+            len(cast),
+            cast[0],
+            tensors[cast[0]].dtype,
+            own[cast[0]].dtype,
+        )
 
 
 def read_weights(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Tensor]:

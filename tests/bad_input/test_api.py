@@ -82,6 +82,32 @@ def test_a_float_additive_mask_is_refused_not_read_with_padding_inverted(models,
         )
 
 
+@pytest.mark.parametrize("name", ["tiny", "gpt-tiny"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda real: torch.where(real, 0, -10000),  # additive, as in torch.where(ids == pad, ...)
+        lambda real: real.long() * 2,  # 0 / 2
+    ],
+    ids=["additive -10000/0", "0/2"],
+)
+def test_an_integer_mask_other_than_0_1_is_refused_not_read_as_nonzero_keeps(
+    models, name, make
+) -> None:
+    """An int64 additive mask read as bool keeps only the padding (issue 39, BAD 4)."""
+    ids = torch.tensor([[5, 6, 7, 0]])
+    mask = make(torch.tensor([[True, True, True, False]]))
+    with pytest.raises(
+        AttnkitError,
+        match=r"padding mask of \w+ holds torch\.int64 values other than 0 and 1 .*`mask == 0`",
+    ):
+        run(models[name], ids, mask)
+    with pytest.raises(AttnkitError, match=r"padding mask of input_ids holds torch\.int64 values"):
+        generate(
+            models[name], ids, mask, max_new_tokens=2, eos_token_id=(), decoder_start_token_id=1
+        )
+
+
 def test_a_float_source_mask_given_to_decode_is_refused(models) -> None:
     model = models["tiny"]
     src = torch.tensor([[5, 6, 0]])
@@ -144,3 +170,57 @@ def test_non_finite_or_fractional_decoding_options_are_refused(option, value, me
     """length_penalty=nan was accepted (NaN temperature and top_p already were not)."""
     with pytest.raises(AttnkitError, match=message):
         GenerationConfig(**{option: value})
+
+
+# -- the Python API's arguments are checked for their type (issue 39, POOR) ---------------------
+
+
+@pytest.mark.parametrize("given", [[[5, 6, 7]], {"input_ids": [5, 6]}, "5 6 7"])
+def test_a_list_or_dict_where_a_tensor_belongs_is_named(models, given) -> None:
+    kind = type(given).__name__
+    model = models["gpt-tiny"]
+    with pytest.raises(AttnkitError, match=rf"ids must be a torch\.Tensor, not an? {kind}; make"):
+        model(given)
+    with pytest.raises(AttnkitError, match=rf"input_ids must be a torch\.Tensor, not an? {kind}"):
+        generate(model, given, max_new_tokens=2)
+    ids = torch.tensor([[5, 6, 7]])
+    with pytest.raises(AttnkitError, match=r"padding mask of input_ids must be a torch\.Tensor"):
+        generate(model, ids, [[1, 1, 1]], max_new_tokens=2)
+
+
+def test_a_dict_where_a_config_belongs_is_named(models) -> None:
+    from attnkit.train.tasks import train
+
+    with pytest.raises(
+        AttnkitError, match="config must be a ModelConfig, not a dict; make one with"
+    ):
+        build_model({"shape": "decoder"})
+    with pytest.raises(
+        AttnkitError, match="config must be a GenerationConfig, not a dict; give options"
+    ):
+        generate(models["gpt-tiny"], torch.tensor([[5]]), config={"max_new_tokens": 2})
+    with pytest.raises(AttnkitError, match="config must be a RunConfig, not a dict; read one"):
+        train({"data": {"task": "language-model"}})
+
+
+def test_tokenizer_arguments_of_the_wrong_type_or_range_are_named() -> None:
+    from attnkit.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.train("char", texts=["a dog runs", "the cat sleeps"])
+    size = tokenizer.vocab_size
+    with pytest.raises(AttnkitError, match="text must be a str, not an int"):
+        tokenizer.encode(123)
+    with pytest.raises(AttnkitError, match="texts is one string; give a list of strings"):
+        tokenizer.encode_batch("a dog")
+    with pytest.raises(AttnkitError, match=r"texts\[1\] must be a str, not a NoneType"):
+        tokenizer.encode_batch(["a dog", None])
+    with pytest.raises(AttnkitError, match=r"ids\[0\] is 'a', not a token id"):
+        tokenizer.decode(["a"])
+    # One unknown id was dropped without a word; -1 overflowed inside the backend.
+    for bad in (size, -1):
+        with pytest.raises(AttnkitError, match=rf"ids\[1\] is {bad}, which is not an id of this "):
+            tokenizer.decode([5, bad])
+    with pytest.raises(AttnkitError, match=rf"ids of row 0\[0\] is {size}, which is not an id"):
+        tokenizer.decode_batch(torch.tensor([[size]]))
+    ids = tokenizer.encode("a dog")
+    assert tokenizer.decode(torch.tensor(ids)) == tokenizer.decode(ids) == "a dog"

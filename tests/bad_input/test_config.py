@@ -472,3 +472,21 @@ def test_guided_attention_is_refused_where_it_cannot_train(
     path = write(tmp_path, GUIDED + f'[train]\nout_dir = "{tmp_path / "run"}"\n')
     sets = [item for s in ["guided_attention.weight=1", *settings] for item in ("--set", s)]
     assert refused(capsys, "train", str(path), *sets).startswith(message)
+
+
+# -- values out of a library's range get attnkit's sentence, not torch's (issue 39, POOR) -------
+
+
+@pytest.mark.parametrize("value", [-1, 2**32, 2**70])
+def test_a_seed_out_of_range_is_one_sentence_before_torch_or_numpy_sees_it(value, lm_run, capsys):
+    from attnkit.generation import GenerationConfig
+    from attnkit.train import RunConfig
+
+    sentence = f"must be a whole number from 0 to 4294967295, not {value!r}"
+    with pytest.raises(AttnkitError, match=rf"^train\.seed {re.escape(sentence)}$"):
+        RunConfig.from_dict({"train": {"seed": value}})
+    with pytest.raises(AttnkitError, match=rf"^seed {re.escape(sentence)}$"):
+        GenerationConfig(seed=value)
+    args = ["generate", str(lm_run), "--prompt", "a", "--temperature", "0.8"]
+    assert main([*args, "--seed", str(value)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"attnkit: error: seed {sentence}"

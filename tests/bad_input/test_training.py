@@ -20,7 +20,7 @@ from attnkit.train.lock import hold
 from attnkit.train.optim import schedule_factor
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from bench.fault_injection import CONFIG
-from tests.helpers import tiny_model, translation_batches
+from tests.helpers import tiny_model, translation_batches, translation_config
 
 # Two steps at a constant rate, a checkpoint at the end.
 TWO_STEPS = TrainSection(steps=2, lr=3e-3, schedule="constant", warmup=0, save_every=2, threads=1)
@@ -287,3 +287,34 @@ def test_a_nan_loss_before_the_first_checkpoint_says_none_was_saved(tmp_path):
     assert message.startswith("the training loss became nan at step 2")
     assert f"no checkpoint was saved yet in {tmp_path}" in message and "then start again" in message
     assert "intact" not in message
+
+
+# -- silent where a warning belongs (issue 39, POOR) ---------------------------------------------
+
+
+@pytest.mark.parametrize(("warmup", "said"), [(5, True), (2, False)])
+def test_a_warmup_longer_than_the_run_is_said(tmp_path, caplog, warmup, said):
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        trained(tmp_path, warmup=warmup)
+    message = "train.warmup 5 is longer than the run (train.steps 2): the rate rises to 0.0012 at"
+    assert (message in caplog.text) == said
+
+
+def test_resume_lists_changed_data_settings_and_keeps_the_runs_vocabulary(tmp_path, caplog):
+    """[data] changes were applied but left out of the "changed settings" line, and a changed
+    data.tokenizer was recorded though the run went on with its own (issue 39, POOR)."""
+    config = translation_config(tmp_path)
+    assert main(["train", config, "--set", "train.steps=2"]) == 0
+    changes = ["data.tokenizer=bpe", "data.vocab_size=90", "data.max_tokens=300", "train.steps=4"]
+    sets = [arg for change in changes for arg in ("--set", change)]
+    with caplog.at_level(logging.INFO, logger="attnkit"):
+        assert main(["train", config, "--resume", *sets]) == 0
+    assert (
+        "data.tokenizer 'bpe' (the run's is 'char'), data.vocab_size 90 (the run's is 100) not "
+        "applied: a resumed run goes on with the tokenizer its model was trained with"
+    ) in caplog.text
+    (line,) = changed_lines(caplog)
+    assert "data.max_tokens 200 -> 300" in line and "train.steps 2 -> 4" in line
+    assert "data.tokenizer" not in line
+    recorded = RunConfig.load(tmp_path / "run" / "run_config.toml").data
+    assert (recorded.tokenizer, recorded.vocab_size, recorded.max_tokens) == ("char", 100, 300)

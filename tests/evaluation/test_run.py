@@ -4,9 +4,11 @@ import gzip
 import math
 
 import pytest
+import torch
 
 from attnkit.cli import main
 from attnkit.data import cmudict
+from attnkit.data.datasets import LanguageModelDataset
 from attnkit.errors import AttnkitError
 from attnkit.evaluation.metrics import (
     bleu,
@@ -17,6 +19,7 @@ from attnkit.evaluation.metrics import (
     word_error_rate,
 )
 from attnkit.evaluation.run import evaluate_run, read_eval_set
+from attnkit.files import read_lines
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.run import RunFolder, load_run
@@ -89,6 +92,64 @@ def test_the_runs_saved_data_section_chooses_corpus_languages_and_case(tmp_path,
 def test_a_language_model_is_not_scored_on_a_parallel_corpus(lm_run, data):
     with pytest.raises(AttnkitError, match="multi30k is a parallel corpus, but a decoder model"):
         evaluate_run(lm_run, corpus="multi30k", data_dir=data)
+
+
+def test_a_language_model_trained_on_a_text_file_is_scored_on_what_training_held_out(
+    tmp_path, capsys
+):
+    """eval said "unknown corpus" for a run whose data.corpus is a path; it must read what
+    training read: the file, cut at the run's valid_fraction."""
+    text = tmp_path / "my text.txt"
+    text.write_text("\n".join(RUN_LINES * 10) + "\n")
+    run_dir = tiny_run(tmp_path / "run", "decoder")
+    RunFolder(run_dir).write_run_config(
+        f'[data]\ntask = "language-model"\ncorpus = "{text}"\nvalid_fraction = 0.25\n'
+    )
+    run = load_run(run_dir)
+    test = read_eval_set(run, block_size=8, batch_size=2)
+    held_out = LanguageModelDataset.from_lines(
+        read_lines(text, keepends=True),
+        tokenizer=run.tokenizer,
+        block_size=8,
+        split="val",
+        val_fraction=0.25,
+    )
+    assert test.description == f"{text} val, {len(test.batches)} batches of 9-token blocks"
+    assert torch.equal(
+        torch.cat([b.tgt for b in test.batches]), held_out.collate(list(held_out)).tgt
+    )
+    assert main(["eval", str(run_dir), "--block-size", "8", "--no-progress"]) == 0
+    assert "perplexity" in capsys.readouterr().out
+    with pytest.raises(AttnkitError, match=r"split 'test' is not one of train, val"):
+        read_eval_set(run, split="test", block_size=8)
+
+
+def test_a_translation_trained_on_a_folder_is_scored_on_its_files(tmp_path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "test.de").write_text("".join(f"{line}\n" for line in DE))
+    (corpus / "test.en").write_text("".join(f"{line}\n" for line in EN))
+    run_dir = tiny_run(tmp_path / "run", "encoder-decoder")
+    RunFolder(run_dir).write_run_config(f'[data]\ncorpus = "{corpus}"\n')
+    test = read_eval_set(load_run(run_dir))
+    assert (test.sources, test.references) == (DE, EN)
+    assert test.description == f"{corpus} test de->en, 3 sentences"
+    with pytest.raises(AttnkitError, match=r"a folder holding val\.de nor a dataset; .*--split"):
+        read_eval_set(load_run(run_dir), split="val")
+
+
+def test_the_reverse_demos_run_and_one_language_twice_are_refused_before_any_download(
+    tmp_path, mt_run, capsys
+) -> None:
+    """eval on the demo's run tried to download Multi30k; de->de was scored (issue 39)."""
+    run_dir = tiny_run(tmp_path / "demo", "encoder-decoder")
+    RunFolder(run_dir).write_run_config('[data]\ntask = "reverse"\n')
+    with pytest.raises(AttnkitError, match="trained on the reverse demo's random digit strings"):
+        read_eval_set(load_run(run_dir))
+    with pytest.raises(AttnkitError, match="the source and target languages are both 'en'"):
+        read_eval_set(load_run(mt_run), src_lang="en", tgt_lang="en")
+    assert main(["eval", str(mt_run), "--src-lang", "de", "--tgt-lang", "de"]) == 2
+    assert "the source and target languages are both 'de'" in capsys.readouterr().err
 
 
 # -- grapheme-to-phoneme on cmudict ---------------------------------------------------------------

@@ -67,8 +67,17 @@ def test_interrupted_write_leaves_the_previous_checkpoint_loadable(tmp_path, mon
 def test_missing_or_broken_state_is_one_sentence(tmp_path):
     with pytest.raises(AttnkitError, match=r"has no trainer_state\.pt to resume from"):
         ckpt.load_trainer_state(RunFolder(tmp_path))
-    RunFolder(tmp_path).trainer_state.write_bytes(b"not a checkpoint")
-    with pytest.raises(AttnkitError, match="it is not a trainer state"):
+    path = RunFolder(tmp_path).trainer_state
+    torch.save({"step": 3, "payload": torch.ones(100)}, path)
+    whole = path.read_bytes()
+    # Damaged, not "holding Python objects" as it was called (issue 39, POOR): cut short by a
+    # full disk, emptied, overwritten.
+    for damaged in (whole[: len(whole) // 2], b"", b"not a checkpoint"):
+        path.write_bytes(damaged)
+        with pytest.raises(AttnkitError, match=r"trainer_state\.pt is damaged \(.+\): it cannot"):
+            ckpt.load_trainer_state(RunFolder(tmp_path))
+    torch.save([1, 2], path)
+    with pytest.raises(AttnkitError, match="is not a trainer state attnkit wrote; remove it"):
         ckpt.load_trainer_state(RunFolder(tmp_path))
 
 

@@ -37,10 +37,15 @@ def cmd_translate(args: argparse.Namespace) -> int:
     from attnkit.data.section import prepare_sources
     from attnkit.files import check_writable
     from attnkit.inference import read_texts, translate_run, write_lines
+    from attnkit.run import RunFolder
 
-    for path, option in ((args.output, "--output"), (args.attention_plot, "--attention-plot")):
-        if path:
-            check_writable(path, option)  # before any work, which would be lost
+    inputs = [("--input", args.input), *RunFolder(args.run_dir).inputs()]
+    if args.output:  # before any work, which would be lost; never over what it reads
+        check_writable(args.output, "--output", inputs=inputs, stdin=args.input is None)
+    if args.attention_plot:
+        from attnkit.viz import check_picture
+
+        check_picture(args.attention_plot, "--attention-plot", inputs)
     lines = read_texts(args.input)
     run = load_run_of(args)
     model, tokenizer = run.model, run.tokenizer
@@ -71,11 +76,13 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Continue --prompt with a language model, streaming the text as it is produced."""
-    from attnkit.files import check_writable
     from attnkit.inference import complete
+    from attnkit.run import RunFolder
 
-    if args.attention_plot:
-        check_writable(args.attention_plot, "--attention-plot")  # before any work
+    if args.attention_plot:  # before any work
+        from attnkit.viz import check_picture
+
+        check_picture(args.attention_plot, "--attention-plot", RunFolder(args.run_dir).inputs())
     run = load_run_of(args)
     config = generation_config(args, run.model)
     pieces = complete(run.model, run.tokenizer, args.prompt, config)  # checked before output
@@ -106,9 +113,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from attnkit.evaluation.run import read_eval_set, score_run
     from attnkit.files import check_writable
     from attnkit.inference import write_lines
+    from attnkit.run import RunFolder
 
     if args.output:
-        check_writable(args.output, "--output")
+        check_writable(args.output, "--output", inputs=RunFolder(args.run_dir).inputs())
     run = load_run_of(args)
     data = read_eval_set(
         run,

@@ -10,10 +10,12 @@ a traceback.
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import platform
 import sys
+from typing import NoReturn
 
 from attnkit.cli.embed import add_embed_parser
 from attnkit.cli.inference import add_inference_parsers
@@ -23,6 +25,23 @@ from attnkit.cli.train import add_train_parsers
 from attnkit.errors import AttnkitError
 
 log = logging.getLogger("attnkit")
+
+
+class _Closed(io.TextIOBase):
+    """A standard stream the shell closed (`>&-`, `<&-`), which Python gives as None: a command
+    that uses it stops in one sentence, not with an AttributeError from deep inside."""
+
+    def __init__(self, name: str, fix: str) -> None:
+        self.name, self.fix = name, fix
+
+    def _refuse(self, *_: object) -> NoReturn:
+        raise AttnkitError(f"standard {self.name} is closed; {self.fix}")
+
+    write = read = readline = _refuse
+    buffer = property(_refuse)
+
+    def flush(self) -> None:  # Python flushes standard output at exit: nothing to do
+        pass
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +78,14 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if sys.stdin is None:
+        sys.stdin = _Closed("input", "give the text with --input FILE, or open standard input")
+    if sys.stdout is None:
+        sys.stdout = _Closed(
+            "output",
+            "redirect it to a file (> FILE, or --output FILE where the command has one) "
+            "or leave it open",
+        )
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, where a closed pipe can still be handled
@@ -73,6 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnkit: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # no check foresaw it: still one sentence, the traceback on ask
+        if args.verbose:
+            raise
+        library = type(err).__module__.split(".")[0]
+        print(
+            f"attnkit: error: {library} failed where attnkit did not expect it ("
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'no message'}); "
+            "run again as attnkit --verbose ... for the traceback, and please report it",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

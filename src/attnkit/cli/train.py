@@ -112,7 +112,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     callbacks = [progress] if progress else []
     try:
         with progress.redirect_logging() if progress else contextlib.nullcontext():
-            result = train(config, resume=args.resume, callbacks=callbacks, resume_command=command)
+            result = train(
+                config,
+                resume=args.resume,
+                overwrite=args.overwrite,
+                callbacks=callbacks,
+                resume_command=command,
+            )
     finally:
         if progress:
             progress.close()
@@ -171,6 +177,11 @@ def add_train_parsers(sub: argparse._SubParsersAction) -> None:
         help="override one config key (repeatable), e.g. --set train.lr=5e-4",
     )
     p.add_argument("--resume", action="store_true", help="continue the run in train.out_dir")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train.out_dir holds an earlier run or model: remove it and train a new one",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("recipes", help="list the packaged recipes that attnkit train runs by name")

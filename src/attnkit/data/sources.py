@@ -38,24 +38,29 @@ def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[s
         )
     else:
         hf_datasets.check_local(d.corpus)
-        folder = Path(d.corpus)
-        paths = []
-        for lang in langs:
-            candidates = (folder / f"{split}.{lang}", folder / f"{split}.{lang}.gz")
-            path = next((p for p in candidates if p.is_file()), None)
-            if path is None:
-                raise AttnkitError(
-                    f"data.corpus {d.corpus!r} is neither a known corpus ({', '.join(CORPORA)}), "
-                    f"a folder holding {split}.{lang} nor a dataset; check data.corpus and "
-                    "data.*_split"
-                )
-            paths.append(path)
+        paths = folder_files(d.corpus, split, langs)
     if len(paths) == 2:
         pairs = list(read_aligned(*paths))
         sides = [[s for s, _ in pairs], [t for _, t in pairs]]
     else:
         sides = [list(read_lines(paths[0]))]
     return _cased(d, sides)
+
+
+def folder_files(corpus: str, split: str, langs: Sequence[str]) -> list[Path]:
+    """The `{split}.{lang}` files (`.gz` too) of a corpus given as a folder, one per language."""
+    paths = []
+    for lang in langs:
+        candidates = (Path(corpus) / f"{split}.{lang}", Path(corpus) / f"{split}.{lang}.gz")
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            raise AttnkitError(
+                f"data.corpus {corpus!r} is neither a known corpus ({', '.join(CORPORA)}), "
+                f"a folder holding {split}.{lang} nor a dataset; check data.corpus and "
+                "data.*_split (or attnkit eval's --corpus and --split)"
+            )
+        paths.append(path)
+    return paths
 
 
 def _cased(d: DataSection, sides: list[list[str]]) -> list[list[str]]:
@@ -69,11 +74,12 @@ def _data_dir(d: DataSection) -> str | None:
 
 def text_lines(d: DataSection, *, keepends: bool = False) -> Iterator[str]:
     """The lines of a monolingual corpus (with their newline if `keepends`), read lazily:
-    a known one's, a text file's given as data.corpus, or a dataset's text field."""
+    a known one's, a text file's given as data.corpus, or a dataset's text field; a long
+    line comes in pieces (`read_lines`), for running text is all these are read as."""
     if d.corpus not in CORPORA and hf_datasets.is_dataset(d):
         return hf_datasets.train_lines(d, keepends=keepends)
     paths = _text_files(d)
-    return (line for path in paths for line in read_lines(path, keepends=keepends))
+    return (line for path in paths for line in read_lines(path, keepends=keepends, pieces=True))
 
 
 def _text_files(d: DataSection) -> list[Path]:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from attnkit.checks import of_type
 from attnkit.errors import AttnkitError
 from attnkit.generation import static_cache
 from attnkit.generation.config import GenerationConfig
@@ -150,6 +151,9 @@ def prefill(
     shape = model.config.shape
     if shape not in ("encoder-decoder", "decoder"):
         raise AttnkitError(f"a {shape} model cannot generate; use an encoder-decoder or decoder")
+    of_type("input_ids", input_ids, Tensor, "make one with torch.tensor(...)")
+    if mask is not None:
+        of_type("the padding mask of input_ids", mask, Tensor, "make one with torch.tensor(...)")
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise AttnkitError(
             "input_ids must be a non-empty (batch, length) tensor, "

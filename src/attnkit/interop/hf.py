@@ -163,7 +163,7 @@ def save_hf(
 def import_hf(src_dir: str | Path, run_dir: str | Path, *, overwrite: bool = False) -> Imported:
     """Turn a Hugging Face folder into an attnkit run folder (with its tokenizer.json).
 
-    The run folder records the tokenizer's fingerprint, which loading checks, and
+    The run folder's weights carry the tokenizer's fingerprint, which loading checks; it
     keeps tokenizer_config.json (its chat template) and, from a sentence-transformers
     folder, the pooling of its sentence vectors. A folder that is not empty is
     refused unless `overwrite` (`new_folder`).
@@ -175,11 +175,11 @@ def import_hf(src_dir: str | Path, run_dir: str | Path, *, overwrite: bool = Fal
     settings = inside(Path(src_dir), settings, str(settings)) if settings.is_file() else None
 
     def write(stage: Path) -> None:
-        save_pretrained(imported.model, stage)
         folder = RunFolder(stage)
-        if imported.tokenizer is not None:
+        if imported.tokenizer is not None:  # recorded first, so the weights carry it
             _copy(imported.tokenizer, folder.tokenizer)
             _record_vocabulary(folder, imported.tokenizer)
+        save_pretrained(imported.model, stage)
         if settings is not None:
             _copy(settings, folder.tokenizer_config)
         if pooling is not None:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import pickle
 import random
 import shutil
 from collections.abc import Callable, Sequence
@@ -118,7 +117,10 @@ def save_checkpoint(
     saved = folder.saved_steps()
     intact = saved[-1] if saved else None  # the step the trainer state names until replaced
     try:
-        atomic_write(folder.step_weights(step), lambda p: save_model(model, str(p)))
+        metadata = folder.weights_metadata()
+        atomic_write(
+            folder.step_weights(step), lambda p: save_model(model, str(p), metadata=metadata)
+        )
         save_pretrained(model, folder.root)
         atomic_write(folder.trainer_state, lambda p: torch.save(state, p))
         intact = step
@@ -162,16 +164,26 @@ def remove_cut_writes(folder: RunFolder) -> int:
 
 def check_new_run(folder: RunFolder) -> None:
     """Refuse to start a new run in `folder` when it holds a run (which `--resume`
-    continues) or files that are not one: attnkit never writes over a folder it did not make.
+    continues), a trained model (whose trainer state was deleted, as users do once a run is
+    done: `--overwrite` replaces it) or files that are not one: attnkit never writes over a
+    model without being told to, nor over a folder it did not make.
 
-    A run killed before its first checkpoint (a run config, no trainer state) starts again.
+    A run killed before its first checkpoint (a run config, no weights) starts again.
     """
     if folder.trainer_state.exists():
         raise AttnkitError(
-            f"{folder.root} already holds a run; pass --resume to continue it or choose "
-            "another train.out_dir"
+            f"{folder.root} already holds a run; pass --resume to continue it, --overwrite "
+            "(overwrite=True) to train a new one in its place, or choose another train.out_dir"
         )
-    if not folder.root.is_dir() or folder.run_config.exists():
+    if not folder.root.is_dir():
+        return
+    if trained := trained_files(folder):
+        raise AttnkitError(
+            f"{folder.root} holds a trained model ({', '.join(trained)}) but no "
+            f"{folder.trainer_state.name} to resume from; pass --overwrite (overwrite=True) to "
+            "train a new one in its place, or choose another train.out_dir"
+        )
+    if folder.run_config.exists():
         return
     # What a start leaves before it writes the run config: the lock, the fingerprint, and
     # under torchrun the tokenizer that rank 0 made for the other ranks.
@@ -183,27 +195,63 @@ def check_new_run(folder: RunFolder) -> None:
         )
 
 
+def trained_files(folder: RunFolder) -> list[str]:
+    """The names of what in `folder` a training made and a new one would replace: the
+    weights (the latest, the best, a step's) and word vectors."""
+    found = [p.name for p in (folder.weights, folder.vectors) if p.is_file()]
+    if folder.best_weights.is_file():
+        found.append(str(folder.best_weights.relative_to(folder.root)))
+    if steps := folder.saved_steps():
+        found.append(f"{len(steps)} step checkpoints")
+    return found
+
+
+def clear_run(folder: RunFolder) -> None:
+    """Empty `folder` of an earlier run for a new one (`--overwrite`): every file and folder
+    a training writes there goes, so nothing stale (a later step's checkpoint, old metrics)
+    mixes with the new run; a folder holding anything else is refused, since attnkit
+    replaces only what it made."""
+    if not folder.root.is_dir():
+        return
+    foreign = sorted(e.name for e in folder.root.iterdir() if not folder.owns(e))
+    if foreign:
+        more = ", ..." if len(foreign) > 5 else ""
+        raise AttnkitError(
+            f"{folder.root} holds {', '.join(foreign[:5])}{more}, which attnkit did not write, "
+            "so it will not replace that folder, even with --overwrite; move them away or "
+            "choose another train.out_dir"
+        )
+    for entry in folder.root.iterdir():
+        if entry == folder.lock:
+            continue  # the lock is checked free, and stays a lock
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    log.info("removed the earlier run in %s (--overwrite)", folder.root)
+
+
 def save_best(folder: RunFolder, model: TransformerModel) -> Path:
-    return atomic_write(folder.best_weights, lambda p: save_model(merged_copy(model), str(p)))
+    metadata = folder.weights_metadata()
+    return atomic_write(
+        folder.best_weights, lambda p: save_model(merged_copy(model), str(p), metadata=metadata)
+    )
 
 
 def load_trainer_state(folder: RunFolder) -> dict[str, Any]:
     """The trainer state of a run folder; weights_only loading, so it runs no pickled code."""
     path = folder.trainer_state
     if not path.is_file():
+        if trained_files(folder):
+            raise AttnkitError(
+                f"{folder.root} has a trained model but no {path.name} to resume from, so it "
+                "cannot continue; train a new model into another train.out_dir, or in its place "
+                "with --overwrite"
+            )
         raise AttnkitError(
             f"{folder.root} has no {path.name} to resume from; start a new run without --resume"
         )
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        # torch's own message advises weights_only=False, which would run the file's code.
-        raise AttnkitError(
-            f"{path} holds Python objects that attnkit will not unpickle, since unpickling can "
-            "run code; it is not a trainer state attnkit wrote"
-        ) from None
-    except Exception as err:
-        raise AttnkitError(f"{path} cannot be read ({err}); it is not a trainer state") from None
+    return folder.read_trainer_state()
 
 
 def load_checkpoint(folder: RunFolder, model: TransformerModel) -> dict[str, Any]:
@@ -372,5 +420,6 @@ def average_last(folder: RunFolder, n: int) -> list[int]:
     if not steps:
         raise AttnkitError(f"{folder.root} has no step checkpoints to average")
     mean = average_weights([folder.step_weights(s) for s in steps])
-    atomic_write(folder.weights, lambda p: save_file(mean, str(p)))
+    metadata = folder.weights_metadata()
+    atomic_write(folder.weights, lambda p: save_file(mean, str(p), metadata=metadata))
     return steps

@@ -22,6 +22,7 @@ the pace so far, so the rate arrives at `min_lr` as the time runs out.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -32,6 +33,8 @@ from torch import nn
 from attnkit.errors import AttnkitError
 from attnkit.nn import AbsolutePositions, TokenEmbedding
 from attnkit.train.run_config import TrainSection
+
+log = logging.getLogger(__name__)
 
 EMBEDDINGS = (nn.Embedding, TokenEmbedding, AbsolutePositions)
 
@@ -192,6 +195,15 @@ def optimization(
         model, c.lr, c.weight_decay, (c.beta1, c.beta2), c.eps, c.decay_embeddings
     )
     factor = schedule_factor(c.schedule, lr=c.lr, warmup=c.warmup, steps=c.steps, min_lr=c.min_lr)
+    if c.warmup > c.steps and c.decay_over == "steps":
+        log.warning(
+            "train.warmup %d is longer than the run (train.steps %d): the rate rises to "
+            "%.3g at most, never reaching train.lr %g; lower train.warmup if that is not meant",
+            c.warmup,
+            c.steps,
+            c.lr * factor(c.steps),
+            c.lr,
+        )
     budget = TimeBudget(60 * c.max_minutes, c.steps) if c.decay_over == "minutes" else None
     scheduler = build_scheduler(
         optimizer, factor if budget is None else lambda step: factor(step, budget.last_step(step))

@@ -43,6 +43,7 @@ from attnkit.checks import (
     lookup,
     non_negative,
     positive,
+    seed_value,
     within,
 )
 from attnkit.config import ModelConfig
@@ -214,7 +215,8 @@ class TrainSection:
         choice("train.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
         each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
-        each(non_negative, "train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
+        seed_value("train.seed", self.seed)
+        each(non_negative, "train", self, "min_lr", "warmup", "weight_decay", "clip_norm")
         each(non_negative, "train", self, "threads", "max_minutes")
         known("sink", self.log_to, list(LOGGERS), owner="train.log_to")
         check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")

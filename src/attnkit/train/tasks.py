@@ -25,6 +25,7 @@ through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut b
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from attnkit.checks import of_type
 from attnkit.data import (
     CORPORA,
     LanguageModelDataset,
@@ -87,14 +89,20 @@ def train(
     config: RunConfig,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
     resume_command: str = "attnkit.train.tasks.train(config, resume=True)",
 ) -> TrainResult:
     """Train the task of `config` into the run folder `train.out_dir`, by its runner
     (`RUNNERS`).
 
+    A folder that holds a run or a trained model is refused unless `resume` (continue it)
+    or `overwrite` (empty it of the earlier run first: `checkpoint.clear_run`).
     `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
     """
+    of_type("config", config, RunConfig, "read one with RunConfig.load(path) or from_dict(...)")
+    if overwrite:
+        _clear_for_new_run(config, resume)
     runner = RUNNERS[config.data.task]
     return runner(config, resume=resume, callbacks=callbacks, resume_command=resume_command)
 
@@ -119,6 +127,8 @@ def train_transformer(
 
     dist.refuse_together(check_folder)
     dist.check_shared_folder(folder.root)
+    if resume:
+        config = _keep_vocabulary(config, folder)
     setup = _build(config)
     if setup.tokenizer is not None and dist.from_env().is_main:
         record_vocabulary(folder, setup.tokenizer, resume)
@@ -136,6 +146,45 @@ def train_transformer(
         resume_command=resume_command,
     )
     return trainer.fit(resume=resume)
+
+
+# The [data] keys that make the tokenizer, which a run folder keeps once it has one.
+_VOCABULARY_KEYS = ("tokenizer", "vocab_size")
+
+
+def _keep_vocabulary(config: RunConfig, folder: RunFolder) -> RunConfig:
+    """`config` with the vocabulary keys of the run it resumes: its model was trained with the
+    tokenizer in the folder, which a resumed run goes on using (and now records so)."""
+    if not folder.tokenizer.is_file():
+        return config
+    saved = folder.data_defaults()
+    kept = {
+        key: saved[key]
+        for key in _VOCABULARY_KEYS
+        if key in saved and saved[key] != getattr(config.data, key)
+    }
+    if not kept:
+        return config
+    log.warning(
+        "%s not applied: a resumed run goes on with the tokenizer its model was trained with, "
+        "%s; start a new train.out_dir for another vocabulary",
+        ", ".join(
+            f"data.{k} {getattr(config.data, k)!r} (the run's is {v!r})" for k, v in kept.items()
+        ),
+        folder.tokenizer,
+    )
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, **kept))
+
+
+def _clear_for_new_run(config: RunConfig, resume: bool) -> None:
+    if resume:
+        raise AttnkitError(
+            "--resume continues the run in train.out_dir and --overwrite replaces it; pass one"
+        )
+    validate(config)
+    folder = RunFolder(config.train.out_dir)
+    lock.check_free(folder)  # a training under way there is not to be emptied
+    ckpt.clear_run(folder)
 
 
 def build_task(config: RunConfig) -> TaskSetup:

@@ -218,6 +218,7 @@ class Trainer:
         self.model.to(self.device)
         now = ckpt.settings(self.train_cfg, self.eval_cfg)
         changes = ckpt.changed_settings(state, now, self.run_dir)
+        data_changes = self._data_changes()  # before the run config is recorded anew
         ckpt.restore_optimization(
             state,
             self.optimizer,
@@ -237,6 +238,7 @@ class Trainer:
             self.history = [r for r in self.folder.read_metrics() if r["step"] <= self.step]
             self.folder.write_metrics(self.history)
             self._record_run_config()  # the settings the run goes on with
+        changes = {**changes, **data_changes}
         changed = f" with changed settings: {ckpt.describe(changes)}" if changes else ""
         log.info("resumed %s at step %d%s", self.run_dir, self.step, changed)
 
@@ -252,6 +254,15 @@ class Trainer:
             self.folder, c.log_to, c.log_project, name, hparams, e.metric, self.step,
             self.model, self.tokenizer, examples, self.dist.is_main,
         )  # fmt: skip
+
+    def _data_changes(self) -> dict[str, tuple[Any, Any]]:
+        """The [data] keys that differ from the run config the run was saved with: the corpus
+        and its batches are read anew, so they apply, and are listed with the other changes."""
+        if self.run_config is None:
+            return {}
+        then = self.folder.data_defaults()
+        now = asdict(self.run_config.data)
+        return {f"data.{k}": (v, now[k]) for k, v in then.items() if k in now and v != now[k]}
 
     def _record_run_config(self) -> None:
         if self.run_config is not None:

@@ -80,7 +80,7 @@ def restore_state(folder: RunFolder, task: str, model: VectorModel) -> dict[str,
         raise AttnkitError(
             f"{folder.root} holds no {task} run to resume; start it without --resume"
         )
-    state = torch.load(folder.trainer_state, weights_only=True)
+    state = folder.read_trainer_state()
     if state.get("task") != task:
         other = f"a {state['task']} run" if state.get("task") else "a Transformer's run"
         raise AttnkitError(
