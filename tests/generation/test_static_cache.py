@@ -8,6 +8,7 @@ import torch
 from attnkit.generation import generate, static_cache
 from attnkit.generation.config import resolve
 from attnkit.generation.state import prefill
+from attnkit.nn.kv_cache import KVCache
 from tests.helpers import peaked, source_batch
 
 VARIANTS = {
@@ -65,6 +66,29 @@ def test_the_static_state_keeps_every_row_and_matches_the_dynamic_logits(eager_s
     assert static.cache.batch_size == len(ids)
 
 
+@pytest.mark.parametrize("variant", ["plain", "gqa", "rope"])
+@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
+def test_beam_search_gives_the_dynamic_caches_hypotheses(eager_step, shape, variant, monkeypatch):
+    model = peaked(shape, **VARIANTS[variant])
+    ids, mask = source_batch()
+    # Three end ids and early stopping: sentences finish at different steps.
+    options = {"num_beams": 3, "num_return_sequences": 2, "max_new_tokens": 20}
+    options |= {"eos_token_id": (2, 5, 9), "early_stopping": True}
+    dropped = []  # the dynamic search drops a finished sentence; the static one decodes it on
+    reorder = KVCache.reorder
+    monkeypatch.setattr(
+        KVCache,
+        "reorder",
+        lambda c, i, memory=True: dropped.append(memory) or reorder(c, i, memory),
+    )
+    dynamic = generate(model, ids, mask, **options)
+    assert any(dropped)
+    static = generate(model, ids, mask, cache_implementation="static", **options)
+    assert eager_step == [len(ids)]
+    assert torch.equal(static.sequences, dynamic.sequences)
+    torch.testing.assert_close(static.sequences_scores, dynamic.sequences_scores)
+
+
 def test_finished_rows_yield_padding_and_the_decode_ends_when_all_have(eager_step):
     model = peaked("decoder")
     ids, mask = source_batch()
@@ -115,10 +139,15 @@ def test_a_decoding_step_on_the_static_cache_compiles_to_one_graph(shape, monkey
     cache = prefill(model, ids, mask, cfg)[0].cache
     static = static_cache.StaticKVCache.from_cache(cache)
     model.decode_step(torch.ones(len(ids), 3, dtype=torch.long), static)  # a prefix, eagerly
+    static.repeat_rows(2)  # two beams a row, as beam search makes them before its first step
+    rows = 2 * len(ids)
     torch._dynamo.reset()
     monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
     step = torch.compile(type(model).decode_step, backend="eager", fullgraph=True)
     with torch.no_grad():
         for _ in range(3):  # the same graph each step: the slot is a tensor, not a number
-            step(model, torch.ones(len(ids), 1, dtype=torch.long), static)
+            kv = static.kv
+            static.reorder(torch.arange(rows).flip(0))  # beams follow parents, in place
+            assert static.kv is kv
+            step(model, torch.ones(rows, 1, dtype=torch.long), static)
     assert int(static.slot) == 6

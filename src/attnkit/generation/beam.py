@@ -5,7 +5,8 @@
 
 All sentences of a batch search at once on the model's KV cache, which is
 reordered by beam at every step; a sentence leaves the batch once no running
-beam can beat its finished hypotheses.
+beam can beat its finished hypotheses (on a static cache its rows stay,
+decoding on unread, so that every step has the same shapes).
 """
 
 from __future__ import annotations
@@ -122,6 +123,15 @@ def _beam_search(
         if step == max_new - 1 or not bool(open_.any()) or bool(hits.all()):
             break
         keep = open_.nonzero().flatten()
+        if state.static:
+            # Rows never leave a static cache: a finished sentence's beams decode on, unread.
+            rows = torch.arange(n_sent * k, device=device).view(n_sent, k)
+            rows[active] = active[:, None] * k + new_parent
+            active = active[keep]
+            state.reorder(rows.flatten(), memory=False)
+            logits = state.step(run_seq[:, :, cur].flatten()[:, None])
+            logits = logits.view(n_sent, k, -1)[active].flatten(0, 1)
+            continue
         dropping = len(keep) < a
         rows = (keep[:, None] * k + new_parent[keep]).flatten()
         active = active[keep]

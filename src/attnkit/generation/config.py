@@ -53,9 +53,9 @@ class GenerationConfig:
     cache_implementation: `dynamic`, the cache that grows and drops finished rows; or
         `static` (HF's name), fixed buffers and the decoding step compiled by torch.compile,
         replayed as one CUDA graph on a GPU (`generation/static_cache.py`): much faster where
-        a step is bound by kernel launches, after a compilation on first use. Greedy and
-        sampled decoding of models without a ring window, monotonic window or copying;
-        others decode on the dynamic cache.
+        a step is bound by kernel launches, after a compilation on first use. Greedy,
+        sampled and beam decoding of models without a ring window, monotonic window or
+        copying; others decode on the dynamic cache.
     crop_context: a decoder-only model that greedy-decodes or samples past its
         max_len goes on conditioned on the last max_len tokens (nanoGPT's crop);
         False stops it at max_len. Beam search and encoder-decoders always stop.

@@ -14,8 +14,10 @@ once, written in place at the step's slot s, and attention over every slot,
 
 so only tensor values change between steps (the slot, the mask, each row's
 count of real tokens). Rows never leave: a finished row decodes on, and its
-tokens are set to padding by the caller. The buffers are marked as static
-addresses, so torch.compile's CUDA graphs may write them in place.
+tokens are set to padding by the caller. Beam search reorders the rows in
+place between steps (each beam copies its parent's keys), so the buffers keep
+their addresses; they are marked as static addresses, so torch.compile's CUDA
+graphs may write them in place.
 
 It answers the same calls as `attnkit.nn.kv_cache.KVCache` (`extend`, each
 layer's `update` and `memory`), for the models without a ring window, a
@@ -103,6 +105,9 @@ class StaticKVCache:
         self.memory_mask: Tensor | None = None
         self.group = 1
         self.layers = [StaticLayerKV(self, i) for i in range(n_layers)]
+        self._mark_static()
+
+    def _mark_static(self) -> None:
         for buffer in (self.kv, self.key_mask, self.n_real, self.slot):
             torch._dynamo.mark_static_address(buffer)
 
@@ -141,6 +146,30 @@ class StaticKVCache:
         self.mask = (padding_mask(self.key_mask) & causal[None, None]) | own[None, None]
         self.slot += n
         return positions.clamp(min=0)
+
+    def repeat_rows(self, n: int) -> None:
+        """Each row becomes `n` consecutive rows (the beams of a sentence) sharing its memory.
+
+        New buffers: beam search calls it once, after the prefix and before any compiled step.
+        """
+        index = torch.arange(self.batch_size, device=self.kv.device).repeat_interleave(n)
+        self.kv = self.kv.index_select(2, index)
+        self.key_mask = self.key_mask.index_select(0, index)
+        self.n_real = self.n_real.index_select(0, index)
+        self.group *= n
+        self._mark_static()
+
+    def reorder(self, index: Tensor, memory: bool = False) -> None:
+        """Row b takes row index[b]'s keys and values (a beam its parent's), in place.
+
+        Every row stays (`index` names one source row for each), so a sentence's
+        memory, shared by its beams, never moves and `memory` must be False.
+        """
+        if memory or len(index) != self.batch_size:
+            raise ValueError("rows never leave a static cache: reorder all of them, in place")
+        self.kv.copy_(self.kv.index_select(2, index))
+        self.key_mask.copy_(self.key_mask.index_select(0, index))
+        self.n_real.copy_(self.n_real.index_select(0, index))
 
     def distance(self) -> Tensor:
         """(new queries, capacity) distance from each new query's slot to each slot."""
