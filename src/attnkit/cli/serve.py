@@ -55,8 +55,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
         help="require Authorization: Bearer KEY on /v1 requests (default: $ATTNKIT_API_KEY)",
     )
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
-                   help="let pages from ORIGIN (https://host, or *) call the API; "
-                   "repeat for several")  # fmt: skip
+                   help="let pages from ORIGIN (https://host; * lets any page) call the "
+                   "API; repeat for several")  # fmt: skip
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="no log line per request")  # fmt: skip
     p.set_defaults(func=cmd_serve)
