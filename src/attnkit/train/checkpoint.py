@@ -168,7 +168,9 @@ def check_new_run(run_dir: str | Path) -> None:
     done: `--overwrite` replaces it) or files that are not one: attnkit never writes over a
     model without being told to, nor over a folder it did not make.
 
-    A run killed before its first checkpoint (a run config, no weights) starts again.
+    A run killed before its first checkpoint (a run config, no weights) starts again, and so
+    does one killed while it wrote its first checkpoint: the lock it left says it never
+    ended, and the trainer state, written last, is missing; its partial files are removed.
     """
     folder = RunFolder(run_dir)
     if folder.trainer_state.exists():
@@ -177,6 +179,14 @@ def check_new_run(run_dir: str | Path) -> None:
             "(overwrite=True) to train a new one in its place, or choose another train.out_dir"
         )
     if not folder.root.is_dir():
+        return
+    if folder.lock.exists() and len(folder.saved_steps()) <= 1 and trained_files(folder):
+        log.warning(
+            "%s: a training was killed while it wrote its first checkpoint (its lock is left "
+            "and no trainer state was written); starting again",
+            folder.root,
+        )
+        clear_run(folder.root)
         return
     if trained := trained_files(folder):
         raise AttnkitError(
