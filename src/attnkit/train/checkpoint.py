@@ -162,15 +162,16 @@ def remove_cut_writes(run_dir: str | Path) -> int:
     return len(cut)
 
 
-def check_new_run(run_dir: str | Path) -> None:
+def check_new_run(run_dir: str | Path, lock_left: bool = False) -> None:
     """Refuse to start a new run in `run_dir` when it holds a run (which `--resume`
     continues), a trained model (whose trainer state was deleted, as users do once a run is
     done: `--overwrite` replaces it) or files that are not one: attnkit never writes over a
     model without being told to, nor over a folder it did not make.
 
     A run killed before its first checkpoint (a run config, no weights) starts again, and so
-    does one killed while it wrote its first checkpoint: the lock it left says it never
-    ended, and the trainer state, written last, is missing; its partial files are removed.
+    does one killed while it wrote its first checkpoint: the lock it left (`lock_left`, seen
+    before `lock.check_free` took it away) says it never ended, and the trainer state, written
+    last, is missing; its partial files are removed.
     """
     folder = RunFolder(run_dir)
     if folder.trainer_state.exists():
@@ -180,7 +181,7 @@ def check_new_run(run_dir: str | Path) -> None:
         )
     if not folder.root.is_dir():
         return
-    if folder.lock.exists() and len(folder.saved_steps()) <= 1 and trained_files(folder):
+    if lock_left and len(folder.saved_steps()) <= 1 and trained_files(folder):
         log.warning(
             "%s: a training was killed while it wrote its first checkpoint (its lock is left "
             "and no trainer state was written); starting again",

@@ -113,9 +113,10 @@ def train(
     dist.setup("cuda" if resolve_device(config.train.device).type == "cuda" else "cpu")
 
     def check_folder() -> None:
+        left = folder.lock.exists()  # a lock left behind: a training that never ended
         lock.check_free(folder)  # not after a tokenizer is trained
         if not resume:
-            ckpt.check_new_run(folder.root)
+            ckpt.check_new_run(folder.root, lock_left=left)
 
     dist.refuse_together(check_folder)
     dist.check_shared_folder(folder.root)
