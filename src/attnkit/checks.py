@@ -160,21 +160,13 @@ def _type_name(kind: type) -> str:
     )
 
 
-def token_ids(name: str, ids: Sequence[object], vocab_size: int) -> list[int]:
-    """`ids` as a list of ints, each an id of a vocabulary of `vocab_size` tokens."""
+def token_ids(name: str, ids: Sequence[object]) -> list[int]:
+    """`ids` (a list, a tuple or a 1-D tensor) as a list of ints from 0 up: token ids."""
     values = ids.tolist() if hasattr(ids, "tolist") else ids
     of_type(name, values, (list, tuple), "give a list of token ids or a 1-D tensor")
     for at, value in enumerate(values):
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-            raise AttnkitError(
-                f"{name}[{at}] is {value!r}, not a token id; ids are ints from 0 to "
-                f"{vocab_size - 1}"
-            )
-        if not 0 <= value < vocab_size:
-            raise AttnkitError(
-                f"{name}[{at}] is {value}, which is not an id of this vocabulary of "
-                f"{vocab_size} tokens (0 to {vocab_size - 1})"
-            )
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+            raise AttnkitError(f"{name}[{at}] is {value!r}, not a token id (an int from 0 up)")
     return [int(value) for value in values]
 
 

@@ -248,15 +248,23 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         """Clean text from ids (a list or a 1-D tensor); special tokens dropped unless asked."""
-        ids = token_ids("ids", ids, self.vocab_size)
-        return self.decode_batch([ids], skip_special=skip_special)[0]
+        return self.decode_batch([token_ids("ids", ids)], skip_special=skip_special)[0]
 
     def decode_batch(self, batch: Sequence[Sequence[int]], skip_special: bool = True) -> list[str]:
         """`decode` for many sequences (a list of lists or a 2-D tensor)."""
         rows = _as_list(batch) if hasattr(batch, "tolist") else batch
         of_type("batch", rows, (list, tuple), "give a list of id lists or a 2-D tensor")
-        size = self.vocab_size  # an id outside it was dropped without a word by the backend
-        rows = [token_ids(f"ids of row {n}", row, size) for n, row in enumerate(rows)]
+        rows = [token_ids(f"ids of row {n}", row) for n, row in enumerate(rows)]
+        size = self.vocab_size
+        if outside := sorted({i for row in rows for i in row if i >= size}):
+            # The backend drops them without a word. A model may rightly give them (an
+            # imported one whose embedding has rows past its tokenizer's), so: said, not refused.
+            logger.warning(
+                "ids %s are not in this vocabulary of %d tokens (0 to %d); left out of the text",
+                ", ".join(map(str, outside[:5])) + (", ..." if len(outside) > 5 else ""),
+                size,
+                size - 1,
+            )
         texts = self.backend.decode_batch(rows, skip_special_tokens=skip_special)
         if self.pretokenizer is not None:
             texts = [self.pretokenizer.restore(text) for text in texts]

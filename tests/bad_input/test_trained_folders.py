@@ -110,4 +110,4 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again(tmp_path):
     (run / "run_config.toml").write_text("[train]\n")
     (run / "metrics.jsonl").write_text('{"step": 1, "train_loss": 3.0}\n')
     (run / "tokenizer.json").write_text("{}")
-    ckpt.check_new_run(run)  # no weights yet: nothing of worth to lose
+    ckpt.check_new_run(RunFolder(run))  # no weights yet: nothing of worth to lose

@@ -4,6 +4,8 @@ in one sentence (exit 1), its traceback shown with --verbose."""
 
 from __future__ import annotations
 
+import errno
+import os
 import shlex
 import subprocess
 import sys
@@ -56,3 +58,16 @@ def test_what_no_check_foresaw_ends_in_one_sentence(lm_run, monkeypatch, capsys)
     )
     with pytest.raises(Unforeseen):
         main(["--verbose", "generate", str(lm_run), "--prompt", "a"])
+
+
+def test_a_full_disk_where_no_check_looked_is_one_sentence(lm_run, monkeypatch, capsys):
+    """A full disk during `export onnx` was a traceback from inside torch (issue 39, POOR)."""
+
+    def full(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/out/model.onnx")
+
+    monkeypatch.setattr(Tokenizer, "load", full)
+    assert main(["generate", str(lm_run), "--prompt", "a"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "attnkit: error: No space left on device (/out/model.onnx); the command stopped there"
+    )

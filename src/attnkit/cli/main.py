@@ -100,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attnkit: interrupted", file=sys.stderr)
         return 130
+    except OSError as err:  # a full disk or a refused file where no check of attnkit's looked
+        if args.verbose or err.strerror is None:
+            raise
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"attnkit: error: {err.strerror}{where}; the command stopped there", file=sys.stderr)
+        return 1
     except Exception as err:  # no check foresaw it: still one sentence, the traceback on ask
         if args.verbose:
             raise

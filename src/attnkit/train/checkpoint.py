@@ -162,13 +162,16 @@ def remove_cut_writes(folder: RunFolder) -> int:
     return len(cut)
 
 
-def check_new_run(folder: RunFolder) -> None:
+def check_new_run(folder: RunFolder, lock_left: bool = False) -> None:
     """Refuse to start a new run in `folder` when it holds a run (which `--resume`
     continues), a trained model (whose trainer state was deleted, as users do once a run is
     done: `--overwrite` replaces it) or files that are not one: attnkit never writes over a
     model without being told to, nor over a folder it did not make.
 
-    A run killed before its first checkpoint (a run config, no weights) starts again.
+    A run killed before its first checkpoint (a run config, no weights) starts again, and so
+    does one killed while it wrote its first checkpoint: the lock it left (`lock_left`, seen
+    before `lock.check_free` took it away) says it never ended, and the trainer state, written
+    last, is missing; its partial files are removed.
     """
     if folder.trainer_state.exists():
         raise AttnkitError(
@@ -176,6 +179,14 @@ def check_new_run(folder: RunFolder) -> None:
             "(overwrite=True) to train a new one in its place, or choose another train.out_dir"
         )
     if not folder.root.is_dir():
+        return
+    if lock_left and len(folder.saved_steps()) <= 1 and trained_files(folder):
+        log.warning(
+            "%s: a training was killed while it wrote its first checkpoint (its lock is left "
+            "and no trainer state was written); starting again",
+            folder.root,
+        )
+        clear_run(folder.root)
         return
     if trained := trained_files(folder):
         raise AttnkitError(

@@ -121,9 +121,10 @@ def train_transformer(
     dist.setup("cuda" if resolve_device(config.train.device).type == "cuda" else "cpu")
 
     def check_folder() -> None:
+        left = folder.lock.exists()  # a lock left behind: a training that never ended
         lock.check_free(folder)  # not after a tokenizer is trained
         if not resume:
-            ckpt.check_new_run(folder)
+            ckpt.check_new_run(folder, lock_left=left)
 
     dist.refuse_together(check_folder)
     dist.check_shared_folder(folder.root)
