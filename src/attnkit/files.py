@@ -1,4 +1,6 @@
-"""Files: reading the lines of UTF-8 text, and writing any file atomically.
+"""Files: UTF-8 text read, any file written atomically (over 400 lines: every way a path fails).
+
+Reading the lines of UTF-8 text, and writing any file atomically.
 
 `read_lines` is the one reader under the tokenizer's training and every data
 reader, for plain or gzipped (`.gz`) files. Bad input stops with the file and

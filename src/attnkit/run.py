@@ -1,4 +1,6 @@
-"""A run folder: everything about one model in one place, and the one module that knows its files.
+"""A run folder, the one module that knows its files (over 400 lines: each named, read, written).
+
+Everything about one model in one place:
 
     RUN_DIR/config.json                  the ModelConfig
     RUN_DIR/model.safetensors            the weights (a tied matrix stored once), whose

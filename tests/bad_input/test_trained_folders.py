@@ -13,8 +13,7 @@ import pytest
 from attnkit import AttnkitError
 from attnkit.cli import main
 from attnkit.run import RunFolder
-from attnkit.train import Trainer
-from attnkit.train import checkpoint as ckpt
+from attnkit.train import Trainer, new_run
 from attnkit.train.run_config import TrainSection
 from tests.helpers import tiny_model, translation_batches, translation_config
 
@@ -110,4 +109,4 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again(tmp_path):
     (run / "run_config.toml").write_text("[train]\n")
     (run / "metrics.jsonl").write_text('{"step": 1, "train_loss": 3.0}\n')
     (run / "tokenizer.json").write_text("{}")
-    ckpt.check_new_run(RunFolder(run))  # no weights yet: nothing of worth to lose
+    new_run.check_new_run(RunFolder(run))  # no weights yet: nothing of worth to lose

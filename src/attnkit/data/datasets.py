@@ -1,4 +1,6 @@
-"""Datasets: text encoded once into ids, for translation, encoders and language models.
+"""Datasets: text encoded once into ids (over 400 lines: three kinds over one packed encoding).
+
+For translation, encoders and language models.
 
 - `ParallelDataset`: sentence pairs; the source ends with </s>, the target is
   <s> ... </s> (the trainer feeds tgt[:, :-1] and predicts tgt[:, 1:]).

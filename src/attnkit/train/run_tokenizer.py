@@ -10,6 +10,7 @@ run folder, which loading the run checks (`RunFolder.load_tokenizer`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -76,3 +77,31 @@ def record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) -> 
         return
     if not resume or not folder.fingerprint.exists():
         folder.record_tokenizer(tokenizer)
+
+
+# The [data] keys that make the tokenizer, which a run folder keeps once it has one.
+_VOCABULARY_KEYS = ("tokenizer", "vocab_size")
+
+
+def keep_vocabulary(config: RunConfig, folder: RunFolder) -> RunConfig:
+    """`config` with the vocabulary keys of the run it resumes: its model was trained with the
+    tokenizer in the folder, which a resumed run goes on using (and now records so)."""
+    if not folder.tokenizer.is_file():
+        return config
+    saved = folder.data_defaults()
+    kept = {
+        key: saved[key]
+        for key in _VOCABULARY_KEYS
+        if key in saved and saved[key] != getattr(config.data, key)
+    }
+    if not kept:
+        return config
+    log.warning(
+        "%s not applied: a resumed run goes on with the tokenizer its model was trained with, "
+        "%s; start a new train.out_dir for another vocabulary",
+        ", ".join(
+            f"data.{k} {getattr(config.data, k)!r} (the run's is {v!r})" for k, v in kept.items()
+        ),
+        folder.tokenizer,
+    )
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, **kept))

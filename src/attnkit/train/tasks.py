@@ -25,7 +25,6 @@ through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut b
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -55,16 +54,15 @@ from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
 from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
-from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
-from attnkit.train import glove_task, lock, word2vec_task
+from attnkit.train import glove_task, lock, new_run, word2vec_task
 from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
 from attnkit.train.fine_tuning import fine_tune
 from attnkit.train.guided_attention import GuidedAttention
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
 from attnkit.train.run_config import RunConfig
-from attnkit.train.run_tokenizer import record_vocabulary, run_tokenizer
+from attnkit.train.run_tokenizer import keep_vocabulary, record_vocabulary, run_tokenizer
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.sequence_level import SequenceLevel
 from attnkit.train.trainer import Trainer, TrainResult
@@ -97,7 +95,7 @@ def train(
     (`RUNNERS`).
 
     A folder that holds a run or a trained model is refused unless `resume` (continue it)
-    or `overwrite` (empty it of the earlier run first: `checkpoint.clear_run`).
+    or `overwrite` (empty it of the earlier run first: `new_run.clear_run`).
     `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
     """
     of_type("config", config, RunConfig, "read one with RunConfig.load(path) or from_dict(...)")
@@ -124,12 +122,12 @@ def train_transformer(
         left = folder.lock.exists()  # a lock left behind: a training that never ended
         lock.check_free(folder)  # not after a tokenizer is trained
         if not resume:
-            ckpt.check_new_run(folder, lock_left=left)
+            new_run.check_new_run(folder, lock_left=left)
 
     dist.refuse_together(check_folder)
     dist.check_shared_folder(folder.root)
     if resume:
-        config = _keep_vocabulary(config, folder)
+        config = keep_vocabulary(config, folder)
     setup = _build(config)
     if setup.tokenizer is not None and dist.from_env().is_main:
         record_vocabulary(folder, setup.tokenizer, resume)
@@ -149,34 +147,6 @@ def train_transformer(
     return trainer.fit(resume=resume)
 
 
-# The [data] keys that make the tokenizer, which a run folder keeps once it has one.
-_VOCABULARY_KEYS = ("tokenizer", "vocab_size")
-
-
-def _keep_vocabulary(config: RunConfig, folder: RunFolder) -> RunConfig:
-    """`config` with the vocabulary keys of the run it resumes: its model was trained with the
-    tokenizer in the folder, which a resumed run goes on using (and now records so)."""
-    if not folder.tokenizer.is_file():
-        return config
-    saved = folder.data_defaults()
-    kept = {
-        key: saved[key]
-        for key in _VOCABULARY_KEYS
-        if key in saved and saved[key] != getattr(config.data, key)
-    }
-    if not kept:
-        return config
-    log.warning(
-        "%s not applied: a resumed run goes on with the tokenizer its model was trained with, "
-        "%s; start a new train.out_dir for another vocabulary",
-        ", ".join(
-            f"data.{k} {getattr(config.data, k)!r} (the run's is {v!r})" for k, v in kept.items()
-        ),
-        folder.tokenizer,
-    )
-    return dataclasses.replace(config, data=dataclasses.replace(config.data, **kept))
-
-
 def _clear_for_new_run(config: RunConfig, resume: bool) -> None:
     if resume:
         raise AttnkitError(
@@ -185,7 +155,7 @@ def _clear_for_new_run(config: RunConfig, resume: bool) -> None:
     validate(config)
     folder = RunFolder(config.train.out_dir)
     lock.check_free(folder)  # a training under way there is not to be emptied
-    ckpt.clear_run(folder)
+    new_run.clear_run(folder)
 
 
 def build_task(config: RunConfig) -> TaskSetup:

@@ -51,7 +51,7 @@ from attnkit.nn.moe import take_dropped_tokens
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
-from attnkit.train import distributed_checkpoint, lock, loggers
+from attnkit.train import distributed_checkpoint, lock, loggers, new_run
 from attnkit.train.activation_checkpointing import apply_activation_checkpointing
 from attnkit.train.compilation import compile_mode
 from attnkit.train.host_memory import reuse_freed_memory
@@ -144,7 +144,7 @@ class Trainer:
             )
         self.device = resolve_device(c.device, self.dist.local_rank)
         self.parallel = Parallel(c, self.dist, self.device, self.precision)
-        check = None if resume else lambda: ckpt.check_new_run(self.folder)
+        check = None if resume else lambda: new_run.check_new_run(self.folder)
         with lock.hold(self.folder, is_main=self.dist.is_main, check=check):
             self._prepare(resume)
             sinks = loggers.open_for(self._log_context())
