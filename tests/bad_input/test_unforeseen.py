@@ -71,3 +71,18 @@ def test_a_full_disk_where_no_check_looked_is_one_sentence(lm_run, monkeypatch, 
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "attnkit: error: No space left on device (/out/model.onnx); the command stopped there"
     )
+
+
+def test_ctrl_c_while_the_libraries_load_is_an_interrupt(monkeypatch, capsys):
+    # The command line reaches `main` before torch loads (the package imports its names on
+    # first use), and `main` takes a Ctrl-C during the heavy imports as any other.
+    fresh = [sys.executable, "-c", "import sys, attnkit.cli; print('torch' in sys.modules)"]
+    assert subprocess.run(fresh, capture_output=True, text=True, check=True).stdout == "False\n"
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    module = sys.modules["attnkit.cli.main"]  # the module; `attnkit.cli.main` names the function
+    monkeypatch.setattr(module, "build_parser", interrupted)
+    assert main(["recipes"]) == 130
+    assert capsys.readouterr().err == "attnkit: interrupted\n"
