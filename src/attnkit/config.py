@@ -312,8 +312,9 @@ class ModelConfig:
 
     def _validate_variants(self) -> None:
         """The later variants' settings: each in range, and only where it applies (the window
-        and its strided, global and random keys; RoPE and xPos; the mixture of experts and its
-        router; the fused attention kernel)."""
+        and its strided, global and random keys; RoPE and xPos; T5's relative buckets and
+        concatenated positions; the kinds of attention; the mixture of experts and its router;
+        the fused attention kernel)."""
         extra = ("attention_global", "attention_random", "adapter_size")
         for name in ("attention_window", "attention_stride", "n_experts", *extra):
             non_negative_int(name, getattr(self, name))

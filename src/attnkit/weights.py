@@ -38,9 +38,13 @@ def load_weights(
     try:
         missing, unexpected = model.load_state_dict(tensors, strict=False)
     except RuntimeError as err:
+        # torch lists every tensor, a line each: one sentence names how many and the first.
+        lines = [line.strip() for line in str(err).splitlines() if "mismatch" in line]
+        first = lines[0].rstrip(".") if lines else str(err).splitlines()[0]
         raise AttnkitError(
             f"the weights in {weights_path} do not fit the model of {model.config.shape!r} "
-            f"shape and its config: {err}"
+            f"shape and its config: {len(lines) or 1} tensors differ ({first}); "
+            "was config.json edited after training? put back the one trained with"
         ) from None
     # Tied weights are stored once, so their second name is reported missing; that is fine.
     tied = {name for name in missing if _is_tied(model, name)}
