@@ -53,6 +53,9 @@ BENCHMARKS = {
     "attention": Benchmark(
         "bench.bench_attention", "causal attention on each fused kernel (attention_backend)"
     ),
+    "linformer": Benchmark(
+        "bench.bench_linformer", "Linformer's self-attention vs full attention, 1k-16k positions"
+    ),
     "window": Benchmark(
         "bench.bench_window", "sliding-window attention block by block vs the window as a mask"
     ),
@@ -78,9 +81,13 @@ BENCHMARKS = {
     "glove": Benchmark(
         "bench.bench_glove", "GloVe beside word2vec, and against mittens: words/s and quality"
     ),
+    "corpus-memory": Benchmark(
+        "bench.bench_corpus_memory",
+        "peak memory of a language-model run reading a 100 MB corpus in one line vs in lines",
+    ),
     "serve": Benchmark(
         "bench.bench_serve",
-        "attnkit serve under concurrent clients, batched across requests or not",
+        "attnkit serve: streaming clients, iteration-level batching vs one at a time",
     ),
     "exposure": Benchmark(
         "bench.bench_exposure",

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from attnkit.errors import AttnkitError
-from attnkit.nn.attention import scaled_dot_product_attention
 from attnkit.nn.masks import causal_mask
+from attnkit.nn.scaled_dot_product import scaled_dot_product_attention
 from attnkit.nn.sdpa_backend import BACKENDS, kernels_run
 from bench.harness import Result, alternate, finish, markdown_row, opening, seconds_per_call
 

@@ -1,22 +1,33 @@
-"""attnkit serve under load: concurrent clients, with batching across requests and without.
+"""attnkit serve under streaming clients: iteration-level batching against one output at a time.
 
-    python -m bench serve --run runs/multi30k_de_en --clients 32 --seconds 60
+    python -m bench serve --run runs/tinyshakespeare_char_5min --clients 32 --seconds 60
+    python -m bench serve --url http://127.0.0.1:8000 --model shakespeare --clients 32
 
-`attnkit serve RUN` starts in a subprocess on 127.0.0.1 twice: batching as
-shipped (requests with the same options gathered for `--wait-ms`, up to 16 a
-decode) and without it (`--batch-wait-ms 0 --max-batch 1`: each request decodes
-alone). Against each, `--clients` clients (asyncio, one connection each) send
-greedy `/v1/translate` requests of one validation sentence each, back to back,
-for `--seconds`. Reported: requests and generated tokens a second, p50 and p99
-latency, errors (any status but 200), and the server's resident memory after
-start-up and at the end (it must not grow with the requests served).
+Two-phase (no --url): `attnkit serve RUN` starts in a subprocess on 127.0.0.1
+twice, as shipped (`--max-batch 32`: outputs join and leave the running batch at
+each decoding step) and one output at a time (`--max-batch 1`: the others wait
+their turn). Against each, `--clients` clients (asyncio, one connection each) send
+streamed `/v1/completions` back to back for `--seconds`: a prompt of `--prompt-chars`
+characters from the corpus (each client its own place), `--max-tokens` new tokens
+sampled at temperature 0.8, usage asked in the stream. With --url, the same load
+runs against a server already running (`--pid` names its process, for its memory).
+
+Reported: generated tokens a second (from each stream's usage), requests a second,
+time to first token (request sent to first text received) and whole-request latency
+at p50 and p99, errors (a status other than 200, or an error event), and the
+server's resident memory sampled every 5 s (all printed): after the warm-up, at the end,
+and the highest of each half of the run; flat memory is a second half no higher than the
+first (the allocator's pools fill during the first minute or two, then stay).
+The client runs in this process: on a small machine it shares the cores with the
+server, so the figures are the server's with a real client beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
+import json
+import random
 import socket
 import statistics
 import subprocess
@@ -27,6 +38,9 @@ from pathlib import Path
 import httpx
 
 from bench.harness import Result, finish, opening
+
+WARMUP_S = 5.0
+RSS_EVERY_S = 5.0
 
 
 def free_port() -> int:
@@ -42,42 +56,98 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def load(url: str, model: str, texts: list[str], clients: int, seconds: float) -> dict:
+async def one_stream(http: httpx.AsyncClient, body: dict) -> tuple[float, float, int, bool]:
+    """(seconds to the first text, seconds in all, tokens generated, ok) of one stream."""
+    start = time.perf_counter()
+    first, tokens, ok = None, 0, True
+    async with http.stream("POST", "/v1/completions", json=body) as response:
+        if response.status_code != 200:
+            await response.aread()
+            return float("nan"), time.perf_counter() - start, 0, False
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                ok = False
+            elif chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            elif first is None and chunk["choices"] and chunk["choices"][0]["text"]:
+                first = time.perf_counter() - start
+    return (first or float("nan")), time.perf_counter() - start, tokens, ok
+
+
+async def load(url: str, model: str, prompts: list[str], args: argparse.Namespace,
+               pid: int | None) -> dict:  # fmt: skip
+    """`args.clients` streaming clients for `args.seconds` (after a warm-up), measured."""
+    first_tokens: list[float] = []
     latencies: list[float] = []
-    errors, tokens = 0, 0
-    stop = time.perf_counter() + seconds
+    counts = {"errors": 0, "tokens": 0, "requests": 0}
+    rss: list[tuple[float, float]] = []
+    warm = time.perf_counter() + WARMUP_S
+    stop = warm + args.seconds
 
     async def client(i: int) -> None:
-        nonlocal errors, tokens
-        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
-            n = i
+        rng = random.Random(i)
+        async with httpx.AsyncClient(base_url=url, timeout=300) as http:
             while time.perf_counter() < stop:
-                body = {"model": model, "texts": [texts[n % len(texts)]], "max_new_tokens": 64}
-                start = time.perf_counter()
-                response = await http.post("/v1/translate", json=body)
-                latencies.append(time.perf_counter() - start)
-                if response.status_code != 200:
-                    errors += 1
-                else:
-                    tokens += response.json()["usage"]["completion_tokens"]
-                n += clients
+                body = {"model": model, "prompt": rng.choice(prompts), "stream": True,
+                        "max_tokens": args.max_tokens, "temperature": 0.8,
+                        "stream_options": {"include_usage": True}}  # fmt: skip
+                sent = time.perf_counter()
+                try:
+                    first, seconds, tokens, ok = await one_stream(http, body)
+                except httpx.HTTPError:
+                    first, seconds, tokens, ok = float("nan"), 0.0, 0, False
+                if sent < warm:
+                    continue
+                counts["requests"] += 1
+                counts["errors"] += not ok
+                counts["tokens"] += tokens
+                latencies.append(seconds)
+                if first == first:  # not NaN
+                    first_tokens.append(first)
 
-    start = time.perf_counter()
-    await asyncio.gather(*(client(i) for i in range(clients)))
-    elapsed = time.perf_counter() - start
-    cuts = statistics.quantiles(latencies, n=100)
-    return {"requests/s": len(latencies) / elapsed, "tokens/s": tokens / elapsed,
-            "p50 ms": 1000 * cuts[49], "p99 ms": 1000 * cuts[98], "errors": errors,
-            "requests": len(latencies)}  # fmt: skip
+    async def memory() -> None:
+        while pid is not None and time.perf_counter() < stop:
+            if time.perf_counter() >= warm:
+                rss.append((time.perf_counter() - warm, rss_mib(pid)))
+            await asyncio.sleep(RSS_EVERY_S)
+
+    await asyncio.gather(memory(), *(client(i) for i in range(args.clients)))
+    elapsed = time.perf_counter() - warm  # the last requests end after `stop`
+    ttft, whole = _cuts(first_tokens), _cuts(latencies)
+    out = {
+        "tokens/s": counts["tokens"] / elapsed,
+        "requests/s": counts["requests"] / elapsed,
+        "ttft p50 ms": 1000 * ttft[49], "ttft p99 ms": 1000 * ttft[98],
+        "latency p50 ms": 1000 * whole[49], "latency p99 ms": 1000 * whole[98],
+        **counts,
+    }  # fmt: skip
+    if rss:
+        values = [m for _, m in rss]
+        print("rss MiB every", RSS_EVERY_S, "s:", " ".join(f"{m:.0f}" for m in values), flush=True)
+        half = len(values) // 2
+        out.update({"rss start MiB": values[0], "rss end MiB": values[-1],
+                    "rss max 1st half MiB": max(values[: half or 1]),
+                    "rss max 2nd half MiB": max(values[half:])})  # fmt: skip
+    return out
+
+
+def _cuts(values: list[float]) -> list[float]:
+    if len(values) < 2:
+        return [float("nan")] * 99
+    return statistics.quantiles(values, n=100)
 
 
 def serve(run: str, port: int, threads: int, extra: list[str]) -> subprocess.Popen:
-    command = [sys.executable, "-m", "attnkit", "serve", run, "--port", str(port)]
-    server = subprocess.Popen([*command, "--threads", str(threads), *extra])
+    command = [sys.executable, "-m", "attnkit", "serve", f"bench={run}", "--port", str(port),
+               "--threads", str(threads), "--no-access-log", *extra]  # fmt: skip
+    server = subprocess.Popen(command)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
                 return server
         except httpx.HTTPError:
             time.sleep(0.2)
@@ -85,59 +155,74 @@ def serve(run: str, port: int, threads: int, extra: list[str]) -> subprocess.Pop
     raise SystemExit("the server did not start within 2 minutes")
 
 
+def corpus_prompts(path: Path, chars: int, n: int = 512) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    rng = random.Random(0)
+    return [text[i : i + chars] for i in (rng.randrange(len(text) - chars) for _ in range(n))]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench serve", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--run", default="runs/multi30k_de_en", help="an encoder-decoder run")
-    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--run", default="runs/tinyshakespeare_char_5min", help="a decoder run")
+    parser.add_argument("--url", help="a running server to load instead (one phase)")
+    parser.add_argument("--model", default="bench", help="the model's name on --url's server")
+    parser.add_argument("--pid", type=int, help="the --url server's process, for its memory")
+    parser.add_argument("--corpus", type=Path,
+                        default=Path("../shared/data/tinyshakespeare/input.txt"))  # fmt: skip
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=60)
-    parser.add_argument("--wait-ms", type=float, default=5)
-    parser.add_argument("--threads", type=int, default=2, help="the server's torch threads")
+    parser.add_argument("--prompt-chars", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--max-batch", type=int, default=32, help="the batched server's rows")
+    parser.add_argument("--threads", type=int, default=1, help="the server's torch threads")
     parser.add_argument("--out", type=Path, default=None, help="also write OUT.json and OUT.md")
     args = parser.parse_args(argv)
+    prompts = corpus_prompts(args.corpus, args.prompt_chars)
+    where = args.url or f"{args.run}, server threads {args.threads}"
+    work = f"{args.prompt_chars} characters + {args.max_tokens} tokens"
+    header = opening(
+        f"{args.clients} streaming clients x {args.seconds:g} s, /v1/completions of {work}, {where}"
+    )
+    if args.url:
+        measured = asyncio.run(load(args.url, args.model, prompts, args, args.pid))
+        print(json.dumps({k: round(v, 1) for k, v in measured.items()}))
+        finish([_result("tokens/s", measured, None)], header, args.out)
+        return
     if not (Path(args.run) / "model.safetensors").is_file():
-        raise SystemExit(f"{args.run} holds no trained run; train the multi30k_de_en recipe first")
-    with gzip.open(args.data_dir / "multi30k" / "val.de.gz", "rt", encoding="utf-8") as f:
-        texts = f.read().splitlines()
-    header = opening(f"{args.clients} clients x {args.seconds:g} s, greedy /v1/translate, "
-                     f"{args.run}, server threads {args.threads}")  # fmt: skip
-    model = Path(args.run).resolve().name
+        raise SystemExit(f"{args.run} holds no trained run; train the "
+                         "tinyshakespeare_char_5min recipe first")  # fmt: skip
     measured = {}
-    for name, extra in (("batched", ["--batch-wait-ms", str(args.wait_ms)]),
-                        ("alone", ["--batch-wait-ms", "0", "--max-batch", "1"])):  # fmt: skip
+    for name, batch in (("batched", args.max_batch), ("alone", 1)):
         port = free_port()
-        server = serve(args.run, port, args.threads, extra)
+        server = serve(args.run, port, args.threads, ["--max-batch", str(batch)])
         try:
-            rss_start = rss_mib(server.pid)
             url = f"http://127.0.0.1:{port}"
-            measured[name] = asyncio.run(load(url, model, texts, args.clients, args.seconds))
-            measured[name]["rss start MiB"], measured[name]["rss end MiB"] = (
-                rss_start,
-                rss_mib(server.pid),
-            )
-            metrics = httpx.get(f"{url}/metrics").text
-            batches = [x for x in metrics.splitlines() if x.startswith("attnkit_batches_total")]
-            measured[name]["batches"] = float(batches[0].split()[-1])
+            measured[name] = asyncio.run(load(url, "bench", prompts, args, server.pid))
         finally:
             server.terminate()
-            server.wait(timeout=30)
+            server.wait(timeout=60)
         print(name, {k: round(v, 1) for k, v in measured[name].items()}, flush=True)
-    results = []
-    for key, higher in (
-        ("requests/s", True),
-        ("tokens/s", True),
-        ("p50 ms", False),
-        ("p99 ms", False),
-    ):
-        ours, alone = [measured["batched"][key]], [measured["alone"][key]]
-        unit = key.split()[-1]
-        results.append(Result(key, unit, ours, alone, "each alone", higher_is_better=higher))
-    counts = ("errors", "requests", "batches", "rss start MiB", "rss end MiB")
-    extra = {k: f"{measured['batched'][k]:.0f} / {measured['alone'][k]:.0f}" for k in counts}
+    compared = {"tokens/s": True, "requests/s": True, "ttft p50 ms": False,
+                "ttft p99 ms": False, "latency p99 ms": False}  # fmt: skip
+    results = [
+        _result(key, measured["batched"], measured["alone"], higher)
+        for key, higher in compared.items()
+    ]
+    counts = ("errors", "requests", "rss start MiB", "rss end MiB", "rss max 1st half MiB",
+              "rss max 2nd half MiB")  # fmt: skip
+    extra = {k: f"{measured['batched'][k]:.1f} / {measured['alone'][k]:.1f}" for k in counts}
     results.append(Result("errors", "count", [measured["batched"]["errors"]], extra=extra))
     finish(results, header, args.out)
+
+
+def _result(key: str, ours: dict, alone: dict | None, higher: bool = True) -> Result:
+    unit = key.split()[-1]
+    if alone is None:
+        extra = {k: f"{v:.1f}" for k, v in ours.items() if k != key}
+        return Result(key, unit, [ours[key]], extra=extra)
+    return Result(key, unit, [ours[key]], [alone[key]], "one at a time", higher_is_better=higher)
 
 
 if __name__ == "__main__":

@@ -227,7 +227,7 @@ def _check(
         return None, None
     try:
         model = load_pretrained(folder.root)
-        state = checkpoint.load_checkpoint(folder.root, model)
+        state = checkpoint.load_checkpoint(folder, model)
     except AttnkitError as err:
         return f"the run folder does not load: {err}", verified
     step = state["step"]

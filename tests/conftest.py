@@ -1,6 +1,6 @@
 """Shared test settings and fixtures: deterministic small runs, corpora, run folders.
 
-The corpora are those in ../shared/data; the run folders are built by `tests.helpers.tiny_run`.
+The corpora are those in ../shared/data; the run folders are built by `tests.helpers`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import gpt2_folder, tiny_run
+from tests.helpers import gpt2_folder, tiny_g2p_run, tiny_run
 
 
 def pytest_configure() -> None:
@@ -51,6 +51,12 @@ def mt_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def lm_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A language-model run folder (`tiny_run`), one for each test module that asks."""
     return tiny_run(tmp_path_factory.mktemp("lm"), "decoder")
+
+
+@pytest.fixture(scope="module")
+def g2p_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A grapheme-to-phoneme run folder (`tests.helpers.tiny_g2p_run`), one for each test module."""
+    return tiny_g2p_run(tmp_path_factory.mktemp("g2p"))
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from attnkit.config import ModelConfig
+from attnkit.data import cmudict
 from attnkit.data.batch import Batch, pad
 from attnkit.interop import save_hf
 from attnkit.models import TransformerModel, build_model
@@ -40,6 +41,19 @@ ARTIFACTS = Path(
 
 # The text of the run folders `tiny_run` builds: German and English, for their tokenizer.
 RUN_LINES = ["ein hund läuft", "zwei kinder spielen im park", "a dog runs", "the cat sleeps"]
+
+# Sentences that try a sentence encoder's tokenizer and length limit: short, long (over
+# all-MiniLM-L6-v2's 256 tokens), German, Japanese, Russian, punctuation alone, accents, an emoji.
+EDGE_SENTENCES = [
+    "Hi",
+    "A man is playing a guitar on the street.",
+    "The quick brown fox jumps over the lazy dog. " * 40,
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "東京は日本の首都です。",
+    "Привет, как дела?",
+    "?!... -- ;;; ***",
+    "café naïve résumé 😀",
+]
 
 # Two blocks per stack, d_model 32 in 4 heads: the model tests (parity with torch.nn.Transformer).
 WIDE = {"layers": 2, "vocab_size": 50, "d_model": 32, "n_heads": 4, "d_ff": 64, "max_len": 64}
@@ -310,12 +324,15 @@ def source_batch() -> tuple[torch.Tensor, torch.Tensor]:
     return padded_batch([7, 4, 2, 5], 7)
 
 
-def tiny_run(path: Path, shape: str, max_len: int = 40) -> Path:
-    """A run folder at `path`: a one-block-a-stack model of `shape`, a tokenizer of `RUN_LINES`.
+def tiny_run(
+    path: Path, shape: str, max_len: int = 40, kind: str = "char", **changes: object
+) -> Path:
+    """A run folder at `path`: a one-block-a-stack model of `shape` (`changes` to its config),
+    a `kind` tokenizer (characters by default) of `RUN_LINES`.
 
     Its config records the tokenizer's decoding ids, as a trained run's does.
     """
-    tokenizer = Tokenizer.train("char", texts=RUN_LINES * 3)
+    tokenizer = Tokenizer.train(kind, texts=RUN_LINES * 3)
     config = tiny_config(
         shape,
         1,
@@ -323,11 +340,37 @@ def tiny_run(path: Path, shape: str, max_len: int = 40) -> Path:
         max_len=max_len,
         dropout=0.0,
         embedding_dropout=0.0,
+        **changes,
     )
     torch.manual_seed(0)
     model = build_model(with_decoding_ids(config, tokenizer))
     save_pretrained(model, path)
     tokenizer.save(RunFolder(path).tokenizer)
+    return path
+
+
+def tiny_g2p_run(path: Path) -> Path:
+    """A tiny untrained G2P run folder at `path`: a word tokenizer of cmudict's letters and
+    phonemes, and the [data] section of a run trained on cmudict. Its weights (seed 1) give
+    different words different outputs, and a word typed whole another output than its letters.
+    """
+    pairs = cmudict.pairs("val")
+    tokenizer = Tokenizer.train("word", texts=[side for pair in pairs for side in pair])
+    config = tiny_config(
+        "encoder-decoder",
+        1,
+        vocab_size=tokenizer.vocab_size,
+        max_len=32,
+        dropout=0.0,
+        embedding_dropout=0.0,
+    )
+    torch.manual_seed(1)
+    save_pretrained(build_model(with_decoding_ids(config, tokenizer)), path)
+    folder = RunFolder(path)
+    tokenizer.save(folder.tokenizer)
+    folder.write_run_config(
+        '[data]\ncorpus = "cmudict"\nsrc_lang = "graphemes"\ntgt_lang = "phonemes"\n'
+    )
     return path
 
 

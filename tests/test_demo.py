@@ -75,3 +75,16 @@ def test_translate_reads_a_demo_run_folder_and_decodes_as_the_demo(tmp_path) -> 
         == 0
     )
     assert out.read_text().splitlines() == [tokenizer().decode(hyp) for _, _, hyp in results]
+
+
+def test_an_evaluation_count_the_demo_cannot_draw_is_refused_before_training(tmp_path, capsys):
+    """-1 and 10**20 failed inside torch after the whole run (issue 39, POOR); 0 in generate."""
+    out = tmp_path / "demo"
+    for count, said in [
+        ("-1", "eval_examples (--eval-examples) must be a positive integer, got -1"),
+        ("0", "eval_examples (--eval-examples) must be a positive integer, got 0"),
+        ("100000000000000000000", "is more than the demo scores; give at most 1,000,000"),
+    ]:
+        assert main(["demo", "--eval-examples", count, "--out", str(out)]) == 2
+        assert said in capsys.readouterr().err
+        assert not out.exists()  # refused before any training

@@ -179,6 +179,7 @@ def asks_a_server(page: Path) -> bool:
 def test_the_serving_examples_name_models_as_the_server_does(page: Path) -> None:
     text = page.read_text()
     commands = [line.split("#")[0].split() for line in re.findall(r"attnkit serve (.+)", text)]
-    served = {Path(run).name for words in commands for run in words if "/" in run}
+    runs = [run for words in commands for run in words if "/" in run]  # RUN_DIR or NAME=RUN_DIR
+    served = {run.split("=")[0] if "=" in run else Path(run).name for run in runs}
     asked = set(re.findall(r'"model": "([^"]+)"', text)) | set(re.findall(r'model="([^"]+)"', text))
     assert asked and asked <= served, (asked, served)

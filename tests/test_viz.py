@@ -98,6 +98,18 @@ def test_an_attention_the_model_lacks_is_named(tmp_path):
         )
 
 
+def test_each_positional_method_draws_its_own_picture(tmp_path):
+    """The picture follows the model: its learned table, RoPE's or xPos's turning pairs and
+    scores, ALiBi's slopes, or a sentence for none; each method's differs from the others."""
+    drawn = {}
+    for kind in ("sinusoidal", "learned", "rope", "xpos", "alibi", "none"):
+        model = tiny_model("decoder", positional=kind, xpos_scale_base=8.0, max_len=48)
+        path = viz.plot_model_positions(model, tmp_path / f"{kind}.png")
+        drawn[kind] = path.read_bytes()
+    assert all(png.startswith(b"\x89PNG") for png in drawn.values())
+    assert len(set(drawn.values())) == 6
+
+
 def test_colour_strips_are_the_vectors_themselves_one_row_a_word(kept, tmp_path):
     torch.manual_seed(0)
     words = ["king", "man", "woman", "queen", "cat"]
@@ -160,3 +172,13 @@ def test_positional_pictures_refuse_what_they_cannot_draw(tmp_path):
         viz.plot_positional_encoding(tmp_path / "pe.png", 16, 20, layout="zigzag")
     with pytest.raises(AttnkitError, match=r"must be 0 to 15, not \[3, 16\]"):
         viz.plot_positional_encoding(tmp_path / "pe.png", 16, 20, dims=[3, 16])
+
+
+def test_a_small_models_picture_draws_each_default_dimension_once(kept, tmp_path):
+    """d/2 of a 16-dimension model is 8, one of the fixed dimensions; 8 dimensions have no 8."""
+    for d, drawn in ((16, ["dim 0", "dim 1", "dim 4", "dim 8"]), (8, ["dim 0", "dim 1", "dim 2",
+                                                                      "dim 4"])):  # fmt: skip
+        kept.clear()
+        viz.plot_positional_encoding(tmp_path / "pe.png", d, 20)
+        labels = [line.get_label().split(" (")[0] for line in kept[0].axes[1].get_lines()]
+        assert labels == drawn

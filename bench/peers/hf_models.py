@@ -17,10 +17,12 @@ on the model's saved folder, so the weight mapping lives in one place):
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import Tensor
 from transformers import (
     BertConfig,
@@ -39,6 +41,8 @@ from transformers import (
     MixtralForCausalLM,
     PretrainedConfig,
     PreTrainedModel,
+    T5Config,
+    T5ForConditionalGeneration,
 )
 
 from attnkit.data.batch import pad
@@ -76,6 +80,14 @@ MARIAN_NAMES = {
     **{f"{side}_layers": "n_layers" for side in ("encoder", "decoder")},
     **{f"{side}_attention_heads": "n_heads" for side in ("encoder", "decoder")},
     **{f"{side}_ffn_dim": "d_ff" for side in ("encoder", "decoder")},
+}
+# T5 v1.1 / Flan-T5: heads of their own width (d_kv 16, 4 heads in 32), gated-gelu, an own lm_head.
+T5_NAMES = {
+    "d_model": "d_model",
+    "num_layers": "n_layers",
+    "num_heads": "n_heads",
+    "d_ff": "d_ff",
+    "n_positions": "max_len",
 }
 GPT2_NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 MARIAN_NO_DROPOUT = {"dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0}
@@ -139,6 +151,21 @@ def marian_config(**extra) -> MarianConfig:
     return family_config(MarianConfig, MARIAN_NAMES, TINY, **{**options, **extra})
 
 
+def t5_config(**extra) -> T5Config:
+    """Flan-T5's shape, small: gated-gelu, d_kv apart from d_model / heads, few buckets (8 up
+    to distance 12) so that the test sequences reach the log-spaced ones, an own lm_head."""
+    options = {
+        "d_kv": 16,
+        "feed_forward_proj": "gated-gelu",
+        "relative_attention_num_buckets": 8,
+        "relative_attention_max_distance": 12,
+        "tie_word_embeddings": False,
+        "dropout_rate": 0.0,
+        "decoder_start_token_id": 0,
+    }
+    return family_config(T5Config, T5_NAMES, TINY, **{**options, **extra})
+
+
 # Each family, and the variants that take another path through its mapping.
 CASES = {
     "gpt2": (GPT2LMHeadModel, _gpt2),
@@ -170,6 +197,9 @@ CASES = {
         MarianMTModel,
         lambda: marian_config(share_encoder_decoder_embeddings=False, decoder_vocab_size=53),
     ),
+    "t5": (T5ForConditionalGeneration, t5_config),
+    # T5 v1.1's shape on the first T5's plain ReLU feed-forward network.
+    "t5-relu": (T5ForConditionalGeneration, lambda: t5_config(feed_forward_proj="relu")),
 }
 
 
@@ -208,7 +238,21 @@ def save_random(
     for name, value in changes.items():
         setattr(config, name, value)
     random_model(cls, config, seed, scale).save_pretrained(path)
+    if case.startswith("t5"):
+        flan_t5_head(Path(path), seed)
     return cls.from_pretrained(path, attn_implementation="eager").eval()
+
+
+def flan_t5_head(path: Path, seed: int) -> None:
+    """Give the saved T5 an lm_head of its own, as T5 v1.1 and Flan-T5 ship (transformers 5
+    ties it to `shared` when it builds a T5, and saves no lm_head.weight)."""
+    weights = load_file(path / "model.safetensors")
+    generator = torch.Generator().manual_seed(seed + 1)
+    weights["lm_head.weight"] = torch.randn(weights["shared.weight"].shape, generator=generator)
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((path / "config.json").read_text())
+    config.pop("scale_decoder_outputs", None)
+    (path / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
 
 
 def twins(

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeVar
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from attnkit.errors import AttnkitError
 
@@ -42,6 +43,12 @@ def finite_fields(settings: object, section: str = "") -> None:
         value = getattr(settings, setting.name)
         if isinstance(value, float):
             finite(f"{section}.{setting.name}" if section else setting.name, value)
+
+
+def each(rule: Callable[[str, Any], None], section: str, values: object, *names: str) -> None:
+    """Apply the check `rule` to the keys `names` of one config section's `values`."""
+    for name in names:
+        rule(f"{section}.{name}", getattr(values, name))
 
 
 def positive(name: str, value: float) -> None:
@@ -117,6 +124,50 @@ def lookup(what: str, name: str, table: Mapping[str, T]) -> T:
     """The entry `name` of `table`; an unknown name stops with the nearest valid one."""
     known(what, [name], list(table))
     return table[name]
+
+
+def of_type(name: str, value: object, kind: type | tuple[type, ...], hint: str = "") -> None:
+    """A public API's argument `name` must be a `kind` (the Python API's counterpart of a
+    config's checks: a list where a tensor belongs would fail deep inside torch)."""
+    if not isinstance(value, kind):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        wanted = " or ".join(_type_name(k) for k in kinds)
+        raise AttnkitError(
+            f"{name} must be {with_article(wanted)}, not {with_article(type(value).__name__)}"
+            + (f"; {hint}" if hint else "")
+        )
+
+
+# The largest seed: numpy's generators and torch's both take any int from 0 to it.
+MAX_SEED = 2**32 - 1
+
+
+def seed_value(name: str, value: object) -> None:
+    """A seed must be an int from 0 to MAX_SEED (torch overflows past 2**64, numpy past 2**32)."""
+    check(
+        _is_int(value) and 0 <= value <= MAX_SEED,  # type: ignore[operator]
+        f"{name} must be a whole number from 0 to {MAX_SEED}, not {value!r}",
+    )
+
+
+def _type_name(kind: type) -> str:
+    """`kind` as a user writes it: `ModelConfig`, `list`, `torch.Tensor`."""
+    package = kind.__module__.split(".")[0]
+    return (
+        kind.__qualname__
+        if package in ("attnkit", "builtins")
+        else f"{package}.{kind.__qualname__}"
+    )
+
+
+def token_ids(name: str, ids: Sequence[object]) -> list[int]:
+    """`ids` (a list, a tuple or a 1-D tensor) as a list of ints from 0 up: token ids."""
+    values = ids.tolist() if hasattr(ids, "tolist") else ids
+    of_type(name, values, (list, tuple), "give a list of token ids or a 1-D tensor")
+    for at, value in enumerate(values):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+            raise AttnkitError(f"{name}[{at}] is {value!r}, not a token id (an int from 0 up)")
+    return [int(value) for value in values]
 
 
 def _is_int(value: object) -> bool:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit import recipes
+from attnkit.checks import check, positive_int
 from attnkit.data.reverse import BOS, EOS, ReverseTask, show
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
@@ -56,6 +57,9 @@ def demo_run_config(**overrides: Any) -> RunConfig:
     )
 
 
+MAX_EVAL_EXAMPLES = 1_000_000  # held-out strings scored: a second or so each thousand
+
+
 def run_demo(
     config: RunConfig,
     picture: str | Path,
@@ -65,6 +69,13 @@ def run_demo(
 ) -> DemoReport:
     """Train afresh into `train.out_dir`, score `eval_examples` held-out strings (drawn by
     `train.seed` + 1) and draw the first one's cross-attention to `picture`."""
+    # Before any training: a count the scoring cannot draw failed in torch after the run.
+    positive_int("eval_examples (--eval-examples)", eval_examples)
+    check(
+        eval_examples <= MAX_EVAL_EXAMPLES,
+        f"eval_examples (--eval-examples) {eval_examples} is more than the demo scores; "
+        f"give at most {MAX_EVAL_EXAMPLES:,}",
+    )
     run_dir = Path(config.train.out_dir)
     _clear(RunFolder(run_dir), config)
     start = time.perf_counter()

@@ -1,20 +1,33 @@
-"""Files: reading the lines of UTF-8 text, and writing any file atomically.
+"""Files: UTF-8 text read, any file written atomically (over 400 lines: every way a path fails).
+
+Reading the lines of UTF-8 text, and writing any file atomically.
 
 `read_lines` is the one reader under the tokenizer's training and every data
 reader, for plain or gzipped (`.gz`) files. Bad input stops with the file and
-line at fault: a missing file, invalid UTF-8, a truncated or corrupt `.gz`.
+line at fault: a missing file, invalid UTF-8, a truncated or corrupt `.gz`. A
+byte-order mark before the first line (Windows editors write one) is dropped.
 `decode_lines` reads standard input the same way, and `check_utf8` checks text
-that arrives as a string (a command-line argument).
+that arrives as a string (a command-line argument). Running text (a language
+model's corpus, a tokenizer's training text) is read with `pieces`: a line longer
+than `PIECE_BYTES` comes in pieces cut before a space between words (at a
+character otherwise), so memory stays bounded on a corpus in one line (text8's
+shape) while the pieces, joined, are the line.
 
 `check_writable` tells, before any work, whether an output path can be written, by
-a real write in its `nearest_folder`.
+a real write in its `nearest_folder`, and refuses an output that is one of the
+command's own inputs (`same_file`: the same file under another name, through a
+link, or as standard input), which writing would destroy.
 
 `atomic_write` writes every file attnkit saves (run folders, tokenizers,
 checkpoints) to a temporary name and renames it, so a crash mid-write never
 leaves a half-written file behind; `append_line` adds a whole line or none, and
 `replace_folder` fills a folder only once everything for it is written. A
 write that finds no room (disk full, quota, file too large) stops with
-`WriteError`: the file, the reason, and what is intact.
+`WriteError`: the file, the reason, and what is intact. Only a regular file is
+replaced by renaming: a symbolic link's target is what gets replaced (the link
+stays), and a device, a FIFO or a socket (/dev/stdout, /dev/null, a named pipe)
+is written in place, since renaming over it would put a regular file where the
+system's device was.
 """
 
 from __future__ import annotations
@@ -24,6 +37,8 @@ import gzip
 import os
 import re
 import shutil
+import stat
+import sys
 import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -35,38 +50,87 @@ from attnkit.errors import AttnkitError
 PathLike = str | Path
 
 
-def read_lines(path: PathLike, *, keepends: bool = False) -> Iterator[str]:
+# The most bytes of a line read at once when reading `pieces` of running text: small enough
+# that a corpus in one line costs no more memory than one in short lines, large enough that
+# a piece holds thousands of words.
+PIECE_BYTES = 1 << 12
+_SPACES = frozenset(b" \t\r\n\x0b\x0c")
+
+
+def read_lines(path: PathLike, *, keepends: bool = False, pieces: bool = False) -> Iterator[str]:
     """Yield the lines of a UTF-8 text file (gzipped if it ends in `.gz`).
 
     Line endings are removed unless `keepends`, which a language model wants
-    because a newline is part of its token stream.
+    because a newline is part of its token stream. With `pieces`, a line longer
+    than `PIECE_BYTES` is yielded in pieces (`decode_lines`).
     """
     path = Path(path)
     with open_binary(path) as stream:
-        yield from decode_lines(stream, str(path), keepends=keepends)
+        yield from decode_lines(stream, str(path), keepends=keepends, pieces=pieces)
 
 
-def decode_lines(stream: Iterable[bytes], name: str, *, keepends: bool = False) -> Iterator[str]:
+def decode_lines(
+    stream: Iterable[bytes], name: str, *, keepends: bool = False, pieces: bool = False
+) -> Iterator[str]:
     """Yield the lines of a binary stream (an open file, `sys.stdin.buffer`) as UTF-8 text.
 
     `name` says in errors where the lines come from: a path, "standard input".
+    With `pieces` (a stream with `readline`), a line longer than `PIECE_BYTES` is
+    read and yielded a piece at a time, each cut before a single space between
+    two words, so that a tokenizer that splits at spaces encodes the pieces as it
+    would the line (a piece with no such space is cut between two characters).
     """
-    number = 0
+    number, at = 0, 0  # the line being read, and the byte of it where the next piece starts
     try:
-        for number, raw in enumerate(stream, start=1):
+        raws = _pieces(stream) if pieces else ((raw, True) for raw in stream)  # type: ignore[arg-type]
+        for raw, ends in raws:
+            number += at == 0
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
                 raise AttnkitError(
-                    f"{name} line {number} is not valid UTF-8 (byte {err.start} of the line); "
-                    "re-encode it as UTF-8"
+                    f"{name} line {number} is not valid UTF-8 (byte {at + err.start} of the "
+                    "line); re-encode it as UTF-8"
                 ) from None
-            yield line if keepends else line.rstrip("\r\n")
+            if number == 1 and at == 0:  # a byte-order mark some editors put first is no text
+                line = line.removeprefix("\ufeff")
+            at = 0 if ends else at + len(raw)
+            yield line if keepends or not ends else line.rstrip("\r\n")
     except (OSError, EOFError, zlib.error) as err:
         # A truncated or corrupt .gz surfaces only while reading.
         raise AttnkitError(
             f"{name} could not be read after line {number} ({err}); replace the file"
         ) from None
+
+
+def _pieces(stream: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """The lines of `stream` in pieces of about `PIECE_BYTES`, each with whether it ends
+    its line."""
+    carry = b""
+    while raw := carry + (more := stream.readline(PIECE_BYTES)):
+        # readline stops short of its limit only at a newline or at the end of the stream.
+        if raw.endswith(b"\n") or len(more) < PIECE_BYTES:
+            carry = b""
+            yield raw, True
+        else:
+            cut = _cut(raw)
+            carry = raw[cut:]
+            yield raw[:cut], False
+
+
+def _cut(raw: bytes) -> int:
+    """Where to cut a piece off `raw`: before the last single space between two words in its
+    second half, else before the last character that starts in its last 4 bytes."""
+    half = len(raw) // 2
+    at = raw.rfind(b" ", half, len(raw) - 1)
+    while at > half:
+        if raw[at - 1] not in _SPACES and raw[at + 1] not in _SPACES:
+            return at
+        at = raw.rfind(b" ", half, at)
+    for at in range(len(raw) - 1, len(raw) - 5, -1):
+        if raw[at] & 0xC0 != 0x80:  # not a UTF-8 continuation byte: a character starts here
+            return at
+    return len(raw)  # not UTF-8: decoding the piece says where
 
 
 def check_utf8(text: str, what: str) -> str:
@@ -84,13 +148,26 @@ def check_utf8(text: str, what: str) -> str:
     return text
 
 
-def check_writable(path: PathLike, what: str) -> Path:
+def check_writable(
+    path: PathLike,
+    what: str,
+    *,
+    inputs: Iterable[tuple[str, PathLike | None]] = (),
+    stdin: bool = False,
+) -> Path:
     """Stop before any work when no file can be written at `path` (missing folders would be
-    made): it is a folder, a file stands where a folder should, or its folder refuses.
+    made): it is a folder, a file stands where a folder should, or its folder refuses; or
+    when `path` is one of the command's `inputs` (each a name for the user and a path) or,
+    with `stdin`, the file standard input reads: writing would replace what is being read.
 
     `what` names the path for the user, e.g. "--output".
     """
     path = Path(path)
+    for name, source in inputs:
+        if source is not None and same_file(path, source):
+            _refuse_input(what, path, name)
+    if stdin and _is_stdin(path):
+        _refuse_input(what, path, "standard input")
     if path.is_dir():
         raise AttnkitError(f"{what} {path} is a folder; give a file path")
     if path.exists() and not path.is_file():
@@ -109,6 +186,32 @@ def check_writable(path: PathLike, what: str) -> Path:
             f"{what} {path} cannot be written: no file can be made in {folder}; choose another path"
         )
     return path
+
+
+def same_file(path: PathLike, other: PathLike) -> bool:
+    """Whether `path` and `other` name one existing file (by another name, a hard or
+    symbolic link, or the same name)."""
+    try:
+        return os.path.samefile(path, other)
+    except (OSError, ValueError):  # one of them missing, or a name the system refuses
+        return False
+
+
+def _is_stdin(path: Path) -> bool:
+    """Whether `path` is the regular file that standard input reads (`< FILE`)."""
+    try:
+        held = os.fstat(sys.stdin.fileno())
+        at = os.stat(path)
+    except (OSError, AttributeError, ValueError):  # no file there, stdin closed or replaced
+        return False
+    return stat.S_ISREG(held.st_mode) and (held.st_dev, held.st_ino) == (at.st_dev, at.st_ino)
+
+
+def _refuse_input(what: str, path: Path, name: str) -> None:
+    raise AttnkitError(
+        f"{what} {path} is also the input ({name}): writing it would destroy what the command "
+        "reads; choose another path"
+    )
 
 
 def nearest_folder(path: PathLike) -> tuple[Path, bool]:
@@ -157,6 +260,12 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     want of room stops with `WriteError`, which names the file and the reason.
     """
     path = Path(path)
+    if path.is_dir():
+        raise AttnkitError(f"{path} is a folder, so no file can be written there; give a file path")
+    if path.exists() and (not path.is_file() or _is_descriptor(path)):
+        return _write_in_place(path, write)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))  # the link stays, pointing at the new file
     existed = path.exists()
     tmp = None
     try:
@@ -178,6 +287,34 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> Path:
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+    return path
+
+
+def _is_descriptor(path: Path) -> bool:
+    """Whether `path` names one of the process's open files (/dev/stdout, /dev/fd/N,
+    /proc/self/fd/N), directly or through links: what the shell redirected, to be written
+    through that name, even where it is a regular file."""
+    name = str(path)
+    for _ in range(8):  # links to links: /dev/stdout -> /proc/self/fd/1 -> the file
+        if name.startswith(("/proc/", "/dev/fd/")):
+            return True
+        if not os.path.islink(name):
+            return False
+        name = os.path.join(os.path.dirname(name), os.readlink(name))
+    return False
+
+
+def _write_in_place(path: Path, write: Callable[[Path], None]) -> Path:
+    """`write(path)` on a device, FIFO, socket or open descriptor, which renaming over would
+    replace (or, through /proc, cannot reach: /proc/self/fd/1 of a pipe names no file)."""
+    try:
+        write(path)
+    except AttnkitError:
+        raise
+    except OSError as err:
+        raise AttnkitError(
+            f"could not write {path} ({err.strerror or err}); choose another path"
+        ) from None
     return path
 
 

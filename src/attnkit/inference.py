@@ -10,8 +10,11 @@ own and writes the ones it copies back as they were. Text that is not valid
 UTF-8 is refused with its line, and pieces the tokenizer does not know
 (characters outside a character vocabulary) are counted in one warning.
 
-`read_texts` and `write_lines` are the command line's input and output: a
-file, or standard input and output.
+`translate_run` translates with a run folder loaded by `attnkit.run.load_run`,
+its input prepared as the run's own (`attnkit.data.section.prepare_sources`:
+lowercased, a G2P word spelled out), as `attnkit translate`, `attnkit eval`
+and `attnkit serve` prepare it. `read_texts` and `write_lines` are the command
+line's input and output: a file, or standard input and output.
 """
 
 from __future__ import annotations
@@ -21,16 +24,17 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
 from attnkit.data import extended
 from attnkit.data.batch import pad
+from attnkit.data.section import prepare_sources
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write, check_utf8, decode_lines, read_lines
 from attnkit.generation import GenerationConfig, generate, stream
 from attnkit.models import TransformerModel
+from attnkit.run import Run
 from attnkit.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -46,16 +50,12 @@ def read_texts(path: PathLike | None = None) -> list[str]:
 def write_lines(lines: Sequence[str], path: PathLike | None = None) -> None:
     """Each of `lines` and a newline, to the file at `path` (its folder made) or to stdout.
 
-    The file is written whole or not at all (`atomic_write`), and a full disk is one sentence.
+    A file is written whole or not at all, a device or a pipe in place, a link's target
+    replaced (`atomic_write`), and a full disk is one sentence.
     """
     text = "".join(f"{line}\n" for line in lines)
     if path is None:
         sys.stdout.write(text)
-        return
-    path = Path(path)
-    if path.exists() and not path.is_file():
-        # A device or pipe (/dev/stdout) cannot be renamed over: it is written in place.
-        path.write_text(text, encoding="utf-8")
         return
     atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
 
@@ -165,6 +165,29 @@ def translate(
         if progress is not None:
             progress(len(chunk))
     return outputs
+
+
+def translate_run(
+    run: Run,
+    texts: Sequence[str],
+    config: GenerationConfig | None = None,
+    *,
+    batch_size: int = 32,
+    refuse_long: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> list[str]:
+    """`translate` with the model and tokenizer of `run`, each text prepared as the run
+    reads its sources (`prepare_sources`: lowercased, a G2P word spelled out)."""
+    sources = prepare_sources(run.data, texts)
+    return translate(
+        run.model,
+        run.tokenizer,
+        sources,
+        config,
+        batch_size=batch_size,
+        refuse_long=refuse_long,
+        progress=progress,
+    )
 
 
 def complete(

@@ -1,12 +1,18 @@
-"""A run folder: everything about one model in one place, and the one module that knows its files.
+"""A run folder, the one module that knows its files (over 400 lines: each named, read, written).
+
+Everything about one model in one place:
 
     RUN_DIR/config.json                  the ModelConfig
-    RUN_DIR/model.safetensors            the weights (a tied matrix stored once)
+    RUN_DIR/model.safetensors            the weights (a tied matrix stored once), whose
+                                         metadata binds them to their tokenizer's fingerprint
     RUN_DIR/tokenizer.json               the tokenizer, when there is one
-    RUN_DIR/tokenizer_fingerprint        its vocabulary's fingerprint, checked when loading
+    RUN_DIR/tokenizer_fingerprint        the fingerprint the run started with, which every
+                                         weights file it writes carries
     RUN_DIR/tokenizer.pretokenize.json   a Transformer run's [pretokenize] steps, applied
                                          before the tokenizer (`attnkit.pretokenize`)
     RUN_DIR/pretokenize.json             a word-vector run's [pretokenize] steps
+    RUN_DIR/tokenizer_config.json        an imported tokenizer's settings: its chat template
+    RUN_DIR/pooling.json                 how an encoder's sentence vectors are pooled
     RUN_DIR/run_config.toml              the run config it was trained from
     RUN_DIR/trainer_state.pt             what resuming needs (`attnkit.train.checkpoint`)
     RUN_DIR/metrics.jsonl                one JSON record per logged interval or evaluation
@@ -32,8 +38,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import zipfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +50,11 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file, save_model
-from torch import Tensor
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file, save_model
 
 from attnkit.config import ModelConfig
+from attnkit.data.section import DataSection
 from attnkit.devices import check_device
 from attnkit.errors import AttnkitError
 from attnkit.files import WriteError, append_line, atomic_write
@@ -56,13 +63,20 @@ from attnkit.models import TransformerModel, build_model
 from attnkit.nn.adapters import adapter_state_dict
 from attnkit.nn.compute_type import compute_type_of, convert
 from attnkit.nn.lora import merged_copy
+from attnkit.pooling import Pooling, SentenceEncoder
 from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer, pretokenize_file
+from attnkit.weights import check_finite as check_finite  # its old import path, from here
+from attnkit.weights import load_weights
+from attnkit.weights import read_weights as read_weights  # its old import path, from here
 
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 ADAPTERS_FILE = "adapters.safetensors"  # a model's adapters alone (`attnkit.nn.adapters`)
+# The weights' metadata key of the fingerprint of the vocabulary they were trained with: bound
+# to the weights, so a tokenizer copied in from another run (with its fingerprint file) is seen.
+FINGERPRINT_KEY = "attnkit.tokenizer_fingerprint"
 SHARDS = "sharded"  # a step's sharded checkpoint (`attnkit.train.distributed_checkpoint`)
 _STEP = "step-"
 
@@ -88,6 +102,8 @@ class RunFolder:
         self.weights = self.root / WEIGHTS_FILE
         self.tokenizer = self.root / TOKENIZER_FILE
         self.fingerprint = self.root / "tokenizer_fingerprint"
+        self.tokenizer_config = self.root / "tokenizer_config.json"  # Hugging Face's
+        self.pooling = self.root / "pooling.json"
         self.run_config = self.root / "run_config.toml"
         self.trainer_state = self.root / "trainer_state.pt"
         self.metrics = self.root / "metrics.jsonl"
@@ -106,8 +122,13 @@ class RunFolder:
         return (
             *(self.config, self.weights, self.tokenizer, self.fingerprint, self.run_config),
             *(self.trainer_state, self.metrics, self.curves, self.vectors, self.pretokenize),
-            self.tokenizer_pretokenize,
+            *(self.tokenizer_pretokenize, self.tokenizer_config, self.pooling),
         )
+
+    def inputs(self) -> list[tuple[str, Path]]:
+        """Its files that a command using the run reads, each with its name for the user:
+        what no output of that command may be written over (`check_writable`)."""
+        return [(f"{path.name} of {self.root}", path) for path in self.files if path.is_file()]
 
     def owns(self, entry: Path) -> bool:
         """Whether `entry` of the folder is one attnkit writes there, or the leftover of a
@@ -137,10 +158,30 @@ class RunFolder:
         )
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        """The records of metrics.jsonl, one dict per line (none if there is no file)."""
+        """The records of metrics.jsonl, one dict per line (none if there is no file).
+
+        A last line cut short (a kill or a full disk mid-append) is left out with a
+        warning: the records before it are whole. A damaged line before the last is
+        refused, naming it.
+        """
         if not self.metrics.is_file():
             return []
-        return [json.loads(line) for line in self.metrics.read_text().splitlines() if line.strip()]
+        lines = self.metrics.read_text(encoding="utf-8", errors="replace").splitlines()
+        records = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                if number == len(lines):
+                    log.warning("%s: its last line is cut short (%s); left out", self.metrics, err)
+                    continue
+                raise AttnkitError(
+                    f"{self.metrics}, line {number} is not a JSON record ({err}); remove that "
+                    "line or restore the file"
+                ) from None
+        return records
 
     def write_metrics(self, records: Iterable[dict[str, Any]] = ()) -> None:
         """Replace metrics.jsonl by `records` (none: an empty file)."""
@@ -156,26 +197,60 @@ class RunFolder:
             intact = self.intact(steps[-1] if steps else None)
             raise WriteError(err.path, err.reason, intact) from None
 
+    def read_trainer_state(self) -> dict[str, Any]:
+        """trainer_state.pt, read without running any pickled code (`weights_only`): a file
+        holding Python objects, a damaged one (cut short, overwritten) or one that is not a
+        trainer state is refused in one sentence that tells them apart."""
+        path = self.trainer_state
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # torch's own message advises weights_only=False: never
+            if zipfile.is_zipfile(path) and "Unsupported global" in str(err):
+                raise AttnkitError(
+                    f"{path} holds Python objects that attnkit will not unpickle, since "
+                    "unpickling can run code; it is not a trainer state attnkit wrote"
+                ) from None
+            reason = (str(err).splitlines() or [type(err).__name__])[0]
+            if "weights_only" in reason or "Weights only" in reason:
+                reason = "not a file torch.save wrote"
+            raise AttnkitError(
+                f"{path} is damaged ({reason}): it cannot be read, so the run cannot resume "
+                "from it; restore it from a copy, or start a new run"
+            ) from None
+        if not isinstance(state, dict) or ("step" not in state and "task" not in state):
+            raise AttnkitError(f"{path} is not a trainer state attnkit wrote; remove it")
+        return state
+
     def write_run_config(self, toml: str) -> None:
         atomic_write(self.run_config, lambda p: p.write_text(toml))
 
     def data_defaults(self) -> dict[str, Any]:
-        """The [data] section of the run config it was trained from ({} if there is none)."""
+        """The keys of the [data] section of the run config it was trained from, as recorded
+        ({} if there is none)."""
         if not self.run_config.is_file():
             return {}
         try:
-            return tomllib.loads(self.run_config.read_text()).get("data", {})
+            return tomllib.loads(self.run_config.read_text(encoding="utf-8-sig")).get("data", {})
         except tomllib.TOMLDecodeError as err:
             raise AttnkitError(
                 f"{self.run_config} is not valid TOML ({err}); fix or remove it"
             ) from None
 
+    def data_section(self) -> DataSection:
+        """The [data] section it was trained with (`data_defaults`), each key it does not
+        record at its default; a key no longer known is not the run's to keep."""
+        names = {setting.name for setting in dataclasses.fields(DataSection)}
+        return DataSection(**{k: v for k, v in self.data_defaults().items() if k in names})
+
     def load_tokenizer(self, check: bool = True) -> Tokenizer:
         """The run's tokenizer; a run folder without one is refused in one sentence.
 
-        With `check`, a tokenizer whose vocabulary is not the one the run recorded
-        (`record_tokenizer`) is refused: another model's tokenizer of the same size
-        would run, and give wrong text. A run that recorded none loads as it is.
+        With `check`, a tokenizer whose vocabulary is not the one the model was
+        trained with (the fingerprint in its weights' metadata, `weights_metadata`)
+        is refused: another model's tokenizer of the same size would run, and give
+        wrong text. A run whose weights record none (saved before attnkit bound
+        them) is checked against its tokenizer_fingerprint file if it has one, and
+        says once that its tokenizer cannot be checked against its weights.
         """
         if not self.tokenizer.is_file():
             raise AttnkitError(
@@ -183,8 +258,13 @@ class RunFolder:
                 "one there"
             )
         tokenizer = Tokenizer.load(self.tokenizer)
-        recorded = self.fingerprint.read_text().strip() if self.fingerprint.is_file() else None
-        if check and recorded is not None and recorded != tokenizer.fingerprint:
+        if not check:
+            return tokenizer
+        recorded = self.bound_fingerprint()
+        if recorded is None:
+            _warn_unbound(self)
+            recorded = self.fingerprint.read_text().strip() if self.fingerprint.is_file() else None
+        if recorded is not None and recorded != tokenizer.fingerprint:
             raise AttnkitError(
                 f"{self.tokenizer} is not the tokenizer the model of {self.root} was made with "
                 f"(its vocabulary's fingerprint is {tokenizer.fingerprint}, the run recorded "
@@ -193,9 +273,43 @@ class RunFolder:
             )
         return tokenizer
 
+    def read_pooling(self) -> Pooling:
+        """How the model's sentence vectors are pooled: pooling.json's, or mean, normalised."""
+        if not self.pooling.is_file():
+            return Pooling()
+        return Pooling.from_json(self.pooling.read_text(), str(self.pooling))
+
+    def write_pooling(self, pooling: Pooling) -> None:
+        atomic_write(self.pooling, lambda p: p.write_text(pooling.to_json()))
+
     def record_tokenizer(self, tokenizer: Tokenizer) -> None:
-        """Record the fingerprint of the vocabulary the model is made with, which loading checks."""
+        """Record the fingerprint of the vocabulary the model is made with, which loading checks.
+
+        Weights written into the folder from now on carry it (`weights_metadata`);
+        weights already there that carry none are bound to it now.
+        """
         atomic_write(self.fingerprint, lambda p: p.write_text(tokenizer.fingerprint + "\n"))
+        if self.weights.is_file() and self.bound_fingerprint() is None:
+            tensors = read_weights(self.weights)
+            metadata = self.weights_metadata()
+            atomic_write(self.weights, lambda p: save_file(tensors, str(p), metadata=metadata))
+
+    def weights_metadata(self) -> dict[str, str]:
+        """The metadata of every weights file attnkit writes into the folder: with the
+        fingerprint the run recorded (`record_tokenizer`), which binds them to their tokenizer."""
+        metadata = {"format": "pt"}
+        if self.fingerprint.is_file():
+            metadata[FINGERPRINT_KEY] = self.fingerprint.read_text().strip()
+        return metadata
+
+    def bound_fingerprint(self) -> str | None:
+        """The fingerprint the weights were written with (None: none, or no readable weights,
+        which loading them refuses in its own sentence)."""
+        try:
+            with safe_open(str(self.weights), "pt") as weights:
+                return (weights.metadata() or {}).get(FINGERPRINT_KEY)
+        except (SafetensorError, OSError):
+            return None
 
     def intact(self, step: int | None) -> str:
         """What a failed write during training left whole: the checkpoint of `step` (or none)."""
@@ -207,18 +321,46 @@ class RunFolder:
         )
 
 
+_unbound_warned: set[Path] = set()  # the runs `_warn_unbound` has spoken of in this process
+
+
+def _warn_unbound(folder: RunFolder) -> None:
+    """Say once per run that its weights record no tokenizer fingerprint to check by."""
+    root = folder.root.resolve()
+    if root in _unbound_warned:
+        return
+    _unbound_warned.add(root)
+    log.warning(
+        "%s: its weights record no fingerprint of the tokenizer they were trained with (saved "
+        "before attnkit bound one, or by save_pretrained alone), so a tokenizer copied in from "
+        "another model would go unnoticed; once you know %s is this model's own, bind them with "
+        "RunFolder(%r).record_tokenizer(Tokenizer.load(%r))",
+        folder.root,
+        folder.tokenizer,
+        str(folder.root),
+        str(folder.tokenizer),
+    )
+
+
 @dataclass(frozen=True)
 class Run:
-    """A run folder loaded for use: its model (in eval mode) and its tokenizer."""
+    """A run folder loaded for use: its model (in eval mode), its tokenizer, and the [data]
+    section it was trained with, which says how its input is prepared
+    (`attnkit.data.section.prepare_sources`)."""
 
     folder: RunFolder
     model: TransformerModel
     tokenizer: Tokenizer
+    data: DataSection = field(default_factory=DataSection)
 
     @property
     def compute_type(self) -> str:
         """The type the model's linear layers compute in (`attnkit.nn.compute_type`)."""
         return compute_type_of(self.model)
+
+    def sentence_encoder(self) -> SentenceEncoder:
+        """Texts to sentence vectors with an encoder run's own pooling (`read_pooling`)."""
+        return SentenceEncoder(self.model, self.tokenizer, self.folder.read_pooling())
 
 
 def load_run(
@@ -242,7 +384,8 @@ def load_run(
     model = load_pretrained(
         folder.root, device, tokenizer=tokenizer, overrides=overrides, compute_type=compute_type
     )
-    return Run(folder, model, tokenizer or folder.load_tokenizer(check=check_tokenizer))
+    tokenizer = tokenizer or folder.load_tokenizer(check=check_tokenizer)
+    return Run(folder, model, tokenizer, folder.data_section())
 
 
 def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
@@ -253,7 +396,8 @@ def save_pretrained(model: TransformerModel, run_dir: str | Path) -> Path:
     if (kind := compute_type_of(model)) != "float32":
         raise AttnkitError(f"a model converted to {kind} is for decoding; save the float32 model")
     atomic_write(folder.config, lambda p: p.write_text(model.config.to_json()))
-    atomic_write(folder.weights, lambda p: save_model(model, str(p)))
+    metadata = folder.weights_metadata()
+    atomic_write(folder.weights, lambda p: save_model(model, str(p), metadata=metadata))
     if adapters := adapter_state_dict(model):
         # Also alone: what a fine-tuning with adapters adds to its base model.
         atomic_write(folder.root / ADAPTERS_FILE, lambda p: save_file(adapters, str(p)))
@@ -286,6 +430,7 @@ def load_pretrained(
                 f"{folder.root} is not an attnkit run folder: {path.name} is missing "
                 "(train a model with `attnkit train` or import one with `attnkit import hf`)"
             )
+    _refuse_hf_folder(folder)
     config = overridden(ModelConfig.from_json(folder.config), overrides or {}, folder.root)
     if _unset_decoding_ids(config) and (tokenizer is not None or folder.tokenizer.is_file()):
         # Runs saved before models recorded their decoding ids have them only in the tokenizer.
@@ -302,6 +447,21 @@ def load_pretrained(
     if compute_type != "float32":
         log.info("%s: linear layers in %s (asked: %s)", folder.root, chosen, compute_type)
     return model
+
+
+def _refuse_hf_folder(folder: RunFolder) -> None:
+    """A Hugging Face model folder (its config.json names a `model_type`) is not a run folder:
+    say so, and how to make one, rather than which of its keys ModelConfig lacks."""
+    try:
+        model_type = json.loads(folder.config.read_text(encoding="utf-8-sig")).get("model_type")
+    except (ValueError, AttributeError):  # not JSON, or not an object: ModelConfig says so
+        return
+    if model_type is not None:
+        raise AttnkitError(
+            f"{folder.root} is a Hugging Face model folder ({model_type}), not an attnkit run "
+            f"folder; import it first with `attnkit import hf {folder.root} RUN_DIR` and give "
+            "RUN_DIR"
+        )
 
 
 def with_decoding_ids(config: ModelConfig, tokenizer: Tokenizer) -> ModelConfig:
@@ -329,64 +489,3 @@ def _unset_decoding_ids(config: ModelConfig) -> dict[str, str]:
     if config.copy_attention != "none":
         roles = {**roles, "unk_id": "unk"}
     return {name: role for name, role in roles.items() if getattr(config, name) is None}
-
-
-def load_weights(
-    model: TransformerModel, weights_path: str | Path, device: str | torch.device = "cpu"
-) -> TransformerModel:
-    """Load a model.safetensors into `model` in place, refusing any mismatch in one sentence.
-
-    A damaged file (truncated, a broken header, NaN or Inf in a tensor) is named
-    as damaged (`read_weights`), apart from weights that do not fit the model.
-    """
-    tensors = read_weights(weights_path, device)
-    try:
-        missing, unexpected = model.load_state_dict(tensors, strict=False)
-    except RuntimeError as err:
-        raise AttnkitError(
-            f"the weights in {weights_path} do not fit the model of {model.config.shape!r} "
-            f"shape and its config: {err}"
-        ) from None
-    # Tied weights are stored once, so their second name is reported missing; that is fine.
-    tied = {name for name in missing if _is_tied(model, name)}
-    if set(missing) - tied or unexpected:
-        raise AttnkitError(
-            f"the weights in {weights_path} do not match the model's config: missing "
-            f"{sorted(set(missing) - tied)[:5]}, unexpected {sorted(unexpected)[:5]}"
-        )
-    return model
-
-
-def read_weights(path: str | Path, device: str | torch.device = "cpu") -> dict[str, Tensor]:
-    """The tensors of a safetensors file, refusing a damaged one in one sentence.
-
-    A truncated file or a broken header fails to parse; NaN or Inf in a tensor
-    would load, then make decoding crash or print nothing, so every floating
-    tensor is checked (one pass over the weights).
-    """
-    path = Path(path)
-    try:
-        tensors = load_file(path, device=str(device))
-    except (SafetensorError, OSError) as err:
-        raise AttnkitError(
-            f"{path.name} in {path.parent} is damaged ({err}): the file cannot be read; "
-            "replace it with an intact copy"
-        ) from None
-    check_finite(tensors, path)
-    return tensors
-
-
-def check_finite(tensors: dict[str, Tensor], path: Path) -> None:
-    """Refuse weights read from `path` with a NaN or an infinity, naming the first such tensor."""
-    for name, tensor in tensors.items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            what = "NaN" if bool(torch.isnan(tensor).any()) else "infinite"
-            raise AttnkitError(
-                f"{path.name} in {path.parent} is damaged: its tensor {name!r} holds {what} "
-                "values; replace the file with an intact copy"
-            )
-
-
-def _is_tied(model: torch.nn.Module, name: str) -> bool:
-    target = model.get_parameter(name)
-    return any(p is target and n != name for n, p in model.named_parameters(remove_duplicate=False))

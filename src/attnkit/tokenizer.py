@@ -1,31 +1,11 @@
 """Tokens: one `Tokenizer` facade over Hugging Face `tokenizers` (the Rust implementation).
 
-Text becomes ids and ids become text again. Six kinds are trained here:
-
-- `bpe`: byte-pair encoding over characters, words marked by a leading `▁`
-  (as sentencepiece), so decoding restores the spaces exactly;
-- `byte-bpe`: byte-pair encoding over UTF-8 bytes (GPT-2): every string
-  round-trips, there are no unknown tokens;
-- `wordpiece`: BERT's greedy longest-match subwords, continuations marked `##`;
-- `unigram`: the unigram language model of sentencepiece, over `▁`-marked words;
-- `char`: one token per Unicode character;
-- `word`: one token per word, the `vocab_size` most frequent kept and the rest
-  `<unk>`. A word is a run of letters and digits with inner hyphens or
-  apostrophes (`t-shirt`, `man's`), or a number with inner `.` or `,` (`3.5`);
-  every other character but space is a token alone. Decoding joins the tokens
-  with single spaces, so sacreBLEU's 13a tokens of the output are those of the
-  text (but for `-`, `'` at a word's edge and non-ASCII punctuation, which 13a
-  keeps attached: 0.3% of Multi30k's lines). Space-separated symbols, such as
-  the letters and phonemes of `attnkit.data.cmudict`, are one token each.
-
-A tokenizer trained here always has the same five special tokens at the same
-ids, so models, data and decoders agree without asking:
-
-    PAD_ID  = 0  <pad>   padding, ignored by attention and the loss
-    BOS_ID  = 1  <s>     begin of sequence, the decoder's first input
-    EOS_ID  = 2  </s>    end of sequence, where decoding stops
-    UNK_ID  = 3  <unk>   a piece the vocabulary lacks (never produced by byte-bpe)
-    MASK_ID = 4  <mask>  the masked-language-model token for encoders
+Text becomes ids and ids become text again, a batch at a time, with padding and
+truncation done here, counted and visible. A tokenizer is trained here in one of
+six kinds (`bpe`, `byte-bpe`, `wordpiece`, `unigram`, `char`, `word`: see
+`attnkit.tokenizer_training`), always with the same five special tokens at the
+same ids (`<pad>` 0, `<s>` 1, `</s>` 2, `<unk>` 3, `<mask>` 4), so models,
+data and decoders agree without asking.
 
 A `Pretokenizer` (`attnkit.pretokenize`: the user's rule, jieba's words,
 phrases) may rewrite text before the model sees it and after ids are decoded;
@@ -41,34 +21,31 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as Backend
 
-from attnkit.checks import choice
+from attnkit.checks import of_type, token_ids
 from attnkit.errors import AttnkitError
-from attnkit.files import PathLike, atomic_write, check_utf8, read_lines
+from attnkit.files import PathLike, atomic_write, check_utf8
 from attnkit.pretokenize import Pretokenizer
+from attnkit.tokenizer_training import BOS_ID as BOS_ID
+from attnkit.tokenizer_training import EOS_ID as EOS_ID
+from attnkit.tokenizer_training import KINDS as KINDS
+from attnkit.tokenizer_training import MASK_ID as MASK_ID
+from attnkit.tokenizer_training import PAD_ID as PAD_ID
+from attnkit.tokenizer_training import SPECIAL_TOKENS as SPECIAL_TOKENS
+from attnkit.tokenizer_training import UNK_ID as UNK_ID
+from attnkit.tokenizer_training import train_backend
 
 logger = logging.getLogger(__name__)
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID, MASK_ID = 0, 1, 2, 3, 4
-SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>", "<mask>")
-KINDS = ("bpe", "byte-bpe", "wordpiece", "unigram", "char", "word")
-# A `word` token: a number with inner . or , | letters and digits joined by - or ' | any other
-# character but space, alone (`_` too, which \w would count as a letter).
-WORD_PATTERN = r"\d+(?:[.,]\d+)+|[^\W_]+(?:[-'’][^\W_]+)*|[^\w\s]|_"
-NORMALIZATIONS = ("none", "nfc", "nfd", "nfkc", "nfkd")
 TOKENIZER_FILE = "tokenizer.json"  # its name in a run folder and in a Hugging Face folder
 PRETOKENIZE_SUFFIX = (
     ".pretokenize.json"  # tokenizer.json's pretokenizer: tokenizer.pretokenize.json
 )
-# The kinds whose own pre-tokenizer keeps a phrase's delimiter inside one word.
-PHRASE_KINDS = ("bpe", "unigram", "word")
 
 # Names under which the usual tokenizer families spell each role: attnkit and
 # fairseq/RoBERTa (`<s>`), BERT (`[CLS]`), GPT-2 (`<|endoftext|>` for both ends).
@@ -122,48 +99,21 @@ class Tokenizer:
         pretokenizer: learns its phrases from the same text, which it then rewrites
             before the vocabulary is learned (`attnkit.pretokenize`).
         """
-        choice("tokenizer kind", kind, KINDS)
-        choice("normalization", normalization, NORMALIZATIONS)
-        if kind == "unigram" and min_frequency is not None:
-            raise AttnkitError(
-                "unigram tokenizers prune by likelihood and take no min_frequency; leave it unset"
-            )
-        smallest = len(SPECIAL_TOKENS) + (256 if kind == "byte-bpe" else 1)
-        if vocab_size < smallest:
-            raise AttnkitError(
-                f"vocab_size {vocab_size} is too small for a {kind} tokenizer; "
-                f"use at least {smallest}"
-            )
-        if min_frequency is None:
-            min_frequency = 1 if kind in ("char", "word") else 2
-        phrases = pretokenizer is not None and pretokenizer.config.phrases > 0
-        if phrases and kind not in PHRASE_KINDS:
-            raise AttnkitError(
-                f"a {kind} tokenizer splits phrases again at their delimiter; use one of "
-                f"{', '.join(PHRASE_KINDS)}, or unset pretokenize.phrases"
-            )
-        joiner = pretokenizer.config.phrase_delimiter if phrases else ""
-        backend, trainer = _build(kind, vocab_size, min_frequency, joiner)
-        if normalization != "none":
-            backend.normalizer = getattr(normalizers, normalization.upper())()
-        # A character vocabulary learns the newline as the character it is; the
-        # subword kinds learn from sentences and get it in their alphabet.
-        lines: Iterable[str] = _CountingLines(files, texts, keepends=kind == "char")
-        if pretokenizer is not None:
-            read = list(lines)
-            pretokenizer.learn_from_text(read)
-            lines = _CountingLines((), map(pretokenizer.text, read), keepends=kind == "char")
-        backend.train_from_iterator(lines, trainer)
-        if lines.count == 0:
-            raise AttnkitError(
-                "there is no text to train the tokenizer on; give files or texts that are not empty"
-            )
+        backend, count = train_backend(
+            kind,
+            files=files,
+            texts=texts,
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            normalization=normalization,
+            pretokenizer=pretokenizer,
+        )
         tokenizer = cls(backend, pretokenizer)
         logger.info(
             "trained a %s tokenizer of %d tokens on %d lines",
             kind,
             tokenizer.vocab_size,
-            lines.count,
+            count,
         )
         return tokenizer
 
@@ -235,6 +185,7 @@ class Tokenizer:
         max_length: int | None = None,
     ) -> list[int]:
         """The ids of one text; see `encode_batch`."""
+        of_type("text", text, str, "encode_batch takes a list of texts")
         return self.encode_batch([text], add_bos=add_bos, add_eos=add_eos, max_length=max_length)[0]
 
     def encode_batch(
@@ -253,6 +204,11 @@ class Tokenizer:
             kept; each cut is counted in `n_truncated` and logged as a warning.
         padding: right-pad every sequence with `pad_id` to the longest.
         """
+        if isinstance(texts, str):
+            raise AttnkitError("texts is one string; give a list of strings, or call encode")
+        of_type("texts", texts, (list, tuple), "give a list of strings")
+        for number, text in enumerate(texts):
+            of_type(f"texts[{number}]", text, str)
         prefix = [self.bos_id] if add_bos else []
         suffix = [self.eos_id] if add_eos else []
         room = None
@@ -292,11 +248,23 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
         """Clean text from ids (a list or a 1-D tensor); special tokens dropped unless asked."""
-        return self.decode_batch([ids], skip_special=skip_special)[0]
+        return self.decode_batch([token_ids("ids", ids)], skip_special=skip_special)[0]
 
     def decode_batch(self, batch: Sequence[Sequence[int]], skip_special: bool = True) -> list[str]:
         """`decode` for many sequences (a list of lists or a 2-D tensor)."""
-        rows = [_as_list(ids) for ids in _as_list(batch)]
+        rows = _as_list(batch) if hasattr(batch, "tolist") else batch
+        of_type("batch", rows, (list, tuple), "give a list of id lists or a 2-D tensor")
+        rows = [token_ids(f"ids of row {n}", row) for n, row in enumerate(rows)]
+        size = self.vocab_size
+        if outside := sorted({i for row in rows for i in row if i >= size}):
+            # The backend drops them without a word. A model may rightly give them (an
+            # imported one whose embedding has rows past its tokenizer's), so: said, not refused.
+            logger.warning(
+                "ids %s are not in this vocabulary of %d tokens (0 to %d); left out of the text",
+                ", ".join(map(str, outside[:5])) + (", ..." if len(outside) > 5 else ""),
+                size,
+                size - 1,
+            )
         texts = self.backend.decode_batch(rows, skip_special_tokens=skip_special)
         if self.pretokenizer is not None:
             texts = [self.pretokenizer.restore(text) for text in texts]
@@ -364,86 +332,6 @@ class Tokenizer:
 def pretokenize_file(path: Path) -> Path:
     """Where the pretokenizer of the tokenizer file `path` is saved."""
     return path.with_name(path.stem + PRETOKENIZE_SUFFIX)
-
-
-def _build(kind: str, vocab_size: int, min_frequency: int, joiner: str = "") -> tuple[Backend, Any]:
-    """An untrained backend and its trainer for one kind; a `word` token may hold `joiner`
-    between its letters (a phrase's delimiter)."""
-    specials = [AddedToken(token, special=True, normalized=False) for token in SPECIAL_TOKENS]
-    common = {"vocab_size": vocab_size, "special_tokens": specials, "show_progress": False}
-    # Sentences are learnt one a line without their newline, yet running text
-    # for a language model has newlines: keep them out of <unk>.
-    newline = {"initial_alphabet": ["\n"]}
-    if kind == "bpe":
-        backend = Backend(models.BPE(unk_token="<unk>"))
-        trainer = trainers.BpeTrainer(min_frequency=min_frequency, **newline, **common)
-    elif kind == "byte-bpe":
-        backend = Backend(models.BPE())
-        # All 256 bytes are in the alphabet from the start, so nothing is unknown.
-        trainer = trainers.BpeTrainer(
-            min_frequency=min_frequency,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-            **common,
-        )
-    elif kind == "wordpiece":
-        backend = Backend(models.WordPiece(unk_token="<unk>"))
-        trainer = trainers.WordPieceTrainer(min_frequency=min_frequency, **common)
-    elif kind == "unigram":
-        backend = Backend(models.Unigram())
-        trainer = trainers.UnigramTrainer(unk_token="<unk>", **newline, **common)
-    else:
-        backend = Backend(models.WordLevel(unk_token="<unk>"))
-        trainer = trainers.WordLevelTrainer(min_frequency=min_frequency, **common)
-
-    if kind == "byte-bpe":
-        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        backend.decoder = decoders.ByteLevel()
-    elif kind == "wordpiece":
-        backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        backend.decoder = decoders.WordPiece()
-    elif kind == "char":
-        # Every code point alone, newlines included (`.` would skip them).
-        backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-        backend.decoder = decoders.Fuse()
-    elif kind == "word":
-        # No decoder: the backend then joins tokens with single spaces.
-        backend.pre_tokenizer = pre_tokenizers.Sequence(
-            [
-                pre_tokenizers.WhitespaceSplit(),
-                pre_tokenizers.Split(Regex(_word_pattern(joiner)), behavior="isolated"),
-            ]
-        )
-    else:
-        # Spaces become part of the following piece (`▁`), so decoding puts
-        # every space back where it was.
-        backend.pre_tokenizer = pre_tokenizers.Metaspace()
-        backend.decoder = decoders.Metaspace()
-    return backend, trainer
-
-
-def _word_pattern(joiner: str) -> str:
-    """WORD_PATTERN, its words also joined by `joiner` if one is given."""
-    if not joiner:
-        return WORD_PATTERN
-    return WORD_PATTERN.replace(
-        "(?:[-'’][^\\W_]+)*", f"(?:(?:[-'’]|{re.escape(joiner)})[^\\W_]+)*", 1
-    )
-
-
-class _CountingLines:
-    """The training text as one stream of lines, counted so an empty corpus is caught."""
-
-    def __init__(self, files: Sequence[PathLike], texts: Iterable[str], keepends: bool) -> None:
-        if isinstance(files, str | Path):
-            files = [files]
-        self.files, self.texts, self.keepends, self.count = list(files), texts, keepends, 0
-
-    def __iter__(self) -> Iterator[str]:
-        for source in [*(read_lines(f, keepends=self.keepends) for f in self.files), self.texts]:
-            for line in source:
-                if line.strip():
-                    self.count += 1
-                    yield line
 
 
 def _find_special_ids(backend: Backend) -> dict[str, int | None]:

@@ -9,6 +9,10 @@ PE(p, 2i + 1) = cos(p w_i), w_i = 10000^(-2i/d) (or, in the `split` layout, the
 sines in the first half and the cosines in the second), as a heat map, as
 curves of chosen dimensions, and through the dot product
 PE(p) . PE(p + k) = sum_i cos(k w_i), which depends on the offset k alone.
+`plot_model_positions` draws a model's own method: its learned table and how
+alike its positions are; RoPE's wavelengths and the score (1/P) sum_i cos(k theta_i)
+a query gives an equal key k positions away (times zeta_i^(k/B) for xPos);
+ALiBi's bias -m_h k of each head.
 """
 
 from __future__ import annotations
@@ -22,13 +26,15 @@ matplotlib.use("Agg")  # files only: no display is needed or assumed
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.backend_bases import FigureCanvasBase
 from torch import Tensor
 
 from attnkit.config import SINUSOIDAL_LAYOUTS
 from attnkit.embeddings.vectors import WordVectors
 from attnkit.errors import AttnkitError
-from attnkit.models import EncoderDecoder
-from attnkit.nn.positional import sinusoidal_table
+from attnkit.files import atomic_write, check_writable
+from attnkit.models import EncoderDecoder, TransformerModel
+from attnkit.nn.positional import XPOS_GAMMA, alibi_slopes, rope_frequencies, sinusoidal_table
 
 
 def plot_attention(
@@ -243,7 +249,9 @@ def plot_positional_encoding(
         raise AttnkitError("the picture needs an even d_model and a length, both 8 or more.")
     if layout not in SINUSOIDAL_LAYOUTS:
         raise AttnkitError(f"unknown layout {layout!r}; choose {' or '.join(SINUSOIDAL_LAYOUTS)}.")
-    dims = list(dims) if dims else [*POSITION_DIMS, d_model // 4, d_model // 2]
+    if not dims:  # each once, in order, within a small model's dimensions
+        dims = sorted({*POSITION_DIMS, d_model // 4, d_model // 2} & set(range(d_model)))
+    dims = list(dims)
     if not dims or any(not 0 <= d < d_model for d in dims):
         raise AttnkitError(f"the dimensions drawn must be 0 to {d_model - 1}, not {dims}.")
     table = sinusoidal_table(length, d_model, layout, dtype=torch.float64)
@@ -276,10 +284,89 @@ def plot_positional_encoding(
     return _save(fig, path)
 
 
-def _save(fig: plt.Figure, path: str | Path) -> Path:
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def plot_model_positions(model: TransformerModel, path: str | Path, length: int = 100) -> Path:
+    """How `model`'s positional method (`ModelConfig.positional`) tells positions apart, over
+    its first `length` positions (at most its max_len)."""
+    c = model.config
+    length = max(8, min(length, c.max_len))
+    if c.positional == "sinusoidal":
+        return plot_positional_encoding(path, c.d_model - c.d_model % 2, length)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    if c.positional == "learned":
+        embed = model.src_embed if isinstance(model, EncoderDecoder) else model.embed
+        table = embed.positions.table.detach().float()[:length]
+        image = axes[0].imshow(table.T.numpy(), aspect="auto", cmap="RdBu", origin="lower")
+        axes[0].set(xlabel="position p", ylabel="dimension", title="learned P(p, dimension)")
+        fig.colorbar(image, ax=axes[0], fraction=0.04)
+        unit = torch.nn.functional.normalize(table, dim=-1)
+        image = axes[1].imshow((unit @ unit.T).numpy(), cmap="viridis", vmin=-1, vmax=1)
+        axes[1].set(xlabel="position", ylabel="position", title="cosine of P(p) and P(q)")
+        fig.colorbar(image, ax=axes[1], fraction=0.04)
+    elif c.positional in ("rope", "xpos"):
+        theta = rope_frequencies(c.d_head, c.rope_theta, c.rope_scaling, c.rope_scaling_type,
+                                 c.rope_original_max_len)  # fmt: skip
+        pairs = torch.arange(len(theta), dtype=torch.float64)
+        axes[0].semilogy(pairs.numpy(), (2 * torch.pi / theta).numpy(), "o-", markersize=3)
+        axes[0].set(
+            xlabel="pair i",
+            ylabel="wavelength 2 pi / theta_i (positions)",
+            title=f"{c.positional}: each pair of a head's {c.d_head} dimensions turns",
+        )
+        k = torch.arange(length, dtype=torch.float64)
+        score = torch.cos(k[:, None] * theta[None])
+        if c.positional == "xpos":
+            zeta = (2 * pairs / c.d_head + XPOS_GAMMA) / (1 + XPOS_GAMMA)
+            score = score * zeta[None] ** (k[:, None] / c.xpos_scale_base)
+        axes[1].plot(k.numpy(), score.mean(1).numpy())
+        axes[1].set(xlabel="distance k", ylabel="score",
+                    title="what an equal key k positions away scores")  # fmt: skip
+    elif c.positional == "alibi":
+        slopes = alibi_slopes(c.n_heads)
+        k = torch.arange(length)
+        for h, m in enumerate(slopes.tolist()):
+            axes[0].plot(k.numpy(), (-m * k).numpy(), label=f"head {h + 1}: m = {m:.3g}")
+        axes[0].set(xlabel="distance k", ylabel="bias -m k", title="ALiBi: a slope per head")
+        axes[0].legend(fontsize=7, ncol=2)
+        bias = -slopes[0] * (k[:, None] - k[None]).abs().float()
+        causal = c.shape != "encoder"
+        if causal:
+            bias = bias.masked_fill(k[None] > k[:, None], float("nan"))
+        image = axes[1].imshow(bias.numpy(), cmap="viridis")
+        side = "causal" if causal else "both ways"
+        axes[1].set(xlabel="key", ylabel="query", title=f"head 1's bias ({side})")
+        fig.colorbar(image, ax=axes[1], fraction=0.04)
+    else:
+        for ax in axes:
+            ax.axis("off")
+        axes[0].text(0, 0.5, "no positional encoding: a causal decoder reads position\n"
+                     "from what its mask lets each token see", fontsize=12)  # fmt: skip
+    for ax in axes:
+        if ax.lines:
+            ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def check_picture(
+    path: str | Path, what: str = "the picture", inputs: Sequence[tuple[str, Path]] = ()
+) -> Path:
+    """Stop before any work when no picture can be written at `path`: its suffix is no
+    picture type matplotlib writes (.png, .svg, .pdf, ...), or `check_writable` refuses it."""
+    path = check_writable(path, what, inputs=inputs)
+    types = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix.lower().lstrip(".") not in types:
+        known = ", ".join(f".{kind}" for kind in sorted(types))
+        raise AttnkitError(
+            f"{what} {path} needs a picture type as its suffix ({known}); .png is the usual one"
+        )
     return path
+
+
+def _save(fig: plt.Figure, path: str | Path) -> Path:
+    path = check_picture(path)
+    fig.tight_layout()
+    try:
+        # The type by the name's suffix, since the file is written under a temporary name.
+        kind = path.suffix.lower().lstrip(".")
+        return atomic_write(path, lambda p: fig.savefig(p, dpi=120, format=kind))
+    finally:
+        plt.close(fig)

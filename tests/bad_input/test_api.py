@@ -1,6 +1,7 @@
 """Bad input to the Python API (models, decoding options) stops with one sentence that says
 what to do, not a deep traceback and never a silently wrong result."""
 
+import logging
 import math
 
 import pytest
@@ -82,6 +83,32 @@ def test_a_float_additive_mask_is_refused_not_read_with_padding_inverted(models,
         )
 
 
+@pytest.mark.parametrize("name", ["tiny", "gpt-tiny"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda real: torch.where(real, 0, -10000),  # additive, as in torch.where(ids == pad, ...)
+        lambda real: real.long() * 2,  # 0 / 2
+    ],
+    ids=["additive -10000/0", "0/2"],
+)
+def test_an_integer_mask_other_than_0_1_is_refused_not_read_as_nonzero_keeps(
+    models, name, make
+) -> None:
+    """An int64 additive mask read as bool keeps only the padding (issue 39, BAD 4)."""
+    ids = torch.tensor([[5, 6, 7, 0]])
+    mask = make(torch.tensor([[True, True, True, False]]))
+    with pytest.raises(
+        AttnkitError,
+        match=r"padding mask of \w+ holds torch\.int64 values other than 0 and 1 .*`mask == 0`",
+    ):
+        run(models[name], ids, mask)
+    with pytest.raises(AttnkitError, match=r"padding mask of input_ids holds torch\.int64 values"):
+        generate(
+            models[name], ids, mask, max_new_tokens=2, eos_token_id=(), decoder_start_token_id=1
+        )
+
+
 def test_a_float_source_mask_given_to_decode_is_refused(models) -> None:
     model = models["tiny"]
     src = torch.tensor([[5, 6, 0]])
@@ -144,3 +171,62 @@ def test_non_finite_or_fractional_decoding_options_are_refused(option, value, me
     """length_penalty=nan was accepted (NaN temperature and top_p already were not)."""
     with pytest.raises(AttnkitError, match=message):
         GenerationConfig(**{option: value})
+
+
+# -- the Python API's arguments are checked for their type (issue 39, POOR) ---------------------
+
+
+@pytest.mark.parametrize("given", [[[5, 6, 7]], {"input_ids": [5, 6]}, "5 6 7"])
+def test_a_list_or_dict_where_a_tensor_belongs_is_named(models, given) -> None:
+    kind = type(given).__name__
+    model = models["gpt-tiny"]
+    with pytest.raises(AttnkitError, match=rf"ids must be a torch\.Tensor, not an? {kind}; make"):
+        model(given)
+    with pytest.raises(AttnkitError, match=rf"input_ids must be a torch\.Tensor, not an? {kind}"):
+        generate(model, given, max_new_tokens=2)
+    ids = torch.tensor([[5, 6, 7]])
+    with pytest.raises(AttnkitError, match=r"padding mask of input_ids must be a torch\.Tensor"):
+        generate(model, ids, [[1, 1, 1]], max_new_tokens=2)
+
+
+def test_a_dict_where_a_config_belongs_is_named(models) -> None:
+    from attnkit.train.tasks import train
+
+    with pytest.raises(
+        AttnkitError, match="config must be a ModelConfig, not a dict; make one with"
+    ):
+        build_model({"shape": "decoder"})
+    with pytest.raises(
+        AttnkitError, match="config must be a GenerationConfig, not a dict; give options"
+    ):
+        generate(models["gpt-tiny"], torch.tensor([[5]]), config={"max_new_tokens": 2})
+    with pytest.raises(AttnkitError, match="config must be a RunConfig, not a dict; read one"):
+        train({"data": {"task": "language-model"}})
+
+
+def test_tokenizer_arguments_of_the_wrong_type_or_range_are_named(caplog) -> None:
+    from attnkit.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.train("char", texts=["a dog runs", "the cat sleeps"])
+    size = tokenizer.vocab_size
+    with pytest.raises(AttnkitError, match="text must be a str, not an int"):
+        tokenizer.encode(123)
+    with pytest.raises(AttnkitError, match="texts is one string; give a list of strings"):
+        tokenizer.encode_batch("a dog")
+    with pytest.raises(AttnkitError, match=r"texts\[1\] must be a str, not a NoneType"):
+        tokenizer.encode_batch(["a dog", None])
+    with pytest.raises(AttnkitError, match=r"ids\[0\] is 'a', not a token id \(an int from 0"):
+        tokenizer.decode(["a"])
+    with pytest.raises(AttnkitError, match=r"ids\[1\] is -1, not a token id"):
+        tokenizer.decode([5, -1])  # overflowed inside the backend
+    # One unknown id was dropped without a word: it is still left out (a model may give ids
+    # past its tokenizer's), and said.
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        assert tokenizer.decode([5, size]) == tokenizer.decode([5])
+        tokenizer.decode_batch(torch.tensor([[size + 1, 5]]))
+    assert f"ids {size} are not in this vocabulary of {size} tokens (0 to {size - 1}); left" in (
+        caplog.text
+    )
+    assert f"ids {size + 1} are not in this vocabulary" in caplog.text
+    ids = tokenizer.encode("a dog")
+    assert tokenizer.decode(torch.tensor(ids)) == tokenizer.decode(ids) == "a dog"

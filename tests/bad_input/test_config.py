@@ -5,6 +5,7 @@ sections (task, metric, model), and hints that name only options and keys that e
 from __future__ import annotations
 
 import ast
+import gzip
 import math
 import os
 import re
@@ -381,6 +382,29 @@ def test_missing_corpus_files_of_a_run_name_data_data_dir_not_a_flag_train_lacks
     assert "--data-dir" not in message
 
 
+def test_a_run_without_data_dir_searches_no_developer_folder_and_names_the_key(
+    tmp_path, capsys, offline, monkeypatch
+):
+    # ../shared/data beside the working folder holds the corpus, as on a developer's machine:
+    # only data.data_dir (or $ATTNKIT_DATA) may point there.
+    shared = tmp_path / "work" / "shared" / "data" / "multi30k"
+    shared.mkdir(parents=True)
+    for lang in ("de", "en"):
+        (shared / f"train.{lang}.gz").write_bytes(gzip.compress(b"ein hund\n"))
+    (tmp_path / "work" / "repo").mkdir()
+    monkeypatch.chdir(tmp_path / "work" / "repo")
+    path = write(
+        tmp_path,
+        '[data]\ntask = "translation"\ncorpus = "multi30k"\n'
+        f'[train]\nout_dir = "{tmp_path / "run"}"\n',
+    )
+    message = refused(capsys, "train", str(path), started=True)
+    assert message.startswith("multi30k needs train.de.gz, train.en.gz, which are not in ")
+    assert message.endswith(
+        "put them in DIR/multi30k/ and set data.data_dir to DIR (or set $ATTNKIT_DATA)"
+    )
+
+
 def test_a_language_model_text_too_short_for_its_split_names_the_config_keys(tmp_path, capsys):
     path = lm_config(tmp_path, text="to be or not to be\n" * 2)
     message = refused(capsys, "train", str(path), started=True)
@@ -448,3 +472,21 @@ def test_guided_attention_is_refused_where_it_cannot_train(
     path = write(tmp_path, GUIDED + f'[train]\nout_dir = "{tmp_path / "run"}"\n')
     sets = [item for s in ["guided_attention.weight=1", *settings] for item in ("--set", s)]
     assert refused(capsys, "train", str(path), *sets).startswith(message)
+
+
+# -- values out of a library's range get attnkit's sentence, not torch's (issue 39, POOR) -------
+
+
+@pytest.mark.parametrize("value", [-1, 2**32, 2**70])
+def test_a_seed_out_of_range_is_one_sentence_before_torch_or_numpy_sees_it(value, lm_run, capsys):
+    from attnkit.generation import GenerationConfig
+    from attnkit.train import RunConfig
+
+    sentence = f"must be a whole number from 0 to 4294967295, not {value!r}"
+    with pytest.raises(AttnkitError, match=rf"^train\.seed {re.escape(sentence)}$"):
+        RunConfig.from_dict({"train": {"seed": value}})
+    with pytest.raises(AttnkitError, match=rf"^seed {re.escape(sentence)}$"):
+        GenerationConfig(seed=value)
+    args = ["generate", str(lm_run), "--prompt", "a", "--temperature", "0.8"]
+    assert main([*args, "--seed", str(value)]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"attnkit: error: seed {sentence}"

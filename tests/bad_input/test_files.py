@@ -7,13 +7,18 @@ seem: tests/interop/test_interop_bad_folders.py.)"""
 from __future__ import annotations
 
 import errno
+import json
+import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from attnkit import AttnkitError
 from attnkit.cli import main
@@ -21,10 +26,10 @@ from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.demo import demo_run_config, run_demo
 from attnkit.files import WriteError, atomic_write, replace_folder
 from attnkit.interop import export_hf, import_hf, load_hf
-from attnkit.run import RunFolder, load_pretrained, load_run, save_pretrained
+from attnkit.run import FINGERPRINT_KEY, RunFolder, load_pretrained, load_run, save_pretrained
 from attnkit.tokenizer import Tokenizer
 from attnkit.train.checkpoint import save_checkpoint
-from tests.helpers import RUN_LINES, rewrite_weights, tiny_model, tiny_run
+from tests.helpers import RUN_LINES, rewrite_weights, tiny_model, tiny_run, translation_config
 
 NO_SPACE = os.strerror(errno.ENOSPC)
 
@@ -169,11 +174,11 @@ def test_a_full_disk_is_recognised_in_the_errors_of_torch_and_safetensors(tmp_pa
 
 def test_a_checkpoint_on_a_full_disk_names_the_checkpoint_that_is_intact(tmp_path, monkeypatch):
     model = tiny_model("decoder")
-    save_checkpoint(tmp_path, model, {"step": 100}, keep_last=2)
+    save_checkpoint(RunFolder(tmp_path), model, {"step": 100}, keep_last=2)
     before = contents(tmp_path)
     monkeypatch.setattr("attnkit.train.checkpoint.save_model", full_disk)
     with pytest.raises(WriteError) as info:
-        save_checkpoint(tmp_path, model, {"step": 200}, keep_last=2)
+        save_checkpoint(RunFolder(tmp_path), model, {"step": 200}, keep_last=2)
     step_dir = tmp_path / "checkpoints" / "step-0000100"
     assert str(info.value) == (
         f"could not write {tmp_path}/checkpoints/step-0000200/model.safetensors (No space left "
@@ -186,7 +191,7 @@ def test_a_checkpoint_on_a_full_disk_names_the_checkpoint_that_is_intact(tmp_pat
 def test_a_full_disk_at_the_first_checkpoint_says_there_is_none(tmp_path, monkeypatch):
     monkeypatch.setattr("attnkit.train.checkpoint.save_model", full_disk)
     with pytest.raises(WriteError, match="no checkpoint had been saved yet; free some space"):
-        save_checkpoint(tmp_path, tiny_model("decoder"), {"step": 100}, keep_last=2)
+        save_checkpoint(RunFolder(tmp_path), tiny_model("decoder"), {"step": 100}, keep_last=2)
 
 
 def test_a_full_disk_while_logging_metrics_leaves_no_half_line(tmp_path, monkeypatch):
@@ -275,6 +280,31 @@ def test_weights_of_another_model_still_do_not_fit(tmp_path):
         load_run(run)
 
 
+def test_a_config_whose_d_model_was_edited_gets_one_sentence(tmp_path, capsys):
+    """It printed torch's 15-line dump of every tensor after its first sentence (issue 39)."""
+    run = tiny_run(tmp_path / "run", "decoder")
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "d_model": 2 * config["d_model"]}))
+    with pytest.raises(AttnkitError) as info:
+        load_run(run)
+    message = str(info.value)
+    assert "\n" not in message
+    assert re.search(r"shape and its config: \d\d+ tensors differ \(size mismatch for ", message)
+    assert message.endswith("was config.json edited after training? put back the one trained with")
+    assert main(["generate", str(run), "--prompt", "a"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_a_hugging_face_folder_is_told_to_be_imported_first(hf_folder, capsys):
+    """It got "ModelConfig has no field 'activation_function'" (issue 39, misleading)."""
+    with pytest.raises(AttnkitError, match=r"is a Hugging Face model folder \(gpt2\), not an"):
+        load_run(hf_folder)
+    assert main(["generate", str(hf_folder), "--prompt", "a"]) == 2
+    assert f"import it first with `attnkit import hf {hf_folder} RUN_DIR`" in (
+        capsys.readouterr().err
+    )
+
+
 def test_an_unknown_device_gets_its_own_sentence(lm_run, capsys):
     with pytest.raises(AttnkitError, match="device 'banana' is not a device torch knows; use cpu"):
         load_run(lm_run, "banana")
@@ -328,12 +358,47 @@ def test_a_tokenizer_of_another_model_of_the_same_size_is_refused(tmp_path, caps
     assert main(["translate", str(run), "--input", str(source), "--no-progress", flag]) == 0
 
 
-def test_a_run_without_a_fingerprint_loads_as_before(tmp_path):
+def test_a_tokenizer_copied_with_its_fingerprint_file_is_refused(tmp_path):
+    """`cp other_run/tokenizer* run/` brought its fingerprint along and generated silently with
+    the wrong vocabulary (issue 39, BAD 3): the weights carry the fingerprint now."""
+    run, other = tiny_run(tmp_path / "run", "decoder"), tiny_run(tmp_path / "other", "decoder")
+    own = RunFolder(run).load_tokenizer(check=False)
+    RunFolder(run).record_tokenizer(own)
+    theirs = other_tokenizer(own)
+    theirs.save(RunFolder(other).tokenizer)
+    RunFolder(other).record_tokenizer(theirs)
+    for path in Path(other).glob("tokenizer*"):
+        shutil.copy(path, run / path.name)
+    assert RunFolder(run).fingerprint.read_text().strip() == theirs.fingerprint
+    with pytest.raises(AttnkitError, match=f"the run recorded {own.fingerprint}"):
+        load_run(run)
+    assert load_run(other).tokenizer.fingerprint == theirs.fingerprint
+
+
+def test_a_trained_run_binds_its_weights_to_its_tokenizer(tmp_path):
+    """Every weights file a training writes carries the fingerprint: the model, each step's,
+    the best, and the average of the last steps."""
+    assert main(["train", translation_config(tmp_path)]) == 0  # averages the last 2 steps
+    folder = RunFolder(tmp_path / "run")
+    fingerprint = folder.load_tokenizer().fingerprint
+    for path in [folder.weights, folder.best_weights, *map(folder.step_weights, [2, 4])]:
+        with safe_open(str(path), "pt") as weights:
+            assert weights.metadata()[FINGERPRINT_KEY] == fingerprint, path
+
+
+def test_a_run_without_a_fingerprint_loads_and_says_so_once(tmp_path, caplog):
     run = tiny_run(tmp_path / "run", "decoder")
-    own = RunFolder(run).load_tokenizer()
+    own = RunFolder(run).load_tokenizer(check=False)
     other_tokenizer(own).save(RunFolder(run).tokenizer)
     assert not RunFolder(run).fingerprint.exists()
-    assert load_run(run).tokenizer.vocab_size == own.vocab_size
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        assert load_run(run).tokenizer.vocab_size == own.vocab_size
+        load_run(run)
+    said = [r.getMessage() for r in caplog.records if "record no fingerprint" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"{run}: its weights record no fingerprint")
+    RunFolder(run).record_tokenizer(own)  # binds the weights already there
+    with pytest.raises(AttnkitError, match="is not the tokenizer the model of"):
+        load_run(run)
 
 
 def test_an_import_records_the_fingerprint_of_its_tokenizer(hf_folder, tmp_path):
@@ -359,3 +424,21 @@ def test_saved_files_get_the_mode_the_umask_gives(tmp_path, umask, mode):
         os.umask(old)
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         assert (tmp_path / "run" / name).stat().st_mode & 0o777 == mode, name
+
+
+def test_integer_weights_are_said_to_be_cast_and_half_floats_are_not(tmp_path, caplog):
+    """int64 weights were cast silently on load (issue 39, POOR); float16 is fine."""
+    for dtype, said in ((torch.int64, True), (torch.float16, False)):
+        run = tiny_run(tmp_path / str(dtype), "decoder")
+
+        def retype(tensors, dtype=dtype):
+            for name in tensors:
+                tensors[name] = tensors[name].to(dtype)
+
+        rewrite_weights(run, retype)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="attnkit"):
+            load_pretrained(run)
+        assert ("tensors are stored as integers" in caplog.text) == said
+        if said:
+            assert "and were cast to torch.float32; a model's weights are floats" in caplog.text

@@ -51,7 +51,7 @@ def test_a_folder_that_is_not_a_run_has_nothing_removed_as_a_cut_write(tmp_path)
     names = [".model.safetensors.k2j4x9q1.tmp", ".x.tmp"]
     for name in names:
         (tmp_path / name).write_text("mine")
-    assert ckpt.remove_cut_writes(tmp_path) == 0
+    assert ckpt.remove_cut_writes(RunFolder(tmp_path)) == 0
     assert all((tmp_path / name).read_text() == "mine" for name in names)
 
 
@@ -86,7 +86,7 @@ def test_a_run_killed_before_its_first_checkpoint_can_be_started_again(tmp_path)
     folder.run_config.write_text("")
     folder.write_metrics()
     fit(tmp_path)
-    assert ckpt.load_trainer_state(tmp_path)["step"] == 2
+    assert ckpt.load_trainer_state(RunFolder(tmp_path))["step"] == 2
 
 
 def test_a_refused_resume_leaves_no_empty_run_folder_behind(tmp_path):

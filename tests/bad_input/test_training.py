@@ -20,7 +20,7 @@ from attnkit.train.lock import hold
 from attnkit.train.optim import schedule_factor
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from bench.fault_injection import CONFIG
-from tests.helpers import tiny_model, translation_batches
+from tests.helpers import tiny_model, translation_batches, translation_config
 
 # Two steps at a constant rate, a checkpoint at the end.
 TWO_STEPS = TrainSection(steps=2, lr=3e-3, schedule="constant", warmup=0, save_every=2, threads=1)
@@ -61,7 +61,7 @@ def test_resume_applies_a_changed_learning_rate_weight_decay_betas_and_eps(tmp_p
     # Adam's moments went on: four steps counted, not two.
     first = decayed["params"][0]
     assert int(trainer.optimizer.state[first]["step"]) == 4
-    assert ckpt.load_trainer_state(tmp_path)["settings"]["train.lr"] == 5e-4
+    assert ckpt.load_trainer_state(RunFolder(tmp_path))["settings"]["train.lr"] == 5e-4
     (line,) = changed_lines(caplog)
     for change in ("train.lr 0.003 -> 0.0005", "train.weight_decay 0.01 -> 0.1"):
         assert change in line
@@ -97,7 +97,7 @@ def test_resume_refuses_a_changed_seed_in_one_sentence(tmp_path):
 
 def test_resume_of_a_run_saved_before_settings_were_recorded_applies_a_new_rate(tmp_path, caplog):
     trained(tmp_path)
-    state = ckpt.load_trainer_state(tmp_path)
+    state = ckpt.load_trainer_state(RunFolder(tmp_path))
     del state["settings"]
     torch.save(state, RunFolder(tmp_path).trainer_state)
     trainer = Trainer(tiny_model(), translation_batches(3), train=section(tmp_path, lr=5e-4))
@@ -118,7 +118,7 @@ def test_resume_with_another_eval_metric_forgets_the_best_of_the_old_one(tmp_pat
         eval=EvalSection(every=2, metric="bleu"),
         metrics=[lambda model: scores[0]],
     ).fit()
-    assert ckpt.load_trainer_state(tmp_path)["best"] == 30.0
+    assert ckpt.load_trainer_state(RunFolder(tmp_path))["best"] == 30.0
     result = Trainer(
         tiny_model(),
         translation_batches(3),
@@ -150,7 +150,7 @@ def test_readme_example_set_lr_with_resume(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="attnkit.train"):
         resumed = ["--set", "train.steps=3", "--set", "train.lr=5e-4", "--resume"]
         assert main(["train", str(config), *options, *resumed]) == 0
-    state = ckpt.load_trainer_state(run)
+    state = ckpt.load_trainer_state(RunFolder(run))
     assert state["step"] == 3 and state["optimizer"]["param_groups"][0]["lr"] == 5e-4
     assert RunConfig.load(RunFolder(run).run_config).train.lr == 5e-4
     (line,) = changed_lines(caplog)
@@ -239,7 +239,7 @@ def test_sigterm_finishes_the_step_saves_and_stops(tmp_path):
     )
     result = trainer.fit()
     assert (result.stopped, result.step) == ("terminated", 2)
-    assert ckpt.load_trainer_state(tmp_path)["step"] == 2
+    assert ckpt.load_trainer_state(RunFolder(tmp_path))["step"] == 2
     assert signal.getsignal(signal.SIGTERM) is previous
     assert not RunFolder(tmp_path).lock.exists()
 
@@ -266,7 +266,7 @@ def test_a_signal_through_the_cli_saves_exits_128_plus_it_and_repeats_the_set_op
     out = capsys.readouterr().out
     assert f"stopped at step 2 and saved; continue with: attnkit train {config} " in out
     assert out.rstrip().endswith(f"--set train.out_dir={run} --set train.lr=5e-4 --resume")
-    assert ckpt.load_trainer_state(run)["step"] == 2
+    assert ckpt.load_trainer_state(RunFolder(run))["step"] == 2
 
 
 # -- a NaN loss -----------------------------------------------------------------------------------
@@ -287,3 +287,34 @@ def test_a_nan_loss_before_the_first_checkpoint_says_none_was_saved(tmp_path):
     assert message.startswith("the training loss became nan at step 2")
     assert f"no checkpoint was saved yet in {tmp_path}" in message and "then start again" in message
     assert "intact" not in message
+
+
+# -- silent where a warning belongs (issue 39, POOR) ---------------------------------------------
+
+
+@pytest.mark.parametrize(("warmup", "said"), [(5, True), (2, False)])
+def test_a_warmup_longer_than_the_run_is_said(tmp_path, caplog, warmup, said):
+    with caplog.at_level(logging.WARNING, logger="attnkit"):
+        trained(tmp_path, warmup=warmup)
+    message = "train.warmup 5 is longer than the run (train.steps 2): the rate rises to 0.0012 at"
+    assert (message in caplog.text) == said
+
+
+def test_resume_lists_changed_data_settings_and_keeps_the_runs_vocabulary(tmp_path, caplog):
+    """[data] changes were applied but left out of the "changed settings" line, and a changed
+    data.tokenizer was recorded though the run went on with its own (issue 39, POOR)."""
+    config = translation_config(tmp_path)
+    assert main(["train", config, "--set", "train.steps=2"]) == 0
+    changes = ["data.tokenizer=bpe", "data.vocab_size=90", "data.max_tokens=300", "train.steps=4"]
+    sets = [arg for change in changes for arg in ("--set", change)]
+    with caplog.at_level(logging.INFO, logger="attnkit"):
+        assert main(["train", config, "--resume", *sets]) == 0
+    assert (
+        "data.tokenizer 'bpe' (the run's is 'char'), data.vocab_size 90 (the run's is 100) not "
+        "applied: a resumed run goes on with the tokenizer its model was trained with"
+    ) in caplog.text
+    (line,) = changed_lines(caplog)
+    assert "data.max_tokens 200 -> 300" in line and "train.steps 2 -> 4" in line
+    assert "data.tokenizer" not in line
+    recorded = RunConfig.load(tmp_path / "run" / "run_config.toml").data
+    assert (recorded.tokenizer, recorded.vocab_size, recorded.max_tokens) == ("char", 100, 300)

@@ -142,7 +142,7 @@ def test_broken_files_say_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(AttnkitError, match="does not begin with word2vec's header"):
         load_vectors(glove, format="word2vec-binary")
     (tmp_path / "nan.txt").write_text("the 1 x 3\n", encoding="utf-8")
-    with pytest.raises(AttnkitError, match="line 1: a value is not a number"):
+    with pytest.raises(AttnkitError, match="line 1: the value 'x' is not a number"):
         load_vectors(tmp_path / "nan.txt")
     path = save_vectors(_vectors(), tmp_path / "v.bin", binary=True)
     cut = tmp_path / "cut.bin"

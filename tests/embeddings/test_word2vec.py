@@ -208,3 +208,11 @@ def test_the_c_loop_refuses_what_it_cannot_index() -> None:
         sgns.train(
             model.vectors, corpus.ids, torch.tensor([0, 1]), model.sampling, (0.1, 0.1), 0, 1
         )
+
+
+def test_an_empty_corpus_is_named_empty_not_a_min_count_to_lower() -> None:
+    """It suggested lowering min_count below 1 (issue 39, POOR: misleading messages)."""
+    with pytest.raises(AttnkitError, match=r"^the corpus holds no words; give a text"):
+        count_words([[], []], 1)
+    with pytest.raises(AttnkitError, match="no word occurs 3 times or more; lower"):
+        count_words([["a", "b"]], 3)

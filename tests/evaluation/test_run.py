@@ -8,6 +8,7 @@ import torch
 
 from attnkit.cli import main
 from attnkit.data import cmudict
+from attnkit.data.datasets import LanguageModelDataset
 from attnkit.errors import AttnkitError
 from attnkit.evaluation.metrics import (
     bleu,
@@ -18,12 +19,11 @@ from attnkit.evaluation.metrics import (
     word_error_rate,
 )
 from attnkit.evaluation.run import evaluate_run, read_eval_set
+from attnkit.files import read_lines
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
-from attnkit.models import build_model
-from attnkit.run import RunFolder, load_run, save_pretrained, with_decoding_ids
-from attnkit.tokenizer import Tokenizer
-from tests.helpers import RUN_LINES, tiny_config, tiny_run
+from attnkit.run import RunFolder, load_run
+from tests.helpers import RUN_LINES, tiny_run
 
 DE = ["ein hund läuft", "zwei kinder spielen im park", "Ein Hund schläft"]
 EN = ["a dog runs", "two children play in the park", "A dog sleeps"]
@@ -94,32 +94,65 @@ def test_a_language_model_is_not_scored_on_a_parallel_corpus(lm_run, data):
         evaluate_run(lm_run, corpus="multi30k", data_dir=data)
 
 
+def test_a_language_model_trained_on_a_text_file_is_scored_on_what_training_held_out(
+    tmp_path, capsys
+):
+    """eval said "unknown corpus" for a run whose data.corpus is a path; it must read what
+    training read: the file, cut at the run's valid_fraction."""
+    text = tmp_path / "my text.txt"
+    text.write_text("\n".join(RUN_LINES * 10) + "\n")
+    run_dir = tiny_run(tmp_path / "run", "decoder")
+    RunFolder(run_dir).write_run_config(
+        f'[data]\ntask = "language-model"\ncorpus = "{text}"\nvalid_fraction = 0.25\n'
+    )
+    run = load_run(run_dir)
+    test = read_eval_set(run, block_size=8, batch_size=2)
+    held_out = LanguageModelDataset.from_lines(
+        read_lines(text, keepends=True),
+        tokenizer=run.tokenizer,
+        block_size=8,
+        split="val",
+        val_fraction=0.25,
+    )
+    assert test.description == f"{text} val, {len(test.batches)} batches of 9-token blocks"
+    assert torch.equal(
+        torch.cat([b.tgt for b in test.batches]), held_out.collate(list(held_out)).tgt
+    )
+    assert main(["eval", str(run_dir), "--block-size", "8", "--no-progress"]) == 0
+    assert "perplexity" in capsys.readouterr().out
+    with pytest.raises(AttnkitError, match=r"split 'test' is not one of train, val"):
+        read_eval_set(run, split="test", block_size=8)
+
+
+def test_a_translation_trained_on_a_folder_is_scored_on_its_files(tmp_path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "test.de").write_text("".join(f"{line}\n" for line in DE))
+    (corpus / "test.en").write_text("".join(f"{line}\n" for line in EN))
+    run_dir = tiny_run(tmp_path / "run", "encoder-decoder")
+    RunFolder(run_dir).write_run_config(f'[data]\ncorpus = "{corpus}"\n')
+    test = read_eval_set(load_run(run_dir))
+    assert (test.sources, test.references) == (DE, EN)
+    assert test.description == f"{corpus} test de->en, 3 sentences"
+    with pytest.raises(AttnkitError, match=r"a folder holding val\.de nor a dataset; .*--split"):
+        read_eval_set(load_run(run_dir), split="val")
+
+
+def test_the_reverse_demos_run_and_one_language_twice_are_refused_before_any_download(
+    tmp_path, mt_run, capsys
+) -> None:
+    """eval on the demo's run tried to download Multi30k; de->de was scored (issue 39)."""
+    run_dir = tiny_run(tmp_path / "demo", "encoder-decoder")
+    RunFolder(run_dir).write_run_config('[data]\ntask = "reverse"\n')
+    with pytest.raises(AttnkitError, match="trained on the reverse demo's random digit strings"):
+        read_eval_set(load_run(run_dir))
+    with pytest.raises(AttnkitError, match="the source and target languages are both 'en'"):
+        read_eval_set(load_run(mt_run), src_lang="en", tgt_lang="en")
+    assert main(["eval", str(mt_run), "--src-lang", "de", "--tgt-lang", "de"]) == 2
+    assert "the source and target languages are both 'de'" in capsys.readouterr().err
+
+
 # -- grapheme-to-phoneme on cmudict ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def g2p_run(tmp_path_factory):
-    """A tiny untrained G2P run folder: a word tokenizer of cmudict's letters and phonemes, and
-    the [data] section of a run trained on cmudict."""
-    path = tmp_path_factory.mktemp("g2p")
-    pairs = cmudict.pairs("val")
-    tokenizer = Tokenizer.train("word", texts=[side for pair in pairs for side in pair])
-    config = tiny_config(
-        "encoder-decoder",
-        1,
-        vocab_size=tokenizer.vocab_size,
-        max_len=12,
-        dropout=0.0,
-        embedding_dropout=0.0,
-    )
-    torch.manual_seed(0)
-    save_pretrained(build_model(with_decoding_ids(config, tokenizer)), path)
-    folder = RunFolder(path)
-    tokenizer.save(folder.tokenizer)
-    folder.write_run_config(
-        '[data]\ncorpus = "cmudict"\nsrc_lang = "graphemes"\ntgt_lang = "phonemes"\n'
-    )
-    return path
 
 
 def test_a_g2p_run_reads_each_test_word_once_with_all_its_pronunciations(g2p_run):

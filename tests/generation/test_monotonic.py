@@ -128,7 +128,7 @@ def reference_greedy(model, src, mask, back, ahead, steps):
     out, all_logits = [], []
     for _ in range(steps):
         window = mask & (position >= focus[:, None] - back) & (position <= focus[:, None] + ahead)
-        cache.memory_mask = window[:, None, None]
+        cache.kv_cache.memory_mask = window[:, None, None]
         logits = model.decode_step(ids, cache)
         slot = weights[-1][:, :, -1].mean(1).argmax(-1, keepdim=True)
         focus = position.gather(1, slot).squeeze(1)

@@ -36,9 +36,9 @@ def random_gpt2(tmp_path):
 
 
 def test_an_unsupported_model_type_lists_the_supported_ones(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    supported = r"gpt2, llama, mistral, mixtral, bloom, bert, marian"
-    with pytest.raises(AttnkitError, match=rf"'t5' is not supported; .*{supported}"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    supported = r"gpt2, llama, mistral, mixtral, bloom, bert, marian, t5"
+    with pytest.raises(AttnkitError, match=rf"'bart' is not supported; .*{supported}"):
         load_hf(tmp_path)
 
 
@@ -182,9 +182,9 @@ def test_cli_imports_and_exports(tmp_path, capsys):
 
 
 def test_cli_states_bad_input_in_one_sentence(tmp_path, capsys):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bart"}))
     assert main(["import", "hf", str(tmp_path), str(tmp_path / "run")]) == 2
-    assert "model_type 't5' is not supported" in capsys.readouterr().err
+    assert "model_type 'bart' is not supported" in capsys.readouterr().err
 
 
 def test_marian_config_of_unequal_stacks_is_refused(tmp_path):

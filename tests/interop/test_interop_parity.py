@@ -22,13 +22,21 @@ def assert_real_positions_close(ours, theirs, mask, atol=1e-5):
     torch.testing.assert_close(ours[mask], theirs[mask], atol=atol, rtol=0)
 
 
+def tolerance(case: str, theirs: torch.Tensor) -> float:
+    """1e-5; for T5, 1e-5 of the largest logit: its lm_head starts at std 1 (not 0.02), so
+    logits reach about 20 and float32 rounding alone (torch's RMSNorm against T5's own,
+    exact in float64) moves them by a few 1e-5."""
+    return 1e-5 * max(1.0, theirs.abs().max().item()) if case.startswith("t5") else 1e-5
+
+
 def test_import_gives_the_outputs_of_transformers_on_a_padded_batch(saved):
-    _, path, hf = saved
+    case, path, hf = saved
     model = load_hf(path).model
     assert not model.training
     batch = parity_batch(model)
     ours, mask = run_attnkit(model, batch)
-    assert_real_positions_close(ours, run_hf(hf, batch), mask)
+    theirs = run_hf(hf, batch)
+    assert_real_positions_close(ours, theirs, mask, tolerance(case, theirs))
 
 
 def test_export_then_import_round_trips_exactly(saved, tmp_path):
@@ -53,8 +61,9 @@ def test_exported_model_loads_in_transformers_with_the_same_outputs(saved, tmp_p
     reloaded = CASES[case][0].from_pretrained(out, attn_implementation="eager").eval()
     batch = parity_batch(model, seed=1)
     ours, mask = run_attnkit(model, batch)
-    assert_real_positions_close(run_hf(reloaded, batch), run_hf(hf, batch), mask, atol=0)
-    assert_real_positions_close(ours, run_hf(reloaded, batch), mask)
+    theirs = run_hf(reloaded, batch)
+    assert_real_positions_close(theirs, run_hf(hf, batch), mask, atol=0)
+    assert_real_positions_close(ours, theirs, mask, tolerance(case, theirs))
 
 
 @pytest.mark.parametrize("case", ["gpt2", "llama", "mistral", "mixtral", "bloom"])

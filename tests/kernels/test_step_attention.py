@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnkit.kernels import step_attention
-from attnkit.nn.attention import scaled_dot_product_attention
+from attnkit.nn.scaled_dot_product import scaled_dot_product_attention
 
 pytestmark = pytest.mark.skipif(
     not step_attention.available(), reason="this CPU has no AVX2: the step kernel is not built"

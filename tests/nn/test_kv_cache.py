@@ -133,10 +133,11 @@ def test_reorders_through_rows_move_no_keys_and_chain(reorder_mode):
 def test_beams_share_their_sentence_s_memory_and_finished_sentences_leave(reorder_mode):
     model, cache, src, src_mask, tgt = _three_sentences_on_a_cache()
     cache.repeat_rows(2)  # rows: sentence 0 beam 0, sentence 0 beam 1, sentence 1 beam 0, ...
-    assert cache.batch_size == 6 and cache.memory_kv.shape[2] == 3  # one memory per sentence
+    # One memory per sentence:
+    assert cache.batch_size == 6 and cache.kv_cache.memory_kv.shape[2] == 3
     index = torch.tensor([1, 0, 5, 4])  # sentence 1 leaves; beams of 0 and 2 swap
     cache.reorder(index, memory=True)
-    assert cache.memory_kv.shape[2] == 2
+    assert cache.kv_cache.memory_kv.shape[2] == 2
     _next_step_matches_a_full_forward(model, cache, src, src_mask, tgt, index // 2)
     assert _read_through_rows(reorder_mode)
 

@@ -118,6 +118,6 @@ def test_training_moves_only_the_adapters_and_the_run_folder_holds_the_merged_mo
     # Step checkpoints keep the factors apart, so an adapted model resumes from them.
     again = tiny_model()
     apply_lora(again, rank=2, alpha=4.0, targets=("*_proj", "*w_1", "*w_2"))
-    assert load_checkpoint(tmp_path, again)["step"] == 6
+    assert load_checkpoint(RunFolder(tmp_path), again)["step"] == 6
     for name, tensor in again.state_dict().items():
         torch.testing.assert_close(tensor, model.state_dict()[name], atol=0, rtol=0)

@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnkit.config import ATTENTION_BACKENDS
 from attnkit.errors import AttnkitError
 from attnkit.nn import sdpa_backend
-from attnkit.nn.attention import scaled_dot_product_attention
+from attnkit.nn.scaled_dot_product import scaled_dot_product_attention
 from tests.helpers import DECODING, padded_batch, tiny_model
+
+
+def test_every_attention_backend_a_config_may_name_has_its_kernel() -> None:
+    assert tuple(sdpa_backend.BACKENDS) == ATTENTION_BACKENDS
 
 
 def qkv() -> tuple[torch.Tensor, ...]:
@@ -65,7 +70,7 @@ def test_right_padding_keeps_the_causal_flag_instead_of_a_mask(monkeypatch, side
         calls.append((options["attn_mask"] is None, options["is_causal"]))
         return fused(q, k, v, backend, **options)
 
-    monkeypatch.setattr("attnkit.nn.attention.fused_attention", spy)
+    monkeypatch.setattr("attnkit.nn.scaled_dot_product.fused_attention", spy)
     ids, mask = padded_batch([6, 3], 6)
     if side == "left":
         ids, mask = ids.flip(1), mask.flip(1)

@@ -19,9 +19,9 @@ def state(step: int) -> dict:
 def test_average_is_the_element_wise_mean(tmp_path):
     models = [tiny_model(seed=s) for s in range(3)]
     for step, model in enumerate(models, start=1):
-        ckpt.save_checkpoint(tmp_path, model, state(step), keep_last=3)
+        ckpt.save_checkpoint(RunFolder(tmp_path), model, state(step), keep_last=3)
     assert RunFolder(tmp_path).saved_steps() == [1, 2, 3]
-    assert ckpt.average_last(tmp_path, 2) == [2, 3]
+    assert ckpt.average_last(RunFolder(tmp_path), 2) == [2, 3]
     averaged = load_file(str(RunFolder(tmp_path).weights))
     for name, value in averaged.items():
         expected = (models[1].state_dict()[name] + models[2].state_dict()[name]) / 2
@@ -34,14 +34,14 @@ def test_average_is_the_element_wise_mean(tmp_path):
 def test_keep_last_prunes_older_steps(tmp_path):
     model = tiny_model()
     for step in (10, 20, 30, 40):
-        ckpt.save_checkpoint(tmp_path, model, state(step), keep_last=2)
+        ckpt.save_checkpoint(RunFolder(tmp_path), model, state(step), keep_last=2)
     assert RunFolder(tmp_path).saved_steps() == [30, 40]
-    assert ckpt.load_trainer_state(tmp_path)["step"] == 40
+    assert ckpt.load_trainer_state(RunFolder(tmp_path))["step"] == 40
 
 
 def test_interrupted_write_leaves_the_previous_checkpoint_loadable(tmp_path, monkeypatch):
     good = tiny_model(seed=1)
-    ckpt.save_checkpoint(tmp_path, good, state(1), keep_last=3)
+    ckpt.save_checkpoint(RunFolder(tmp_path), good, state(1), keep_last=3)
 
     real_save = torch.save
 
@@ -53,11 +53,11 @@ def test_interrupted_write_leaves_the_previous_checkpoint_loadable(tmp_path, mon
 
     monkeypatch.setattr(torch, "save", crash_midway)
     with pytest.raises(OSError, match="disk full"):
-        ckpt.save_checkpoint(tmp_path, tiny_model(seed=2), state(2), keep_last=3)
+        ckpt.save_checkpoint(RunFolder(tmp_path), tiny_model(seed=2), state(2), keep_last=3)
     monkeypatch.undo()
 
     fresh = tiny_model(seed=3)
-    restored = ckpt.load_checkpoint(tmp_path, fresh)
+    restored = ckpt.load_checkpoint(RunFolder(tmp_path), fresh)
     assert restored["step"] == 1 and torch.equal(restored["payload"], torch.full((3,), 1.0))
     for (name, a), b in zip(good.state_dict().items(), fresh.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
@@ -66,17 +66,26 @@ def test_interrupted_write_leaves_the_previous_checkpoint_loadable(tmp_path, mon
 
 def test_missing_or_broken_state_is_one_sentence(tmp_path):
     with pytest.raises(AttnkitError, match=r"has no trainer_state\.pt to resume from"):
-        ckpt.load_trainer_state(tmp_path)
-    RunFolder(tmp_path).trainer_state.write_bytes(b"not a checkpoint")
-    with pytest.raises(AttnkitError, match="it is not a trainer state"):
-        ckpt.load_trainer_state(tmp_path)
+        ckpt.load_trainer_state(RunFolder(tmp_path))
+    path = RunFolder(tmp_path).trainer_state
+    torch.save({"step": 3, "payload": torch.ones(100)}, path)
+    whole = path.read_bytes()
+    # Damaged, not "holding Python objects" as it was called (issue 39, POOR): cut short by a
+    # full disk, emptied, overwritten.
+    for damaged in (whole[: len(whole) // 2], b"", b"not a checkpoint"):
+        path.write_bytes(damaged)
+        with pytest.raises(AttnkitError, match=r"trainer_state\.pt is damaged \(.+\): it cannot"):
+            ckpt.load_trainer_state(RunFolder(tmp_path))
+    torch.save([1, 2], path)
+    with pytest.raises(AttnkitError, match="is not a trainer state attnkit wrote; remove it"):
+        ckpt.load_trainer_state(RunFolder(tmp_path))
 
 
 def test_a_trainer_state_holding_python_objects_is_refused_without_torch_s_advice(tmp_path):
     """torch's error suggests weights_only=False, which would run the file's code."""
     torch.save({"step": 1, "payload": Fraction(1, 3)}, RunFolder(tmp_path).trainer_state)
     with pytest.raises(AttnkitError) as info:
-        ckpt.load_trainer_state(tmp_path)
+        ckpt.load_trainer_state(RunFolder(tmp_path))
     message = str(info.value)
     assert "will not unpickle" in message and "weights_only" not in message
 

@@ -52,7 +52,7 @@ def test_a_sharded_run_keeps_the_optimizer_in_slices_and_the_whole_model_for_rea
 ):
     fit(tmp_path / "run", parallel="fsdp")
     folder = RunFolder(tmp_path / "run")
-    assert load_trainer_state(folder.root)["optimizer"] is None  # it is in the slices
+    assert load_trainer_state(folder)["optimizer"] is None  # it is in the slices
     assert (folder.step_shards(4) / ".metadata").is_file()
     assert list(folder.step_shards(4).glob("__0_0.distcp"))
     # `translate`, `export hf` and averaging read the whole model, gathered by rank 0.
@@ -84,7 +84,7 @@ def test_a_sharded_save_cut_short_leaves_the_previous_checkpoint_the_latest(
         fit(tmp_path / "run", resume=True, parallel="fsdp")
     monkeypatch.undo()
     folder = RunFolder(tmp_path / "run")
-    assert load_trainer_state(folder.root)["step"] == 2
+    assert load_trainer_state(folder)["step"] == 2
     staged = list(folder.step_dir(4).glob(".sharded.*.tmp"))
     assert len(staged) == 1 and not folder.step_shards(4).exists()
     assert_same(weights(fit(tmp_path / "run", resume=True, parallel="fsdp")), straight)

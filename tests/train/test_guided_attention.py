@@ -22,8 +22,7 @@ from attnkit.train.guided_attention import (
 from attnkit.train.objectives import TranslationObjective
 from attnkit.train.run_config import RunConfig, TrainSection
 from attnkit.train.tasks import TaskSetup, _objective
-from tests.helpers import tiny_model, translation_batches
-from tests.train.test_tasks import translation_config
+from tests.helpers import tiny_model, translation_batches, translation_config
 
 QUIET = {"dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0}
 

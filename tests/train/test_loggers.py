@@ -1,6 +1,7 @@
 """train.log_to: the records of metrics.jsonl, read back from TensorBoard's event files and from
 an offline W&B run's transaction log, equal those of metrics.jsonl."""
 
+import dataclasses
 import json
 import struct
 import sys
@@ -17,7 +18,7 @@ from attnkit.data.batch import Batch, pad
 from attnkit.errors import AttnkitError
 from attnkit.run import RunFolder
 from attnkit.train import Trainer
-from attnkit.train.loggers import check_installed
+from attnkit.train.loggers import LogContext, check_installed, open_for
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from attnkit.train.validate import validate
 from tests.helpers import VOCAB, tiny_model, translation_batches
@@ -116,6 +117,25 @@ def test_each_model_shape_draws_its_attention_at_evaluation(tmp_path, shape, bat
     trainer(tmp_path / "run", ("tensorboard",), shape, data, steps=3).fit()
     events = tensorboard_events(tmp_path / "run" / "tensorboard")
     assert [p.step for p in events.Images("attention")] == [3]
+
+
+def test_the_sinks_need_no_trainer_only_a_context(tmp_path):
+    """A `LogContext` alone opens the sinks: what a session tells them, not the Trainer."""
+    model = tiny_model("encoder-decoder")
+    context = LogContext(
+        RunFolder(tmp_path / "run"), ("tensorboard",), "attnkit", "run",
+        {"train": {"lr": 0.5}}, "bleu", 0, model, examples=translation_batches(1),
+    )  # fmt: skip
+    history = [{"step": 1, "train_loss": 3.0}, {"step": 2, "train_loss": 2.5}]
+    with open_for(context) as sinks:
+        for record in history:
+            sinks.record(record)
+        sinks.evaluated(2, history)
+    events = tensorboard_events(tmp_path / "run" / "tensorboard")
+    assert [(e.step, e.value) for e in events.Scalars("train_loss")] == [(1, 3.0), (2, 2.5)]
+    assert [p.step for p in events.Images("curves")] == [2]
+    assert [p.step for p in events.Images("attention")] == [2]
+    assert not open_for(dataclasses.replace(context, is_main=False)).writer  # rank 0 logs
 
 
 def test_pictures_change_nothing_in_training(tmp_path):

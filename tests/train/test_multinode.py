@@ -41,7 +41,7 @@ def test_two_nodes_train_one_run_with_the_tokenizer_rank_0_made(tmp_path):
             node.wait(timeout=60)
     assert [node.returncode for node in nodes] == [0, 0], "\n".join(o[-4000:] for o in outputs)
     folder = RunFolder(tmp_path / "run")
-    assert load_trainer_state(folder.root)["step"] == 4
+    assert load_trainer_state(folder)["step"] == 4
     # Each "node" wrote its own slice of the sharded checkpoint into the one run folder.
     assert sorted(p.name for p in folder.step_shards(4).glob("*.distcp")) == [
         "__0_0.distcp",

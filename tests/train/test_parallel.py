@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from attnkit.run import load_pretrained
+from attnkit.run import RunFolder, load_pretrained
 from attnkit.train import Trainer
 from attnkit.train import distributed as dist
 from attnkit.train.checkpoint import load_trainer_state
@@ -102,7 +102,7 @@ def test_a_sharded_checkpoint_resumes_on_one_process_without_fsdp(two_ranks, tmp
 
 def test_a_rank_that_dies_mid_run_leaves_the_last_checkpoint_loadable(two_ranks, tmp_path):
     run = two_ranks / "dies" / "run"
-    assert load_trainer_state(run)["step"] == 2
+    assert load_trainer_state(RunFolder(run))["step"] == 2
     at_step_2 = load_pretrained(two_ranks / "at_step_2")
     assert_all_close(load_pretrained(run).state_dict(), at_step_2.state_dict(), rtol=0, atol=0)
     # And it trains on: resumed in one process, it ends where the unbroken run ended.

@@ -9,18 +9,19 @@ from safetensors.torch import load_file
 from attnkit import recipes
 from attnkit.cli import main
 from attnkit.data import CORPORA, cmudict
+from attnkit.data.section import TASKS
 from attnkit.data.sources import corpus_text
 from attnkit.errors import AttnkitError
 from attnkit.generation import GenerationConfig
 from attnkit.inference import translate
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.tokenizer import Tokenizer
-from attnkit.train import Trainer, decoding_metrics
+from attnkit.train import Trainer, decoding_metrics, word2vec_task
 from attnkit.train.checkpoint import load_trainer_state
 from attnkit.train.decoding_metrics import error_rate_metric
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from attnkit.train.scheduled_sampling import ScheduledSampling
-from attnkit.train.tasks import build_task
+from attnkit.train.tasks import BUILDERS, RUNNERS, build_task, train_transformer
 from attnkit.train.validate import validate
 from tests.helpers import (
     TINY_MODEL,
@@ -52,7 +53,7 @@ def test_cli_trains_translation_then_resumes(tmp_path, capsys):
     assert (trained.eos_id, trained.decoder_start_id) == (tokenizer.eos_id, tokenizer.bos_id)
 
     assert main(["train", config, "--set", "train.steps=6", "--resume"]) == 0
-    assert load_trainer_state(run)["step"] == 6
+    assert load_trainer_state(RunFolder(run))["step"] == 6
     assert "finished at step 6" in capsys.readouterr().out
 
     assert main(["train", config]) == 2
@@ -106,7 +107,7 @@ def test_cli_fine_tunes_a_run_through_lora_adapters(tmp_path):
     assert adapted == 2  # the encoder's and the decoder's self-attention
 
     assert main(["train", config, *settings, "--set", "train.steps=6", "--resume"]) == 0
-    assert load_trainer_state(fine)["step"] == 6
+    assert load_trainer_state(RunFolder(fine))["step"] == 6
 
 
 def test_cli_fine_tunes_a_run_through_houlsby_adapters(tmp_path):
@@ -425,3 +426,11 @@ def test_cmudict_is_validated_by_error_rates_not_bleu():
     recipe = recipes.path("cmudict_g2p")
     with pytest.raises(AttnkitError, match="choose one of val_loss, val_ppl, per, wer"):
         validate(RunConfig.load(recipe, ["eval.metric=bleu"]))
+
+
+def test_every_data_task_has_a_runner_and_only_transformer_tasks_build_a_setup():
+    assert set(RUNNERS) == set(TASKS)
+    assert RUNNERS["word2vec"] is word2vec_task.train
+    assert {task for task, runner in RUNNERS.items() if runner is train_transformer} == set(
+        BUILDERS
+    )

@@ -13,6 +13,7 @@ from attnkit.run import RunFolder, load_pretrained
 from attnkit.train import Trainer
 from attnkit.train.checkpoint import load_checkpoint, load_trainer_state
 from attnkit.train.run_config import EvalSection, TrainSection
+from attnkit.train.stopping import BestMetric
 from tests.helpers import merge, tiny_model, translation_batches
 
 
@@ -62,7 +63,7 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
     first.callbacks.append(lambda info: info["step"] == 3 and first.request_stop())
     stopped = first.fit()
     assert stopped.stopped == "interrupted" and stopped.step == 3
-    assert load_trainer_state(tmp_path / "b")["step"] == 3
+    assert load_trainer_state(RunFolder(tmp_path / "b"))["step"] == 3
 
     # A different initialisation: everything must come from the checkpoint.
     resumed = Trainer(
@@ -92,7 +93,9 @@ def test_ctrl_c_saves_and_returns(tmp_path):
     trainer.callbacks.append(lambda info: info["step"] == 2 and os.kill(os.getpid(), signal.SIGINT))
     result = trainer.fit()
     assert result.stopped == "interrupted" and result.step == 2
-    assert load_trainer_state(tmp_path)["step"] == 2 and RunFolder(tmp_path).saved_steps() == [2]
+    assert load_trainer_state(RunFolder(tmp_path))["step"] == 2 and RunFolder(
+        tmp_path
+    ).saved_steps() == [2]
     assert signal.getsignal(signal.SIGINT) is previous  # the trainer's handler is gone
 
 
@@ -124,9 +127,9 @@ def test_nan_loss_stops_and_keeps_the_last_checkpoint(tmp_path):
     with pytest.raises(AttnkitError, match=r"nan at step 6.*, of step 4, is intact") as err:
         trainer.fit()
     assert "\n" not in str(err.value)
-    assert load_trainer_state(tmp_path)["step"] == 4
+    assert load_trainer_state(RunFolder(tmp_path))["step"] == 4
     restored = tiny_model(seed=3)
-    load_checkpoint(tmp_path, restored)
+    load_checkpoint(RunFolder(tmp_path), restored)
     assert all(torch.isfinite(p).all() for p in restored.parameters())
 
 
@@ -149,7 +152,7 @@ def test_a_run_saved_without_decoding_ids_resumes_and_records_them(tmp_path):
     ids = {"eos_id": 2, "decoder_start_id": 1}
     legacy = json.loads(RunFolder(tmp_path).config.read_text())
     for name in ids:
-        assert load_trainer_state(tmp_path)["model_config"][name] is None
+        assert load_trainer_state(RunFolder(tmp_path))["model_config"][name] is None
         del legacy[name]
     RunFolder(tmp_path).config.write_text(json.dumps(legacy))
     old = load_pretrained(tmp_path).config  # config.json without the ids loads: they default
@@ -159,7 +162,7 @@ def test_a_run_saved_without_decoding_ids_resumes_and_records_them(tmp_path):
         tiny_model(**ids), translation_batches(2), train=settings(tmp_path, steps=4)
     ).fit(resume=True)
     assert resumed.step == 4
-    saved = load_trainer_state(tmp_path)["model_config"]
+    saved = load_trainer_state(RunFolder(tmp_path))["model_config"]
     assert {name: saved[name] for name in ids} == ids
     assert load_pretrained(tmp_path).config == resumed.model.config
     # Once recorded, an id must match: another one means another tokenizer.
@@ -267,7 +270,7 @@ def test_time_budget_stops_saves_and_averages(tmp_path):
         train=settings(tmp_path, steps=50, max_minutes=1e-9, keep_last=2, average_last=2),
     ).fit()
     assert result.stopped == "time-limit" and result.step == 1
-    assert load_trainer_state(tmp_path)["step"] == 1
+    assert load_trainer_state(RunFolder(tmp_path))["step"] == 1
     assert (tmp_path / "curves.png").is_file()
 
 
@@ -315,3 +318,14 @@ def test_objectives_of_several_backward_passes_are_refused_under_ddp(tmp_path, m
     # Without gradient through the first pass, DDP sees one pass with gradient: allowed.
     one = ScheduledSampling(TranslationObjective(), ScheduledSamplingSection(**settings))
     assert one.one_forward and not trainer.objective.one_forward
+
+
+@pytest.mark.parametrize(
+    ("lower", "values", "best"), [(True, [3, 2, 2.5, 4], 2), (False, [3, 2, 1, 2.5], 3)]
+)
+def test_the_best_metric_follows_its_direction_and_runs_out_of_patience(lower, values, best):
+    tracked = BestMetric(lower_is_better=lower, patience=2)
+    news = [tracked.update(v) for v in values]
+    assert tracked.best == best and news[0] and not news[-1]
+    assert tracked.exhausted  # two evaluations in a row without a better value
+    assert not BestMetric(lower, patience=0, bad_evals=9).exhausted  # 0: never stops

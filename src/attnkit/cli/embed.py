@@ -104,6 +104,22 @@ def _load(args: argparse.Namespace):
     return load_vectors(path, format=args.format, limit=args.limit)
 
 
+def _output(args: argparse.Namespace, path: str, what: str) -> None:
+    """Stop before any work when `path` cannot be written or is one of the vectors' files
+    (a picture: or has no picture type as its suffix)."""
+    from attnkit.files import check_writable
+    from attnkit.run import RunFolder
+
+    vectors = Path(args.vectors)
+    inputs = RunFolder(vectors).inputs() if vectors.is_dir() else [("VECTORS", vectors)]
+    if what == "PNG":
+        from attnkit.viz import check_picture
+
+        check_picture(path, what, inputs)
+    else:
+        check_writable(path, what, inputs=inputs)
+
+
 def _print_scored(rows: list[tuple[str, float]]) -> None:
     for word, score in rows:
         print(f"{score:.4f}  {word}")
@@ -147,6 +163,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from attnkit.embeddings.vectors import save_vectors
 
+    _output(args, args.out, "OUT")
     vectors = _load(args)
     out = save_vectors(vectors, args.out, binary=args.binary)
     print(f"wrote {len(vectors)} vectors of dimension {vectors.dim} to {out}")
@@ -156,6 +173,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_plot(args: argparse.Namespace) -> int:
     from attnkit.viz import plot_vector_strips, plot_word_vectors
 
+    _output(args, args.png, "PNG")
     if args.strips:
         print(f"wrote {plot_vector_strips(_load(args), args.words, args.png, dims=args.dims)}")
     else:
@@ -164,8 +182,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_positions(args: argparse.Namespace) -> int:
-    from attnkit.viz import plot_positional_encoding
+    from attnkit.viz import check_picture, plot_positional_encoding
 
+    check_picture(args.png, "PNG")
     path = plot_positional_encoding(
         args.png, args.d_model, args.length, layout=args.layout, dims=args.dims
     )

@@ -1,15 +1,20 @@
-"""`attnkit serve RUN [RUN ...]`: the runs behind an HTTP API (attnkit.serve), until Ctrl-C.
+"""`attnkit serve RUN [NAME=RUN ...]`: the runs behind an HTTP API (attnkit.serve), until Ctrl-C.
 
 Each run is served under its folder's name (`runs/multi30k_de_en` as
-`multi30k_de_en`); it needs the `serve` extra: `pip install -e ".[serve]"`.
+`multi30k_de_en`), or under NAME when given as NAME=RUN_DIR; it needs the `serve`
+extra: `pip install -e ".[serve]"`. The address is taken before anything is
+printed, so a busy port is one sentence, not a traceback after "serving on".
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
-from pathlib import Path
+import socket
+
+from attnkit.errors import AttnkitError
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +24,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     from attnkit.serve.settings import ServeSettings
 
     d = ServeSettings()
-    p = sub.add_parser("serve", help="serve runs over HTTP: OpenAI-style completions, translate")
-    p.add_argument("runs", nargs="+", help="run folders (attnkit's, or imported from HF)")
+    p = sub.add_parser("serve", help="serve runs over HTTP: OpenAI's API, translate, a page")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run folders (attnkit's, or imported from HF), each RUN_DIR or "
+                   "NAME=RUN_DIR to serve it as NAME")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     p.add_argument(
@@ -28,12 +35,15 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_compute_type_option(p)
     limits = {  # option: (type, default, what it does); the defaults are ServeSettings'
-        "--batch-wait-ms": (float, d.batch_wait_ms, "how long a request waits for others to "
-                            "share its decode"),
-        "--max-batch": (int, d.max_batch, "most requests decoded together"),
+        "--batch-wait-ms": (float, d.batch_wait_ms, "how long an embedding or beam request "
+                            "waits for others to share its batch"),
+        "--max-batch": (int, d.max_batch, "rows decoded together at most (1: one at a time)"),
         "--max-input-tokens": (int, d.max_input_tokens, "longer inputs get 400"),
         "--max-new-tokens": (int, d.max_new_tokens, "a request asking more gets 400"),
-        "--max-concurrent": (int, d.max_concurrent, "requests in flight at once; more get 429"),
+        "--max-concurrent": (int, d.max_concurrent, "/v1 requests in flight at once; more "
+                             "get 429"),
+        "--max-body-bytes": (int, d.max_body_bytes, "the largest request body; a larger one "
+                             "is refused unread (413)"),
         "--timeout": (float, d.timeout_s, "seconds a request may take; slower ones get 504"),
         "--max-texts": (int, d.max_texts, "texts in one request"),
     }  # fmt: skip
@@ -44,52 +54,67 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
         default=os.environ.get("ATTNKIT_API_KEY"),
         help="require Authorization: Bearer KEY on /v1 requests (default: $ATTNKIT_API_KEY)",
     )
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let pages from ORIGIN (https://host; * lets any page) call the "
+                   "API; repeat for several")  # fmt: skip
+    p.add_argument("--no-access-log", dest="access_log", action="store_false",
+                   help="no log line per request")  # fmt: skip
     p.set_defaults(func=cmd_serve)
-
-
-def served_runs(paths: list[str], compute_type: str = "float32") -> list:
-    """The runs, loaded, each under its folder's name (the same name twice is refused).
-
-    compute_type: the linear layers' type for decoding (float32, int8, bf16, auto).
-    """
-    from attnkit.errors import AttnkitError
-    from attnkit.run import load_run
-    from attnkit.serve.work import Served
-
-    names = [Path(p).resolve().name for p in paths]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise AttnkitError(f"two runs are named {twice[0]!r}; serve folders of different names.")
-    served = []
-    for name, path in zip(names, paths, strict=True):
-        run = load_run(path, compute_type=compute_type)  # logs the type it chose
-        served.append(Served(name, run.model, run.tokenizer))
-    return served
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
     except ModuleNotFoundError:
-        from attnkit.errors import AttnkitError
-
         raise AttnkitError('attnkit serve needs its extra: pip install "attnkit[serve]"') from None
     import torch
 
     from attnkit.serve.app import create_app
+    from attnkit.serve.runs import served_runs
     from attnkit.serve.settings import ServeSettings
 
+    settings = ServeSettings(
+        max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
+        max_input_tokens=args.max_input_tokens, max_new_tokens=args.max_new_tokens,
+        max_concurrent=args.max_concurrent, max_body_bytes=args.max_body_bytes,
+        timeout_s=args.timeout, api_key=args.api_key, max_texts=args.max_texts,
+        cors_origins=tuple(args.cors_origin), access_log=args.access_log,
+    )  # fmt: skip
+    if args.threads < 0:
+        raise AttnkitError(f"--threads is a count of threads (0: torch's), not {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    settings = ServeSettings(
-        batch_wait_ms=args.batch_wait_ms, max_batch=args.max_batch,
-        max_input_tokens=args.max_input_tokens, max_new_tokens=args.max_new_tokens,
-        max_concurrent=args.max_concurrent, timeout_s=args.timeout, api_key=args.api_key,
-        max_texts=args.max_texts,
-    )  # fmt: skip
+    listening = _listen(args.host, args.port)  # before the models load: a busy port fails fast
+    served = served_runs(args.runs, args.compute_type)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         log.warning("listening on %s with no API key: anyone who reaches it may use it", args.host)
-    app = create_app(served_runs(args.runs, args.compute_type), settings)
-    print(f"serving {', '.join(args.runs)} on http://{args.host}:{args.port} (Ctrl-C stops)")
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    app = create_app(served, settings)
+    port = listening.getsockname()[1]
+    names = ", ".join(s.name for s in served)
+    print(f"serving {names} on http://{args.host}:{port} (Ctrl-C stops)", flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[listening])
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, or one sentence saying why it cannot be."""
+    if not 0 <= port <= 65535:
+        raise AttnkitError(f"--port must be from 0 to 65535 (0: any free port), not {port}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as err:
+        raise AttnkitError(f"--host {host!r} is not an address here ({err})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            raise AttnkitError(
+                f"port {port} on {host} is in use by another program; stop it or choose "
+                "another --port"
+            ) from None
+        raise AttnkitError(f"cannot listen on {host}:{port}: {err.strerror}") from None
+    return sock

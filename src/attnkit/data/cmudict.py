@@ -80,6 +80,12 @@ def graphemes(word: str) -> str:
     return " ".join(word)
 
 
+def as_source(text: str) -> str:
+    """A word as a user types it made the source a G2P model reads: its letters, lowercased,
+    spaced (`graphemes`). Spaces are dropped first, so graphemes stay as they are."""
+    return graphemes("".join(text.lower().split()))
+
+
 def phonemes(pronunciation: Sequence[str], stress: bool = False) -> str:
     """The target side of a pronunciation: its phonemes separated by single spaces, stress
     digits removed unless `stress`."""

@@ -49,6 +49,9 @@ class Corpus:
     scores: how `attnkit eval` scores a translation model on it: `bleu` (BLEU,
         chrF, length ratio) or `error-rates` (WER and PER, any target of the
         source accepted).
+    as_source: for a corpus whose sources are written otherwise than a user types
+        them, a text made such a source (`attnkit.data.section.prepare_sources`);
+        None: as typed.
     """
 
     name: str
@@ -58,6 +61,7 @@ class Corpus:
     sha256: dict[str, str] = field(default_factory=dict)
     pairs: Callable[[str], list[tuple[str, str]]] | None = None
     scores: str = "bleu"
+    as_source: Callable[[str], str] | None = None
 
     def __post_init__(self) -> None:
         choice("scores", self.scores, SCORINGS)
@@ -126,6 +130,7 @@ CORPORA: dict[str, Corpus] = {
         langs=cmudict.LANGS,
         pairs=cmudict.pairs,
         scores="error-rates",
+        as_source=cmudict.as_source,
     ),
 }
 

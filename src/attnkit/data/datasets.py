@@ -1,4 +1,6 @@
-"""Datasets: text encoded once into ids, for translation, encoders and language models.
+"""Datasets: text encoded once into ids (over 400 lines: three kinds over one packed encoding).
+
+For translation, encoders and language models.
 
 - `ParallelDataset`: sentence pairs; the source ends with </s>, the target is
   <s> ... </s> (the trainer feeds tgt[:, :-1] and predicts tgt[:, 1:]).
@@ -40,6 +42,9 @@ logger = logging.getLogger(__name__)
 # Sentences are encoded this many at a time: large enough for the Rust
 # backend to use every core, small enough to bound the memory of a big corpus.
 CHUNK = 8192
+# The characters of one string encoded: 64 lines of 64 characters. Tokenizers' encodings cost
+# hundreds of bytes a token, so pieces and calls are bounded by characters too, not only lines.
+PIECE_CHARS = 4096
 
 
 def _pack(chunk: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -48,13 +53,30 @@ def _pack(chunk: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return flat, np.fromiter(map(len, chunk), dtype=np.int64, count=len(chunk))
 
 
+def _end_to_end(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The arrays of `arrays` end to end, each freed (taken off the list) once copied: the
+    memory this takes at its peak is the result and one array, not twice the result."""
+    out = np.empty(sum(map(len, arrays)), dtype=dtype)
+    at = 0
+    arrays.reverse()
+    while arrays:
+        part = arrays.pop()
+        out[at : at + len(part)] = part
+        at += len(part)
+    return out
+
+
 class _Packed:
     """Many id sequences in one flat int32 array plus offsets, built from packed chunks."""
 
     def __init__(self, parts: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
-        parts = list(parts)
-        self.ids = np.concatenate([np.zeros(0, dtype=np.int32), *(ids for ids, _ in parts)])
-        self.lengths = np.concatenate([np.zeros(0, dtype=np.int64), *(n for _, n in parts)])
+        ids: list[np.ndarray] = []
+        lengths: list[np.ndarray] = []
+        for chunk_ids, chunk_lengths in parts:
+            ids.append(chunk_ids)
+            lengths.append(chunk_lengths)
+        self.ids = _end_to_end(ids, np.int32)
+        self.lengths = _end_to_end(lengths, np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.lengths)])
 
     def __len__(self) -> int:
@@ -282,7 +304,7 @@ class LanguageModelDataset(Dataset):
         """One split of the text of `paths`, read in order as a single stream (`from_lines`)."""
         paths = [paths] if isinstance(paths, str | Path) else list(paths)
         return cls.from_lines(
-            (line for path in paths for line in read_lines(path, keepends=True)),
+            (line for path in paths for line in read_lines(path, keepends=True, pieces=True)),
             tokenizer=tokenizer,
             block_size=block_size,
             split=split,
@@ -320,7 +342,9 @@ class LanguageModelDataset(Dataset):
             _pack(tokenizer.encode_batch(chunk)) for chunk in _joined_chunks(lines)
         ).ids
         cut = int(len(stream) * (1.0 - val_fraction))
-        part = stream[:cut] if split == "train" else stream[cut:]
+        # val copies its tail, so that the whole stream is freed once this returns.
+        part = stream[:cut] if split == "train" else stream[cut:].copy()
+        _warn_of_unknown(part, tokenizer, f"the {split} split of {name}")
         if len(part) < block_size + 1:
             raise AttnkitError(
                 f"the {split} split of {name} has {len(part)} tokens, "
@@ -347,12 +371,45 @@ class LanguageModelDataset(Dataset):
         return np.full((len(self), 1), self.block_size + 1, dtype=np.int64)
 
 
+def _warn_of_unknown(ids: np.ndarray, tokenizer: Tokenizer, what: str) -> None:
+    """Say how many tokens of `what` the tokenizer could only read as <unk>: characters its
+    vocabulary lacks, which the model then learns (or is scored on) as one unknown token."""
+    if not tokenizer.has("unk") or not len(ids):
+        return
+    unknown = int(np.count_nonzero(ids == tokenizer.unk_id))
+    if unknown:
+        logger.warning(
+            "%d of the %d tokens of %s are <unk> (%.2f%%): text the tokenizer has no token for; "
+            "a larger vocab_size or a byte-bpe tokenizer reads it",
+            unknown,
+            len(ids),
+            what,
+            100 * unknown / len(ids),
+        )
+
+
 def _joined_chunks(lines: Iterable[str], lines_per_piece: int = 64) -> Iterable[list[str]]:
     # Lines are encoded as pieces of running text rather than one by one, so
     # a word-level pre-tokenizer sees them as it would see the whole text;
-    # many pieces per call keep the Rust backend's threads busy.
-    lines = iter(lines)
-    while chunk := list(itertools.islice(lines, CHUNK)):
-        yield [
-            "".join(chunk[i : i + lines_per_piece]) for i in range(0, len(chunk), lines_per_piece)
-        ]
+    # many pieces per call keep the Rust backend's threads busy. A piece holds
+    # `lines_per_piece` lines or PIECE_CHARS characters, a call CHUNK lines or
+    # CHUNK * PIECE_CHARS / 64 characters, whichever comes first: long lines
+    # (`read_lines`'s pieces of a corpus in one line) are encoded in the shape
+    # that text in lines of 64 characters is.
+    chunk: list[str] = []
+    piece: list[str] = []
+    piece_chars = chunk_chars = 0
+    for line in lines:
+        piece.append(line)
+        piece_chars += len(line)
+        if len(piece) == lines_per_piece or piece_chars >= PIECE_CHARS:
+            chunk.append("".join(piece))
+            chunk_chars += piece_chars
+            piece, piece_chars = [], 0
+        if len(chunk) * lines_per_piece >= CHUNK or chunk_chars >= CHUNK * PIECE_CHARS // 64:
+            yield chunk
+            chunk, chunk_chars = [], 0
+    if piece:
+        chunk.append("".join(piece))
+    if chunk:
+        yield chunk

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from attnkit.errors import AttnkitError
 
 if TYPE_CHECKING:
-    from attnkit.train.run_config import DataSection
+    from attnkit.data.section import DataSection
 
 log = logging.getLogger(__name__)
 

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from attnkit.data import hf_datasets
 from attnkit.data.corpora import CORPORA, corpus_files, corpus_pairs
+from attnkit.data.section import DataSection, lowered
 from attnkit.data.text import read_aligned
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
-
-if TYPE_CHECKING:
-    from attnkit.train.run_config import DataSection
 
 
 def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[str]]:
@@ -37,22 +34,11 @@ def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[s
         return _cased(d, hf_datasets.split_text(d, split, langs))
     if d.corpus in CORPORA:
         paths = corpus_files(
-            d.corpus, split, langs=langs, data_dir=d.data_dir, data_dir_option="data.data_dir"
+            d.corpus, split, langs=langs, data_dir=_data_dir(d), data_dir_option="data.data_dir"
         )
     else:
         hf_datasets.check_local(d.corpus)
-        folder = Path(d.corpus)
-        paths = []
-        for lang in langs:
-            candidates = (folder / f"{split}.{lang}", folder / f"{split}.{lang}.gz")
-            path = next((p for p in candidates if p.is_file()), None)
-            if path is None:
-                raise AttnkitError(
-                    f"data.corpus {d.corpus!r} is neither a known corpus ({', '.join(CORPORA)}), "
-                    f"a folder holding {split}.{lang} nor a dataset; check data.corpus and "
-                    "data.*_split"
-                )
-            paths.append(path)
+        paths = folder_files(d.corpus, split, langs)
     if len(paths) == 2:
         pairs = list(read_aligned(*paths))
         sides = [[s for s, _ in pairs], [t for _, t in pairs]]
@@ -61,22 +47,46 @@ def corpus_text(d: DataSection, split: str, langs: Sequence[str]) -> list[list[s
     return _cased(d, sides)
 
 
+def folder_files(corpus: str, split: str, langs: Sequence[str]) -> list[Path]:
+    """The `{split}.{lang}` files (`.gz` too) of a corpus given as a folder, one per language."""
+    paths = []
+    for lang in langs:
+        candidates = (Path(corpus) / f"{split}.{lang}", Path(corpus) / f"{split}.{lang}.gz")
+        path = next((p for p in candidates if p.is_file()), None)
+        if path is None:
+            raise AttnkitError(
+                f"data.corpus {corpus!r} is neither a known corpus ({', '.join(CORPORA)}), "
+                f"a folder holding {split}.{lang} nor a dataset; check data.corpus and "
+                "data.*_split (or attnkit eval's --corpus and --split)"
+            )
+        paths.append(path)
+    return paths
+
+
 def _cased(d: DataSection, sides: list[list[str]]) -> list[list[str]]:
-    return [[line.lower() for line in side] for side in sides] if d.lowercase else sides
+    return [lowered(d, side) for side in sides]
+
+
+def _data_dir(d: DataSection) -> str | None:
+    """`data.data_dir`, None when unset (the empty string is no folder to search)."""
+    return d.data_dir or None
 
 
 def text_lines(d: DataSection, *, keepends: bool = False) -> Iterator[str]:
     """The lines of a monolingual corpus (with their newline if `keepends`), read lazily:
-    a known one's, a text file's given as data.corpus, or a dataset's text field."""
+    a known one's, a text file's given as data.corpus, or a dataset's text field; a long
+    line comes in pieces (`read_lines`), for running text is all these are read as."""
     if d.corpus not in CORPORA and hf_datasets.is_dataset(d):
         return hf_datasets.train_lines(d, keepends=keepends)
     paths = _text_files(d)
-    return (line for path in paths for line in read_lines(path, keepends=keepends))
+    return (line for path in paths for line in read_lines(path, keepends=keepends, pieces=True))
 
 
 def _text_files(d: DataSection) -> list[Path]:
     if d.corpus in CORPORA and not CORPORA[d.corpus].langs:
-        return corpus_files(d.corpus, "train", data_dir=d.data_dir, data_dir_option="data.data_dir")
+        return corpus_files(
+            d.corpus, "train", data_dir=_data_dir(d), data_dir_option="data.data_dir"
+        )
     hf_datasets.check_local(d.corpus)
     path = Path(d.corpus)
     if not path.is_file():

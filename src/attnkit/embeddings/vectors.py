@@ -19,6 +19,7 @@ text format (no header). `load_vectors` tells them apart by themselves.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ from torch import Tensor
 
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write, open_binary, read_lines
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "word2vec", "word2vec-binary", "glove")
 
@@ -111,7 +114,8 @@ class WordVectors:
     def _top(
         self, query: Tensor, exclude: set[int], k: int, restrict: int | None
     ) -> list[tuple[str, float]]:
-        scores = self.unit[: restrict or len(self)] @ query
+        # A row holding NaN (`load_vectors` warns of it) has no direction: it ranks last.
+        scores = (self.unit[: restrict or len(self)] @ query).nan_to_num(nan=-torch.inf)
         scores[[i for i in exclude if i < len(scores)]] = -torch.inf
         top = scores.topk(min(k, max(len(scores) - len(exclude), 0)))
         return [
@@ -167,22 +171,72 @@ def load_vectors(path: PathLike, format: str = "auto", limit: int | None = None)
     if format == "auto":
         format = _sniff(path)
     if format == "word2vec-binary":
-        return _read_binary(path, limit)
-    return _read_text(path, header=format == "word2vec", limit=limit)
+        return _warn_of_oddities(_read_binary(path, limit), path)
+    return _warn_of_oddities(_read_text(path, header=format == "word2vec", limit=limit), path)
+
+
+def _warn_of_oddities(vectors: WordVectors, path: Path) -> WordVectors:
+    """Say what a file holds that queries would otherwise pass over in silence: rows that are
+    not finite (which rank last) and words listed twice (the first row is the one used)."""
+    bad = (~torch.isfinite(vectors.vectors).all(dim=1)).nonzero().flatten().tolist()
+    if bad:
+        log.warning(
+            "%s: %d vectors hold NaN or infinite values (first: %r, vector %d); they rank last "
+            "in every query",
+            path,
+            len(bad),
+            vectors.words[bad[0]],
+            bad[0] + 1,
+        )
+    repeated = len(vectors.words) - len(vectors.index)
+    if repeated:
+        first = next(w for i, w in enumerate(vectors.words) if vectors.index[w] != i)
+        log.warning(
+            "%s: %d words are listed more than once (first: %r); each keeps its first vector",
+            path,
+            repeated,
+            first,
+        )
+    return vectors
+
+
+def _warn_of_count(path: Path, count: int, found: int | None) -> None:
+    """A word2vec header whose count is not the number of vectors the file holds (None: more,
+    which a binary file's count keeps from being read)."""
+    holds = "more" if found is None else str(found)
+    log.warning(
+        "%s: its header says %d vectors, but it holds %s; read %d",
+        path,
+        count,
+        holds,
+        found or count,
+    )
+
+
+# What a text vector's numbers are written with. A binary vector's 4 * dim bytes of float32
+# are mostly other bytes (a float near 0.1 is cd cc cc 3d), so a first vector whose bytes
+# after the word are nearly all of these (a damaged value or a stray Latin-1 byte allowed)
+# is text.
+_TEXT_BYTES = frozenset(b"0123456789+-.eEinfaINFA \t\r")
 
 
 def _sniff(path: Path) -> str:
+    """ "glove" without a word2vec header, else "word2vec" (text) or "word2vec-binary".
+
+    Text and binary are told apart by the bytes after the first word, not by
+    parsing them, so a text file with a malformed value or a byte that is not
+    UTF-8 is read as text and refused naming the line, never taken for binary.
+    """
     with open_binary(path) as f:
         first = f.readline().split()
         if not (len(first) == 2 and all(x.isdigit() for x in first)):
             return "glove"
         second = f.readline()
-    try:
-        fields = second.decode("utf-8").split()
-        [float(x) for x in fields[1:]]
-    except (UnicodeDecodeError, ValueError):
-        return "word2vec-binary"
-    return "word2vec" if len(fields) == int(first[1]) + 1 else "word2vec-binary"
+    values = second.lstrip(b"\n").partition(b" ")[2].rstrip(b"\n")
+    textual = sum(byte in _TEXT_BYTES for byte in values)
+    if values and textual >= 0.9 * len(values) and any(chr(b).isdigit() for b in values):
+        return "word2vec"
+    return "word2vec-binary"
 
 
 def _header(line: bytes | str, path: Path) -> tuple[int, int]:
@@ -199,10 +253,10 @@ def _header(line: bytes | str, path: Path) -> tuple[int, int]:
 def _read_text(path: Path, header: bool, limit: int | None) -> WordVectors:
     words: list[str] = []
     rows: list[np.ndarray] = []
-    dim = None
+    dim = count = None
     for number, line in enumerate(read_lines(path), start=1):
         if header and number == 1:
-            dim = _header(line, path)[1]
+            count, dim = _header(line, path)
             continue
         if limit is not None and len(words) >= limit:
             break
@@ -217,12 +271,25 @@ def _read_text(path: Path, header: bool, limit: int | None) -> WordVectors:
         try:
             rows.append(np.array(fields[len(fields) - dim :], dtype=np.float32))
         except ValueError:
-            raise AttnkitError(f"{path}, line {number}: a value is not a number.") from None
+            bad = next(x for x in fields[len(fields) - dim :] if not _is_number(x))
+            raise AttnkitError(
+                f"{path}, line {number}: the value {bad!r} is not a number."
+            ) from None
         # GloVe's larger files have words with spaces in them: the vector is the last dim fields
         words.append(" ".join(fields[: len(fields) - dim]))
     if dim is None or not words:
         raise AttnkitError(f"{path} holds no word vectors.")
+    if count is not None and limit is None and count != len(words):
+        _warn_of_count(path, count, len(words))
     return WordVectors(words, torch.from_numpy(np.stack(rows)))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _read_binary(path: Path, limit: int | None) -> WordVectors:
@@ -247,4 +314,6 @@ def _read_binary(path: Path, limit: int | None) -> WordVectors:
             words.append(word.decode("utf-8", errors="replace"))
             vectors[i] = np.frombuffer(buffer, dtype="<f4", count=dim, offset=space + 1)
             at = space + 1 + width
+        if limit is None and (buffer[at:] + f.read(1 << 12)).strip():
+            _warn_of_count(path, count, None)
     return WordVectors(words, torch.from_numpy(vectors))

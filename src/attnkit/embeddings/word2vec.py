@@ -93,6 +93,8 @@ def count_words(sentences: Iterable[Sequence[str]], min_count: int) -> tuple[lis
     counts = Counter(word for sentence in sentences for word in sentence)
     kept = [(word, n) for word, n in counts.items() if n >= min_count]
     kept.sort(key=lambda item: -item[1])  # stable: equal counts keep their first-seen order
+    if not counts:  # lowering min_count below 1 would not help: there is nothing to count
+        raise AttnkitError("the corpus holds no words; give a text that is not empty")
     if not kept:
         raise AttnkitError(f"no word occurs {min_count} times or more; lower word2vec.min_count.")
     return [w for w, _ in kept], torch.tensor([n for _, n in kept], dtype=torch.float64)

@@ -10,10 +10,13 @@
 What is not asked for is the run's own: the [data] section it was trained with
 names the corpus, the languages, the data_dir and whether text was lowercased;
 without one, the model's shape picks multi30k de->en or tinyshakespeare (and a
-known corpus's first two languages are the default pair). The
-split defaults to the corpus's test split, or val where it has none. A run
-trained on lowercased text reads lowercased sources; the references stay as
-they are, which is why BLEU is given both cased and lowercased.
+known corpus's first two languages are the default pair). A corpus of your
+own is read as training read it: a folder's `{split}.{lang}` files, a text
+file cut at the run's `data.valid_fraction` into its train and val splits. The
+split defaults to the corpus's test split, or val where it has none. The
+sources are read as the run reads its input (`prepare_sources`: lowercased for
+a run trained on lowercased text); the references stay as they are, which is
+why BLEU is given both cased and lowercased.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ from attnkit.data import (
     split_name,
 )
 from attnkit.data.batch import Batch
+from attnkit.data.datasets import LanguageModelDataset
+from attnkit.data.section import lowered, prepare_sources
+from attnkit.data.sources import folder_files
 from attnkit.errors import AttnkitError
 from attnkit.evaluation.metrics import (
     Score,
@@ -115,23 +121,37 @@ def read_eval_set(
     saved = run.folder.data_defaults()
     model = run.model
     translation = model.config.shape == "encoder-decoder"
+    if saved.get("task") == "reverse" and corpus is None:
+        raise AttnkitError(
+            f"{run.folder.root} was trained on the reverse demo's random digit strings, which "
+            "`attnkit demo` scores (exact match); to score it on a corpus, pass --corpus"
+        )
     corpus = corpus or saved.get("corpus") or ("multi30k" if translation else "tinyshakespeare")
     data_dir = data_dir or saved.get("data_dir")
-    split = split_name(corpus, split)
+    own_text = corpus not in CORPORA and Path(corpus).is_file()  # a language model's own text
+    split = split_name(corpus, split or ("val" if own_text else None))
     known = CORPORA.get(corpus)
     if translation and known is not None and known.pairs is not None:
-        return _grouped_set(saved, corpus, split, (src_lang, tgt_lang), limit)
+        return _grouped_set(run, corpus, split, (src_lang, tgt_lang), limit)
     if translation:
         langs = (
             src_lang or saved.get("src_lang") or "de",
             tgt_lang or saved.get("tgt_lang") or "en",
         )
-        src_path, ref_path = corpus_files(corpus, split, langs=langs, data_dir=data_dir)
+        if langs[0] == langs[1]:
+            raise AttnkitError(
+                f"the source and target languages are both {langs[0]!r}; a translation is "
+                "scored from one language into another: give --src-lang and --tgt-lang"
+            )
+        src_path, ref_path = (
+            corpus_files(corpus, split, langs=langs, data_dir=data_dir)
+            if known is not None
+            else folder_files(corpus, split, langs)
+        )
         sources, references = list(read_lines(src_path)), list(read_lines(ref_path))
         if limit:
             sources, references = sources[:limit], references[:limit]
-        if saved.get("lowercase"):
-            sources = [line.lower() for line in sources]
+        sources = prepare_sources(run.data, sources)
         what = f"{corpus} {split} {langs[0]}->{langs[1]}, {len(sources)} sentences"
         return EvalSet(corpus, split, what, sources=sources, references=references)
     if corpus in CORPORA and CORPORA[corpus].langs:
@@ -140,9 +160,20 @@ def read_eval_set(
             "perplexity on running text; pass --corpus tinyshakespeare"
         )
     block = min(model.config.max_len - 1, block_size)
-    dataset = load_corpus(
-        corpus, split, tokenizer=run.tokenizer, data_dir=data_dir, block_size=block
-    )
+    if own_text:  # cut at the fraction training held out, so val is the text it validated on
+        dataset = LanguageModelDataset.from_lines(
+            read_lines(corpus, keepends=True, pieces=True),
+            tokenizer=run.tokenizer,
+            block_size=block,
+            split=split,
+            val_fraction=saved.get("valid_fraction", 0.1),
+            name=corpus,
+            option_names=("--block-size", "data.valid_fraction"),
+        )
+    else:
+        dataset = load_corpus(
+            corpus, split, tokenizer=run.tokenizer, data_dir=data_dir, block_size=block
+        )
     loader = DataLoader(dataset, batch_size=batch_size, collate_fn=dataset.collate)
     batches = list(itertools.islice(loader, limit or None))  # collate no more than asked
     what = f"{corpus} {split}, {len(batches)} batches of {block + 1}-token blocks"
@@ -150,15 +181,15 @@ def read_eval_set(
 
 
 def _grouped_set(
-    saved: dict[str, Any],
+    run: Run,
     corpus: str,
     split: str,
     asked: tuple[str | None, str | None],
     limit: int,
 ) -> EvalSet:
     """A corpus held in memory (cmudict) as sources, each with every target it accepts;
-    `saved` is the run's [data] section, `asked` the languages given (None: the run's)."""
-    default = CORPORA[corpus].langs
+    `asked` are the languages given (None: the run's)."""
+    default, saved = CORPORA[corpus].langs, run.folder.data_defaults()
     langs = (
         asked[0] or saved.get("src_lang") or default[0],
         asked[1] or saved.get("tgt_lang") or default[1],
@@ -166,8 +197,7 @@ def _grouped_set(
     sources, reference_sets = group_by_source(corpus_pairs(corpus, split, langs))
     if limit:
         sources, reference_sets = sources[:limit], reference_sets[:limit]
-    if saved.get("lowercase"):
-        sources = [line.lower() for line in sources]
+    sources = prepare_sources(run.data, sources)
     n_refs = sum(map(len, reference_sets))
     what = f"{corpus} {split} {langs[0]}->{langs[1]}, {len(sources)} sources, {n_refs} references"
     return EvalSet(
@@ -219,8 +249,7 @@ def score_run(
     ]
     # Over a word vocabulary some reference words are unknown, and only copying writes them;
     # a run trained on lowercased text is asked for them lowercased.
-    lowered = run.folder.data_defaults().get("lowercase")
-    wanted = [r.lower() for r in references] if lowered else references
+    wanted = lowered(run.data, references)
     copied = unknown_words_copied(data.sources, wanted, hypotheses, run.tokenizer)
     scores += [] if copied is None else [copied]
     return Evaluation(data.description, scores, hypotheses)

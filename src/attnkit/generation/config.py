@@ -20,8 +20,10 @@ from attnkit.checks import (
     finite_fields,
     known,
     non_negative_int,
+    of_type,
     positive,
     positive_int,
+    seed_value,
     within,
 )
 from attnkit.config import ModelConfig
@@ -93,6 +95,8 @@ class GenerationConfig:
     def __post_init__(self) -> None:
         finite_fields(self)  # NaN passes no comparison: length_penalty has none of its own
         positive_int("max_new_tokens", self.max_new_tokens)
+        if self.seed is not None:
+            seed_value("seed", self.seed)
         non_negative_int("min_new_tokens", self.min_new_tokens, zero="no minimum")
         within("min_new_tokens", self.min_new_tokens, f"[0, {self.max_new_tokens}]")
         positive("temperature", self.temperature)
@@ -156,6 +160,10 @@ def resolve(
     A model without `eos_id` decodes to max_new_tokens, as Hugging Face's does;
     an encoder-decoder needs a decoder start id from its config or the caller.
     """
+    if config is not None:
+        of_type(
+            "config", config, GenerationConfig, "give options as keywords, or GenerationConfig(...)"
+        )
     config = config or GenerationConfig()
     names = [f.name for f in dataclasses.fields(GenerationConfig)]
     known("option", options, names, owner="generate", otherwise="see GenerationConfig")

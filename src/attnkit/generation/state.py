@@ -7,9 +7,9 @@
 `Uncached` reruns every position and exists to check it. `prefill` runs the
 prompt (or the decoder start id) once; both states then drop or reorder rows
 (finished rows, beams) with `reorder`. A monotonic window over the source
-(`GenerationConfig.monotonic_window`) lives in the cache, whose rows it
-follows; `Uncached` has no cache, and `GenerationConfig` refuses the window
-without one.
+(`GenerationConfig.monotonic_window`) lives in the encoder-decoder's decoding
+state (`attnkit.models.decoding_state`), whose rows it follows; `Uncached` has
+no cache, and `GenerationConfig` refuses the window without one.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from attnkit.checks import of_type
 from attnkit.errors import AttnkitError
 from attnkit.generation import static_cache
 from attnkit.generation.config import GenerationConfig
@@ -68,7 +69,7 @@ class Cached:
             )
         self._step = model.decode_step
         if self.static:
-            self.cache = static_cache.StaticKVCache.from_cache(self.cache)
+            self.cache = static_cache.static_like(self.cache)
             self._step = static_cache.compiled_step(model)
         self.logits = model.decode_step(prefix, self.cache, prefix_mask)
 
@@ -150,6 +151,9 @@ def prefill(
     shape = model.config.shape
     if shape not in ("encoder-decoder", "decoder"):
         raise AttnkitError(f"a {shape} model cannot generate; use an encoder-decoder or decoder")
+    of_type("input_ids", input_ids, Tensor, "make one with torch.tensor(...)")
+    if mask is not None:
+        of_type("the padding mask of input_ids", mask, Tensor, "make one with torch.tensor(...)")
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise AttnkitError(
             "input_ids must be a non-empty (batch, length) tensor, "

@@ -20,9 +20,10 @@ their addresses; they are marked as static addresses, so torch.compile's CUDA
 graphs may write them in place.
 
 It answers the same calls as `attnkit.nn.kv_cache.KVCache` (`extend`, each
-layer's `update` and `memory`), for the models without a ring window, a
-monotonic window or a copy mechanism (`supports`); `from_cache` takes over a
-cache the model made, with its cross-attention keys and values.
+layer's `update` and `memory`), for the models without a ring window, and for
+an encoder-decoder's decode without a monotonic window or copying (`supports`);
+`static_like` takes over a cache the model made (a `KVCache`, or the
+`DecodingState` holding one), with its cross-attention keys and values.
 """
 
 from __future__ import annotations
@@ -33,19 +34,30 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from attnkit.models.decoding_state import DecodingState
 from attnkit.nn.kv_cache import HeldKV, KVCache
 from attnkit.nn.masks import padding_mask
 
 
-def supports(cache: KVCache) -> bool:
-    """Whether a static cache can stand in for `cache`: no ring, window focus or copying."""
-    return not cache.ring and cache.monotonic is None and cache.copy_source is None
+def supports(cache: KVCache | DecodingState) -> bool:
+    """Whether a static cache can stand in for `cache`'s keys and values: no ring, and for an
+    encoder-decoder's decode no window focus or copy source beside them."""
+    if isinstance(cache, DecodingState):
+        if cache.window is not None or cache.source is not None:
+            return False
+        cache = cache.kv_cache
+    return not cache.ring
+
+
+def static_like(cache: KVCache | DecodingState) -> StaticKVCache | DecodingState:
+    """`cache` (which `supports`) with an empty `StaticKVCache` in place of its keys and values."""
+    if isinstance(cache, DecodingState):
+        return DecodingState(StaticKVCache.from_cache(cache.kv_cache))
+    return StaticKVCache.from_cache(cache)
 
 
 class StaticLayerKV:
     """One layer's view of a `StaticKVCache`, handed to that layer's attention."""
-
-    moves_focus = False
 
     def __init__(self, cache: StaticKVCache, index: int) -> None:
         self.cache, self.index = cache, index
@@ -61,9 +73,6 @@ class StaticLayerKV:
         memory_kv = self.cache.memory_kv
         return None if memory_kv is None else (memory_kv[self.index, 0], memory_kv[self.index, 1])
 
-    def memory_window(self) -> None:
-        return None
-
 
 class StaticKVCache:
     """Self-attention keys and values of every layer in fixed buffers, and cross-attention's.
@@ -77,9 +86,6 @@ class StaticKVCache:
     """
 
     ring = False
-    monotonic = None
-    copy_source = None
-    memory_window = None
 
     def __init__(
         self,

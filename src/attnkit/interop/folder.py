@@ -28,8 +28,9 @@ from torch import Tensor
 
 from attnkit.errors import AttnkitError
 from attnkit.files import atomic_write
-from attnkit.run import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, check_finite
-from attnkit.run import read_weights as read_safetensors
+from attnkit.run import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from attnkit.weights import check_finite
+from attnkit.weights import read_weights as read_safetensors
 
 SHARD_INDEX = "model.safetensors.index.json"
 TORCH_WEIGHTS = "pytorch_model.bin"
@@ -92,7 +93,7 @@ def inside(folder: Path, path: Path, what: str) -> Path:
 def read_weights(path: str | Path) -> tuple[Path, dict[str, Tensor]]:
     """The weights file (or shard index) of a Hugging Face folder, and its tensors by name.
 
-    A damaged file, or a tensor holding NaN or Inf, is refused (`attnkit.run.read_weights`).
+    A damaged file, or a tensor holding NaN or Inf, is refused (`attnkit.weights.read_weights`).
     """
     folder = Path(path)
     single, index, torch_file = folder / WEIGHTS_FILE, folder / SHARD_INDEX, folder / TORCH_WEIGHTS

@@ -8,7 +8,7 @@ into a folder that is not empty unless asked to replace it (`overwrite`), and
 then only one that holds a model; the new folder is complete before anything
 of the old one goes.
 
-GPT-2, LLaMA, Mistral, Mixtral and BLOOM, BERT, and Marian become `DecoderOnly`,
+GPT-2, LLaMA, Mistral, Mixtral and BLOOM, BERT, and Marian and T5 become `DecoderOnly`,
 `EncoderOnly` and `EncoderDecoder` built from a plain `ModelConfig`: every
 difference between the families is a config field, and the same `Block` runs
 them all.
@@ -31,6 +31,7 @@ from attnkit.files import atomic_write, replace_folder
 from attnkit.interop.bert import BERT
 from attnkit.interop.bloom import BLOOM
 from attnkit.interop.folder import (
+    inside,
     is_hf_folder,
     read_config,
     read_weights,
@@ -41,6 +42,8 @@ from attnkit.interop.gpt2 import GPT2
 from attnkit.interop.llama import LLAMA, MISTRAL, MIXTRAL
 from attnkit.interop.mapping import Family, dump_tensors, load_tensors
 from attnkit.interop.marian import MARIAN
+from attnkit.interop.sentence_transformers import read_pooling
+from attnkit.interop.t5 import T5
 from attnkit.models import TransformerModel, build_model
 from attnkit.run import (
     CONFIG_FILE,
@@ -54,7 +57,7 @@ from attnkit.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 FAMILIES: dict[str, Family] = {
-    f.model_type: f for f in (GPT2, LLAMA, MISTRAL, MIXTRAL, BLOOM, BERT, MARIAN)
+    f.model_type: f for f in (GPT2, LLAMA, MISTRAL, MIXTRAL, BLOOM, BERT, MARIAN, T5)
 }
 
 
@@ -150,7 +153,7 @@ def save_hf(
     """Write `model` as a Hugging Face folder: config.json, model.safetensors, tokenizer.json.
 
     The family is the first of the shape's that can express the model (decoder:
-    gpt2, llama, mistral, mixtral, bloom; encoder: bert; encoder-decoder: marian); a
+    gpt2, llama, mistral, mixtral, bloom; encoder: bert; encoder-decoder: marian, t5); a
     model none can express is refused, naming the fields. A folder that is not
     empty is refused unless `overwrite` (`new_folder`).
     """
@@ -160,18 +163,27 @@ def save_hf(
 def import_hf(src_dir: str | Path, run_dir: str | Path, *, overwrite: bool = False) -> Imported:
     """Turn a Hugging Face folder into an attnkit run folder (with its tokenizer.json).
 
-    The run folder records the tokenizer's fingerprint, which loading checks. A
-    folder that is not empty is refused unless `overwrite` (`new_folder`).
+    The run folder's weights carry the tokenizer's fingerprint, which loading checks; it
+    keeps tokenizer_config.json (its chat template) and, from a sentence-transformers
+    folder, the pooling of its sentence vectors. A folder that is not empty is
+    refused unless `overwrite` (`new_folder`).
     """
     target = new_folder(run_dir, overwrite, source=src_dir)
     imported = load_hf(src_dir)
+    pooling = read_pooling(src_dir)
+    settings = Path(src_dir) / "tokenizer_config.json"
+    settings = inside(Path(src_dir), settings, str(settings)) if settings.is_file() else None
 
     def write(stage: Path) -> None:
-        save_pretrained(imported.model, stage)
-        if imported.tokenizer is not None:
-            folder = RunFolder(stage)
+        folder = RunFolder(stage)
+        if imported.tokenizer is not None:  # recorded first, so the weights carry it
             _copy(imported.tokenizer, folder.tokenizer)
             _record_vocabulary(folder, imported.tokenizer)
+        save_pretrained(imported.model, stage)
+        if settings is not None:
+            _copy(settings, folder.tokenizer_config)
+        if pooling is not None:
+            folder.write_pooling(pooling)
 
     replace_folder(target, write)
     return imported

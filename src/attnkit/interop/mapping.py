@@ -46,6 +46,8 @@ class Rule:
 
     `aliases` are other names under which some checkpoints store the same
     tensor a second time (a tied embedding saved under each of its names).
+    `fallback` is a tensor read in place of the only one of `theirs` when a checkpoint
+    lacks it (transformers 5 saves T5's lm_head only where it differs from `shared`).
     An `optional` tensor that a checkpoint lacks keeps attnkit's initial value.
     `sizes` are the rows of each part of a `concat` of unequal parts (the
     queries, keys and values of grouped-query attention); empty is equal parts.
@@ -56,6 +58,7 @@ class Rule:
     theirs: tuple[str, ...]
     kind: str = "copy"
     aliases: tuple[str, ...] = ()
+    fallback: str = ""
     optional: bool = False
     sizes: tuple[int, ...] = ()
     heads: int = 0
@@ -246,6 +249,8 @@ def _find(
 ) -> Tensor:
     """The tensor `name` (or a tied alias of it), checked against its expected shape."""
     present = [n for n in (name, *rule.aliases) if n in tensors]
+    if not present and rule.fallback in tensors:
+        present = [rule.fallback]
     if not present:
         raise AttnkitError(
             f"{source} has no tensor {name!r} (expected shape {tuple(expected)}); "

@@ -18,8 +18,8 @@ and values depend on the source alone, so the encoder graph computes them once
 and every step reads them (the encoder part of Optimum's past).
 
 `TensorCache` stands where a `KVCache` does (`Stack.forward` reads its `mask`,
-`memory_mask`, `layers` and `distance`; attention reads each layer's `update`,
-`memory`, `memory_window` and `moves_focus`), so the model's own embedding,
+`memory_mask`, `layers` and `distance`; attention reads each layer's `update`
+and `memory`), so the model's own embedding,
 blocks and head run unchanged: nothing is copied or recomputed differently.
 A step's logits are those of its last position, as `decode_step`'s are: a
 decoding loop reads no others, and a prompt of n tokens would otherwise
@@ -56,8 +56,6 @@ AXES = {
 class _TensorLayer:
     """One layer's past keys and values as tensors, in place of a `LayerKV`."""
 
-    moves_focus = False  # no monotonic window: that is a decoding option of attnkit's own loop
-
     def __init__(self, past: tuple[Tensor, Tensor], memory: tuple[Tensor, Tensor] | None):
         self.past, self.cross = past, memory
         self.present: tuple[Tensor, Tensor] | None = None
@@ -69,9 +67,6 @@ class _TensorLayer:
 
     def memory(self) -> tuple[Tensor, Tensor] | None:
         return self.cross
-
-    def memory_window(self) -> None:
-        return None
 
 
 class TensorCache:

@@ -10,7 +10,7 @@
  *
  * Plain C with GCC's vector extension (8 floats = one AVX2 register); the
  * output features are shared between the threads by OpenMP, which is the
- * runtime torch itself runs on. Built by attnkit/nn/few_rows.py.
+ * runtime torch itself runs on. Built by attnkit/kernels/few_rows.py.
  */
 #include <stdint.h>
 

@@ -19,7 +19,7 @@
  * (vpdpbusd multiplies unsigned by signed bytes, so each row is stored as q + 128 and
  * 128 sum_k q_ok, given as `w_offset`, is taken off again); with AVX2 alone, the bytes are
  * widened to 16 bits and multiplied in pairs (vpmaddwd), which no sum of int8 products can
- * overflow. Built by attnkit/nn/int8_rows.py.
+ * overflow. Built by attnkit/kernels/int8_rows.py.
  */
 #include <immintrin.h>
 #include <math.h>

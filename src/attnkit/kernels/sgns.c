@@ -19,7 +19,7 @@
  * Subsampling (keep[w]), the dynamic window (b uniform in 1..window) and the
  * negatives (Walker's alias table: slot s holds s with probability own[s], else
  * alias[s]) are drawn here. The sigmoid is exact, not the C tool's table.
- * Built by attnkit/kernels.py for attnkit/embeddings/sgns.py.
+ * Built by attnkit/kernels/loader.py for attnkit/kernels/sgns.py.
  */
 #include <math.h>
 #include <stdint.h>

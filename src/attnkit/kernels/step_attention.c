@@ -1,7 +1,7 @@
 /* Attention for a decoding step: a few queries per (row, head) over the cached keys,
  *     out_i = softmax(q_i K^T / sqrt(d_k) + bias_i + mask_i) V,
  * where every query may see every key given (one new position over the self-attention
- * cache, or any queries over the encoder memory). attnkit/nn/step_attention.py has the why.
+ * cache, or any queries over the encoder memory). attnkit/kernels/step_attention.py has the why.
  *
  * The keys and values are read where the cache holds them: row b's key at position p is in
  * cache row rows[b, p] (beam search's history without copying, see kv_cache.py), or in row b

@@ -1,5 +1,6 @@
 """The three Transformer shapes, each a stack of `Block`s with embeddings and a head."""
 
+from attnkit.checks import of_type
 from attnkit.config import ModelConfig
 from attnkit.models.base import Output, TransformerModel
 from attnkit.models.block import Block
@@ -16,6 +17,7 @@ MODEL_CLASSES: dict[str, type[TransformerModel]] = {
 
 def build_model(config: ModelConfig) -> TransformerModel:
     """The model of the shape the config names, freshly initialised."""
+    of_type("config", config, ModelConfig, "make one with ModelConfig.from_dict(...)")
     return MODEL_CLASSES[config.shape](config)
 
 

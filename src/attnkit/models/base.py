@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit.checks import of_type
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models.block import Block, Weights
@@ -72,6 +73,10 @@ class TransformerModel(nn.Module):
 
     def _check(self, ids: Tensor, mask: Tensor | None, name: str) -> Tensor | None:
         """Validate ids (batch, length) and their padding mask; return the mask as bool."""
+        hint = "make one with torch.tensor(...)"
+        of_type(name, ids, Tensor, hint)
+        if mask is not None:
+            of_type(f"the padding mask of {name}", mask, Tensor, hint)
         if ids.dim() != 2:
             raise AttnkitError(
                 f"{name} must be a (batch, length) tensor of token ids, "
@@ -143,9 +148,11 @@ class TransformerModel(nn.Module):
         cache: KVCache,
         mask: Tensor | None,
         cross_weights: tuple[int, ...] = (),
+        memory_window: Tensor | None = None,
     ) -> tuple[Tensor, list[Weights]]:
         """The decoder's hidden states (batch, n, d_model) of new ids on `cache`, and the
-        cross-attention weights of the layers `cross_weights` lists."""
+        cross-attention weights of the layers `cross_weights` lists; `memory_window`
+        restricts the cross-attention of each row (`AttentionInputs.memory_window`)."""
         mask = self._check(ids, mask, "ids")
         if ids.shape[0] != cache.batch_size:
             raise AttnkitError(
@@ -154,7 +161,11 @@ class TransformerModel(nn.Module):
             )
         positions = cache.extend(mask, ids.shape[1])
         return self.decoder(
-            embed(ids, positions), positions=positions, cache=cache, cross_weights=cross_weights
+            embed(ids, positions),
+            positions=positions,
+            cache=cache,
+            cross_weights=cross_weights,
+            memory_window=memory_window,
         )
 
     def num_parameters(self, trainable_only: bool = False) -> int:
@@ -181,18 +192,27 @@ class TransformerModel(nn.Module):
 
 
 def bool_mask(mask: Tensor, name: str) -> Tensor:
-    """A padding mask as bool, True for real tokens; a floating-point mask is refused.
+    """A padding mask as bool, True for real tokens: a bool mask, or integers that are all 0
+    or 1; anything else is refused.
 
-    torch's additive masks are floats, 0 for real tokens and -inf for padding: read as
-    bool they would invert the padding, so no float mask is guessed at.
+    An additive mask, 0 for real tokens and -inf (or -10000) for padding, whether float
+    (torch's) or integer (`torch.where(ids == pad, -10000, 0)`), would read as bool with the
+    padding inverted; so would 0 / 2. No such mask is guessed at.
     """
-    if mask.is_floating_point():
-        raise AttnkitError(
-            f"the padding mask of {name} holds floats ({mask.dtype}); attnkit's padding masks "
-            "are True (or 1) for real tokens and False (or 0) for padding, so pass `mask == 0` "
-            "for an additive 0 / -inf mask"
-        )
-    return mask.bool()
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.is_floating_point() or mask.is_complex():
+        held = f"floats ({mask.dtype})"
+    elif bool(((mask == 0) | (mask == 1)).all()):
+        return mask.bool()
+    else:
+        values = mask.unique()[:4].tolist()
+        held = f"{mask.dtype} values other than 0 and 1 ({', '.join(map(str, values))}, ...)"
+    raise AttnkitError(
+        f"the padding mask of {name} holds {held}; attnkit's padding masks are True (or 1) for "
+        "real tokens and False (or 0) for padding, so pass `mask == 0` for an additive 0 / -inf "
+        "mask"
+    )
 
 
 def unwrap(model: nn.Module) -> TransformerModel:

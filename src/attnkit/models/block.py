@@ -25,6 +25,9 @@ from attnkit.nn import (
 )
 from attnkit.nn.adapters import Adapter
 from attnkit.nn.kv_cache import LayerKV
+from attnkit.nn.linformer import LinformerAttention, LinformerProjection
+from attnkit.nn.location_attention import LocationAwareAttention
+from attnkit.nn.monotonic_attention import MonotonicAttention
 from attnkit.nn.norm import deepnorm_constants
 from attnkit.nn.positional import RotaryEmbedding
 
@@ -32,6 +35,15 @@ Weights = tuple[Tensor | None, Tensor | None]
 
 
 class Block(nn.Module):
+    """One layer: self-attention, cross-attention over the memory (a decoder's, with
+    `cross`), then the feed-forward network or a mixture of experts, each a sub-layer in
+    its residual connection and norm (`Residual`: post-LN, pre-LN or DeepNorm).
+
+    causal: queries see only earlier keys (a decoder); rotary: the RoPE or xPos tables its
+        stack shares, which turn self-attention's queries and keys. An adapter follows each
+        sub-layer when the config (or `add_adapters`) asks for them.
+    """
+
     def __init__(
         self,
         config: ModelConfig,
@@ -39,7 +51,9 @@ class Block(nn.Module):
         causal: bool,
         cross: bool,
         rotary: RotaryEmbedding | None = None,
+        linformer: LinformerProjection | None = None,
     ) -> None:
+        """`rotary` and `linformer` are what the stack shares among its blocks, if anything."""
         super().__init__()
         c = config
         # A causal stack is a decoder, the other an encoder; DeepNet sets each apart.
@@ -52,20 +66,11 @@ class Block(nn.Module):
             norm = make_norm(c.norm, c.d_model, c.norm_eps, c.bias)
             return Residual(norm, c.norm_position, c.dropout, alpha)
 
-        def attention(is_cross: bool) -> MultiHeadAttention:
-            return MultiHeadAttention(
-                c.d_model,
-                c.n_heads,
-                c.n_kv_heads,
-                cross=is_cross,
-                bias=c.bias,
-                dropout=c.attention_dropout,
-                rotary=None if is_cross else rotary,
-                backend=c.attention_backend,
-            )
-
-        self.self_attn, self.self_attn_residual = attention(False), residual()
-        self.cross_attn = attention(True) if cross else None
+        self.self_attn, self.self_attn_residual = (
+            make_attention(c, causal, rotary, linformer),
+            residual(),
+        )
+        self.cross_attn = make_attention(c, causal, cross=True) if cross else None
         self.cross_attn_residual = residual() if cross else None
         self.ff = (
             MixtureOfExperts(
@@ -149,6 +154,54 @@ class Block(nn.Module):
         h = self.ff(h, inputs.key_mask) if isinstance(self.ff, MixtureOfExperts) else self.ff(h)
         x = self.ff_residual.after(x, _adapted(self.ff_adapter, h))
         return x, (self_weights, cross)
+
+
+def make_attention(
+    c: ModelConfig,
+    causal: bool,
+    rotary: RotaryEmbedding | None = None,
+    linformer: LinformerProjection | None = None,
+    *,
+    cross: bool = False,
+) -> MultiHeadAttention:
+    """The attention layer that `c.attention_kind` gives this place: Linformer for an encoder's
+    self-attention, location-aware or monotonic attention for cross-attention, else the paper's.
+
+    `linformer` is the stack's shared projection (layerwise sharing); without it each layer
+    makes its own.
+    """
+    options = {
+        "bias": c.bias,
+        "dropout": c.attention_dropout,
+        "backend": c.attention_backend,
+        "d_head": c.d_head,
+        "scale_scores": c.scale_scores,
+    }
+    kind = c.attention_kind
+    if kind == "linformer" and not (cross or causal):
+        shared_kv = c.linformer_sharing != "headwise"
+        projection = linformer or LinformerProjection(c.linformer_k, c.max_len, shared_kv)
+        return LinformerAttention(
+            c.d_model, c.n_heads, projection, n_kv_heads=c.n_kv_heads, **options
+        )
+    if cross and kind == "location-aware":
+        filters, kernel = c.location_filters, c.location_kernel
+        return LocationAwareAttention(
+            c.d_model, c.n_heads, c.n_kv_heads, filters=filters, kernel=kernel, **options
+        )
+    if cross and kind == "monotonic":
+        return MonotonicAttention(
+            c.d_model,
+            c.n_heads,
+            c.n_kv_heads,
+            chunk=c.monotonic_chunk,
+            noise=c.monotonic_noise,
+            energy_bias=c.monotonic_bias,
+            **options,
+        )
+    return MultiHeadAttention(
+        c.d_model, c.n_heads, c.n_kv_heads, cross=cross, rotary=None if cross else rotary, **options
+    )
 
 
 def _adapted(adapter: Adapter | None, h: Tensor) -> Tensor:

@@ -18,6 +18,17 @@ from attnkit.nn.kv_cache import KVCache
 
 
 class DecoderOnly(TransformerModel):
+    """A causal language model over one vocabulary (GPT-2, Llama).
+
+    embed: token embedding and absolute positions, where the config has them; decoder:
+        a causal `Stack` without cross-attention; head: the output projection, tied to
+        the embedding with `tie_embeddings = "decoder"`.
+
+    `forward(ids, mask)` predicts every next token at once (teacher forcing); for
+    generation, `new_cache` starts a `KVCache` for the prompts and `decode_step` runs new
+    positions on it, one step's logits at a time.
+    """
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         if config.shape != "decoder":

@@ -5,8 +5,8 @@
 
 The decoder's self-attention is causal; its cross-attention reads the whole
 memory except source padding. At inference the memory is computed once
-(`new_cache` keeps its cross-attention keys and values) and the decoder runs
-step by step on the cache (`decode_step`).
+(`new_cache` keeps its cross-attention keys and values in a `DecodingState`)
+and the decoder runs step by step on it (`decode_step`).
 
 With `copy_attention` the output is a pointer-generator's (`nn/copy.py`): the
 "logits" are log P(w) over the vocabulary extended by the source's unknown
@@ -26,13 +26,27 @@ from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models.base import Output, TransformerModel, bool_mask, collect
 from attnkit.models.block import Weights
+from attnkit.models.decoding_state import CopySource, DecodingState
 from attnkit.models.stack import Embed, Stack
 from attnkit.nn import Linear, TokenEmbedding
 from attnkit.nn.copy import PointerGenerator
-from attnkit.nn.kv_cache import KVCache
 
 
 class EncoderDecoder(TransformerModel):
+    """The paper's model: an encoder over the source, a decoder over the target that attends
+    to the encoder's output (figure 1).
+
+    src_embed, tgt_embed: each side's token embedding and positions, one table for both
+        with `tie_embeddings = "all"`; encoder: a non-causal `Stack`; decoder: a causal
+        `Stack` with cross-attention; head: the output projection (tied to the target
+        embedding unless `tie_embeddings = "none"`); copy: the pointer-generator with
+        `copy_attention` (`nn/copy.py`), else None.
+
+    `forward(src, tgt)` is the teacher-forced pass; `encode` and `decode` are its halves.
+    For generation `new_cache` encodes the source once into a `DecodingState` and
+    `decode_step` runs the decoder a step at a time on it.
+    """
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         if config.shape != "encoder-decoder":
@@ -43,7 +57,7 @@ class EncoderDecoder(TransformerModel):
         tgt_token = TokenEmbedding(c.vocab_size, c.d_model, c.scale_embeddings)
         src_token = (
             tgt_token
-            if c.tie_embeddings == "all"
+            if c.tie_embeddings in ("all", "inputs")
             else TokenEmbedding(c.src_vocab_size, c.d_model, c.scale_embeddings)
         )
         self.src_embed = Embed(src_token, c)
@@ -55,7 +69,7 @@ class EncoderDecoder(TransformerModel):
         if c.copy_attention != "none":
             self.copy = PointerGenerator(c.d_model, c.vocab_size, c.unk_id, c.copy_attention)
         self._init_weights()
-        if c.tie_embeddings != "none":
+        if c.tie_embeddings in ("decoder", "all"):
             self.head.weight = tgt_token.weight
 
     @property
@@ -153,29 +167,40 @@ class EncoderDecoder(TransformerModel):
 
     def new_cache(
         self, src_ids: Tensor, src_mask: Tensor | None = None, capacity: int | None = None
-    ) -> KVCache:
-        """Encode the source once and start a decoding cache with its cross-attention K, V.
+    ) -> DecodingState:
+        """Encode the source once and start a decode: a cache holding its cross-attention K, V
+        (and, for a pointer-generator, what it copies from).
 
         `capacity` is the most target positions to decode (default max_len).
         """
         memory, src_mask, _ = self._encode(src_ids, src_mask, False)
-        cache = self._new_cache(src_ids.shape[0], capacity)
-        source = None if self.copy is None else (memory, src_ids)
-        cache.set_memory(
-            [b.cross_attn.memory_kv(memory) for b in self.decoder.blocks], src_mask, source
-        )
-        return cache
+        kv = self._new_cache(src_ids.shape[0], capacity)
+        kv.set_memory([b.cross_attn.memory_kv(memory) for b in self.decoder.blocks], src_mask)
+        return DecodingState(kv, None if self.copy is None else CopySource(memory, src_ids))
 
-    def decode_step(self, ids: Tensor, cache: KVCache, mask: Tensor | None = None) -> Tensor:
-        """Next target ids (batch, n) on the cache -> logits (batch, vocab) after the last one."""
-        if self.copy is None:
-            return self._step(self.tgt_embed, ids, cache, mask)
+    def decode_step(self, ids: Tensor, cache: DecodingState, mask: Tensor | None = None) -> Tensor:
+        """Next target ids (batch, n) on the cache -> logits (batch, vocab) after the last one.
+
+        With a monotonic window (`DecodingState.set_monotonic`) every layer attends within
+        it, and the last layer's cross-attention then moves its focus.
+        """
+        window = cache.window
+        last = (self.config.n_decoder_layers - 1,)  # the copy layer, and the window's
         hidden, weights = self._step_hidden(
-            self.tgt_embed, self._in_vocab(ids), cache, mask, self.copy_layer
+            self.tgt_embed,
+            self._in_vocab(ids),
+            cache.kv_cache,
+            mask,
+            last if self.copy is not None or window is not None else (),
+            None if window is None else window.keys(),
         )
-        last = [(None, w[1][:, :, -1:]) for w in weights if w[1] is not None]
-        memory, src_ids = cache.copy_source
-        return self._copy_output(hidden[:, -1:], ids[:, -1:], last, memory, src_ids)[:, 0]
+        if window is not None:
+            window.move(weights[-1][1])
+        if self.copy is None:
+            return self.head(hidden[:, -1])
+        asked = [(None, w[1][:, :, -1:]) for w in weights if w[1] is not None]
+        memory, src_ids = cache.source
+        return self._copy_output(hidden[:, -1:], ids[:, -1:], asked, memory, src_ids)[:, 0]
 
     def forward(
         self,

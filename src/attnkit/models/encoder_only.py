@@ -18,6 +18,17 @@ from attnkit.nn import Linear, TokenEmbedding
 
 
 class EncoderOnly(TransformerModel):
+    """A bidirectional encoder over one vocabulary (BERT, all-MiniLM-L6-v2).
+
+    embed: token embedding, absolute positions, token types and a norm where the
+        config asks for them; encoder: a non-causal `Stack`; head: the output projection
+        to the vocabulary (masked-token prediction), tied to the embedding with
+        `tie_embeddings = "decoder"`.
+
+    `forward(ids, mask)` gives every position's hidden state and logits; padding keys are
+    never attended. Sentence embeddings pool the hidden states (`attnkit.pooling`).
+    """
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         if config.shape != "encoder":

@@ -4,8 +4,9 @@ Embed(ids) = Dropout(E[ids] * sqrt(d_model) + PE[positions])          (section 3
              (BERT adds a token-type vector T[types] and a norm before the dropout)
 Stack(x)   = Norm?(Block_N(... Block_1(x)))                           (section 3.1)
 
-The stack also owns what its blocks share: the RoPE tables, ALiBi's slopes
-and the attention `Window`. Once per forward pass it chooses how attention
+The stack also owns what its blocks share: the RoPE tables, ALiBi's slopes,
+T5's relative biases, a Linformer projection shared by every layer, and the
+attention `Window`. Once per forward pass it chooses how attention
 runs and builds the masks and the bias, in one `AttentionInputs` that every
 block reads.
 """
@@ -33,8 +34,11 @@ from attnkit.nn import (
 )
 from attnkit.nn.embedding import check_ids
 from attnkit.nn.kv_cache import KVCache
+from attnkit.nn.linformer import LinformerProjection
 from attnkit.nn.masks import local_mask, slot_distance
 from attnkit.nn.positional import RotaryEmbedding, XPos, alibi_bias, alibi_slopes
+from attnkit.nn.positional_combine import ConcatPositions
+from attnkit.nn.relative_bias import RelativePositionBias
 
 
 class Embed(nn.Module):
@@ -49,6 +53,10 @@ class Embed(nn.Module):
             if c.positional in ("sinusoidal", "learned")
             else None
         )
+        # positional_combine = "concat": [x; PE] W_c instead of x + PE.
+        self.combine = (
+            ConcatPositions(c.d_model, c.bias) if c.positional_combine == "concat" else None
+        )
         self.token_types = nn.Embedding(c.n_token_types, c.d_model) if c.n_token_types else None
         self.norm = make_norm(c.norm, c.d_model, c.norm_eps, c.bias) if c.embedding_norm else None
         self.dropout = nn.Dropout(c.embedding_dropout)
@@ -58,7 +66,9 @@ class Embed(nn.Module):
     ) -> Tensor:
         """`token_types` (batch, length) default to type 0 when the model has types."""
         x = self.token(ids)
-        if self.positions is not None:
+        if self.combine is not None:
+            x = self.combine(x, self.positions.vectors(x.shape[1], positions))
+        elif self.positions is not None:
             x = self.positions(x, positions)
         if self.token_types is not None:
             if token_types is None:
@@ -105,8 +115,23 @@ class Stack(nn.Module):
             self.register_buffer("alibi_slopes", alibi_slopes(c.n_heads), persistent=False)
         else:
             self.alibi_slopes = None
+        # T5: one table of biases for the stack, shared by its layers (`nn/relative_bias.py`).
+        self.relative_bias = None
+        if c.positional == "t5-relative":
+            self.relative_bias = RelativePositionBias(
+                c.n_heads,
+                c.relative_buckets,
+                c.relative_max_distance,
+                c.max_len,
+                bidirectional=not causal,
+                init_std=c.d_model**-0.5,
+            )
+        # Linformer's layerwise sharing: one projection for every layer's keys and values.
+        shared = c.attention_kind == "linformer" and c.linformer_sharing == "layerwise"
+        linformer = LinformerProjection(c.linformer_k, c.max_len, True) if shared else None
         self.blocks = nn.ModuleList(
-            Block(config, causal=causal, cross=cross, rotary=rotary) for _ in range(n_layers)
+            Block(config, causal=causal, cross=cross, rotary=rotary, linformer=linformer)
+            for _ in range(n_layers)
         )
         self.norm = (
             make_norm(config.norm, config.d_model, config.norm_eps, config.bias)
@@ -125,6 +150,7 @@ class Stack(nn.Module):
         need_weights: bool = False,
         cache: KVCache | None = None,
         cross_weights: Collection[int] = (),
+        memory_window: Tensor | None = None,
     ) -> tuple[Tensor, list[Weights]]:
         """x: (batch, length, d_model); masks are (batch, length) with True for real tokens.
 
@@ -133,7 +159,8 @@ class Stack(nn.Module):
         the others running fused.
 
         With a `cache` (already extended by `KVCache.extend` for these
-        positions) the masks come from the cache and `key_mask` is unused.
+        positions) the masks come from the cache and `key_mask` is unused;
+        `memory_window` then narrows each row's cross-attention (a monotonic window).
         """
         length = x.shape[1]
         path = AttentionPath.choose(
@@ -141,7 +168,7 @@ class Stack(nn.Module):
             self.window,
             need_weights=need_weights,
             cached=cache is not None,
-            alibi=self.alibi_slopes is not None,
+            alibi=self._biased,
         )
         # The masks are built once here, not once per layer.
         if cache is not None:
@@ -163,6 +190,7 @@ class Stack(nn.Module):
             window=self.window,
             memory=memory,
             memory_mask=memory_mask,
+            memory_window=memory_window,
         )
         layers = (None,) * len(self.blocks) if cache is None else cache.layers
         each = [inputs] * len(self.blocks)
@@ -197,19 +225,25 @@ class Stack(nn.Module):
         eligible (a GPU's flash kernel takes no mask) and lets them skip the
         masked half of the scores.
         """
-        if not self.causal or self.window.size or self.alibi_slopes is not None:
+        if not self.causal or self.window.size or self._biased:
             return False
         return key_mask is None or bool((key_mask[:, 1:] <= key_mask[:, :-1]).all())
+
+    @property
+    def _biased(self) -> bool:
+        """Whether a bias over distances joins the scores: ALiBi's or T5's."""
+        return self.alibi_slopes is not None or self.relative_bias is not None
 
     def _relative(
         self, mask: Tensor | None, length: int, cache: KVCache | None, device: torch.device
     ) -> tuple[Tensor | None, Tensor | None]:
-        """The mask narrowed to the local window, and ALiBi's bias with the mask folded in.
+        """The mask narrowed to the local window, and ALiBi's or T5's bias with the mask folded
+        in.
 
         Distances are counted in slots (`slot_distance`): padding sits only at
         the ends, so within a sequence slot distances are position distances.
         """
-        if not self.window.size and self.alibi_slopes is None:
+        if not self.window.size and not self._biased:
             return mask, None
         # Distances from each new query to each key, in the order the keys are held.
         distance = slot_distance(length, length, device) if cache is None else cache.distance()
@@ -217,9 +251,12 @@ class Stack(nn.Module):
             window = self.window
             local = local_mask(distance, window.size, window.stride, causal=self.causal)
             mask = local if mask is None else mask & local
-        if self.alibi_slopes is None:
+        if not self._biased:
             return mask, None
-        bias = alibi_bias(self.alibi_slopes, distance)
+        if self.relative_bias is not None:
+            bias = self.relative_bias(distance)
+        else:
+            bias = alibi_bias(self.alibi_slopes, distance)
         # Only one cached query, which sees every key, comes here without a mask.
         if mask is not None:
             bias = bias.masked_fill(~mask, float("-inf"))

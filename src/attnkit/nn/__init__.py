@@ -1,11 +1,6 @@
 """Building blocks of the Transformer, each independent of the model shapes."""
 
-from attnkit.nn.attention import (
-    AttentionInputs,
-    AttentionPath,
-    MultiHeadAttention,
-    scaled_dot_product_attention,
-)
+from attnkit.nn.attention import AttentionInputs, AttentionPath, MultiHeadAttention
 from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.feedforward import FeedForward
 from attnkit.nn.linear import Linear
@@ -14,6 +9,7 @@ from attnkit.nn.masks import causal_mask, padding_mask, self_attention_mask
 from attnkit.nn.moe import MixtureOfExperts, load_balancing_loss, router_aux_loss
 from attnkit.nn.norm import Residual, make_norm
 from attnkit.nn.positional import AbsolutePositions, sinusoidal_table
+from attnkit.nn.scaled_dot_product import scaled_dot_product_attention
 from attnkit.nn.window import Window
 
 __all__ = [

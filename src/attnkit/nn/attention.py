@@ -9,12 +9,14 @@ may not. An additive float bias (ALiBi) and a rotation of queries and keys
 (RoPE) plug in through `bias` and `rotary` without touching the rest.
 
 What every layer of a stack reads in one forward pass (the masks, the bias,
-the positions, the memory, which way attention runs) is one `AttentionInputs`,
-built once for all layers. Attention runs one of three ways, its
-`AttentionPath`, chosen in one place (`AttentionPath.choose`): a long local
-window block by block (`local_attention.py`), the fused
-`F.scaled_dot_product_attention`, or the reference path that also returns
-the attention weights.
+the positions, the memory, its `AttentionPath`) is one `AttentionInputs`,
+built once for all layers. The path is what the stack decides for all of them,
+since it decides which masks to build: a long local window block by block, the
+masked fused path, or the path that returns the attention weights. How each
+call then computes eq. 1 (block by block, a decoding step in one C call,
+torch's fused kernel, the plain products) is chosen in one place,
+`Kernel.choose` (`scaled_dot_product.py`), which `MultiHeadAttention.forward`
+asks once a call.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.errors import AttnkitError
@@ -33,8 +34,10 @@ from attnkit.kernels import step_attention
 from attnkit.nn.kv_cache import HeldKV, LayerKV
 from attnkit.nn.linear import Linear
 from attnkit.nn.local_attention import local_attention
-from attnkit.nn.masks import causal_mask
-from attnkit.nn.sdpa_backend import fused_attention
+from attnkit.nn.scaled_dot_product import Kernel, computed
+from attnkit.nn.scaled_dot_product import (  # eq. 1's old import path, from here
+    scaled_dot_product_attention as scaled_dot_product_attention,
+)
 from attnkit.nn.window import NO_WINDOW, Window
 
 
@@ -94,6 +97,10 @@ class AttentionInputs:
     memory: (batch, source length, d_model) the encoder output that
         cross-attention reads; None when the cache holds its keys and values.
     memory_mask: (batch, 1, 1, source length) over the memory, or None.
+    memory_window: (batch, 1, 1, source length) the source keys each row's
+        cross-attention may see at this decoding step (a monotonic window,
+        `nn/monotonic.py`, real tokens only), in place of `memory_mask`; one row
+        per row of the batch even where rows share a memory row. None: no window.
     """
 
     path: AttentionPath = AttentionPath.FUSED
@@ -105,110 +112,12 @@ class AttentionInputs:
     window: Window = NO_WINDOW
     memory: Tensor | None = None
     memory_mask: Tensor | None = None
+    memory_window: Tensor | None = None
 
 
 # Every key, nothing masked, the fused path: what a layer called on its own reads. Frozen,
 # so every layer may share it.
 NO_INPUTS = AttentionInputs()
-
-
-def scaled_dot_product_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    *,
-    bias: Tensor | None = None,
-    is_causal: bool = False,
-    dropout_p: float = 0.0,
-    need_weights: bool = False,
-    backend: str = "auto",
-) -> tuple[Tensor, Tensor | None]:
-    """softmax(Q K^T / sqrt(d_k) + M + bias) V on (batch, heads, length, d_k) tensors.
-
-    `k` and `v` may have fewer heads than `q` (grouped-query attention); each
-    key/value head then serves n_heads / n_kv_heads query heads.
-
-    With `need_weights` the plain reference path runs and also returns the
-    attention weights (batch, heads, queries, keys); it also runs, returning no
-    weights, for a CPU decoding step of many rows with few queries each, where
-    it is the faster (`_fused_pays`). Otherwise the fused
-    `F.scaled_dot_product_attention` runs, on the kernel `backend` names
-    (`sdpa_backend.py`), and the weights are None. Both paths compute the same
-    function, zeros for a query that may see no key included (tested).
-    """
-    if is_causal and mask is None and q.shape[-2] != k.shape[-2]:
-        # SDPA aligns its causal mask top-left; with a cache it must be bottom-right,
-        # where one query (the last position) sees every key.
-        if q.shape[-2] > 1:
-            mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
-        is_causal = False
-    group = q.shape[1] // k.shape[1]
-    if not need_weights and _fused_pays(q, backend, dropout_p):
-        attn_mask = mask
-        if bias is not None:
-            # Under autocast the queries may be half precision; SDPA wants the bias alike.
-            bias = bias.to(q.dtype)
-            attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-        out = fused_attention(
-            q,
-            k,
-            v,
-            backend,
-            attn_mask=attn_mask,
-            dropout_p=dropout_p,
-            is_causal=is_causal and attn_mask is None,
-            enable_gqa=group > 1,
-        )
-        return out, None
-    if group > 1:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    if bias is not None:
-        scores = scores + bias
-    if is_causal:
-        mask = causal_mask(q.shape[-2], k.shape[-2], q.device)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    blind = _blind_queries(mask, bias)
-    if blind is not None:
-        # Softmax over a row of -inf alone is NaN, and NaN stays NaN through the backward
-        # pass: such a row is given finite scores, and zeros as its weights.
-        scores = scores.masked_fill(blind, 0.0)
-    weights = scores.softmax(dim=-1)
-    if blind is not None:
-        weights = weights.masked_fill(blind, 0.0)
-    out = F.dropout(weights, dropout_p) @ v if dropout_p > 0 else weights @ v
-    return out, weights if need_weights else None
-
-
-def _blind_queries(mask: Tensor | None, bias: Tensor | None) -> Tensor | None:
-    """(..., queries, 1) True for a query that may see no key (a mask or a bias of -inf
-    over its whole row), which gets zeros, as the fused kernel gives it; None when
-    every query sees a key, the usual case, which is checked on the mask's and the
-    bias's own shapes, not on the scores."""
-    sees = mask
-    if bias is not None:
-        finite = ~torch.isneginf(bias)
-        sees = finite if sees is None else sees & finite
-    if sees is None:
-        return None
-    blind = ~sees.any(-1, keepdim=True)
-    return blind if bool(blind.any()) else None
-
-
-# A decoding step of many rows (sentences x beams x heads) with a few queries each: there the
-# plain products beat torch's CPU flash kernel, whose fixed cost per (row, head) dominates
-# (2 threads, 20 keys: 145 against 509 us for 32 x 8 rows of 4 queries; 265 against 455 us for
-# 128 x 8 rows of one); at batch 1 flash stays faster (10 against 21 us).
-FEW_QUERIES, MANY_ROWS = 4, 128
-
-
-def _fused_pays(q: Tensor, backend: str, dropout_p: float) -> bool:
-    """Whether the fused kernel runs (else the plain products, which compute the same)."""
-    few_queries_many_rows = q.shape[-2] <= FEW_QUERIES and q.shape[0] * q.shape[1] >= MANY_ROWS
-    plain = backend == "auto" and q.device.type == "cpu" and dropout_p == 0
-    return not (plain and few_queries_many_rows and not torch.is_grad_enabled())
 
 
 class MultiHeadAttention(nn.Module):
@@ -232,16 +141,20 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         rotary: Rotary | None = None,
         backend: str = "auto",
+        d_head: int | None = None,
+        scale_scores: bool = True,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if d_model % n_heads or n_heads % n_kv_heads:
+        if (d_head is None and d_model % n_heads) or n_heads % n_kv_heads:
             raise AttnkitError(
-                f"d_model {d_model} must be divisible by n_heads {n_heads}, "
+                f"d_model {d_model} must be divisible by n_heads {n_heads} (or d_head given), "
                 f"and n_heads by n_kv_heads {n_kv_heads}"
             )
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.d_head = d_model // n_heads
+        self.d_head = d_model // n_heads if d_head is None else d_head
+        # T5 scores Q K^T unscaled: queries times sqrt(d_k) cancel the 1/sqrt(d_k) of every path.
+        self.query_scale = None if scale_scores else math.sqrt(self.d_head)
         self.cross = cross
         self.dropout = dropout
         self.rotary = rotary
@@ -257,6 +170,10 @@ class MultiHeadAttention(nn.Module):
     def _heads(self, x: Tensor, n: int) -> Tensor:
         """(batch, length, n * d_head) -> (batch, n, length, d_head), a view."""
         return x.unflatten(-1, (n, self.d_head)).transpose(1, 2)
+
+    def scaled(self, q: Tensor) -> Tensor:
+        """The queries, times sqrt(d_k) when scores are not to be scaled (`scale_scores`)."""
+        return q if self.query_scale is None else q * self.query_scale
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Cross-attention keys and values (batch, kv_heads, source length, d_head) of `memory`."""
@@ -279,60 +196,22 @@ class MultiHeadAttention(nn.Module):
 
         With a `cache` (this layer's part of a `KVCache`), self-attention
         appends the new keys and values and attends over all cached ones;
-        cross-attention reuses the cached memory keys and values, within the
-        cache's monotonic window if it has one, and the last layer's
-        cross-attention then moves the window's focus (`KVCache.move_focus`).
+        cross-attention reuses the cached memory keys and values, within
+        `inputs.memory_window` when a decode has a monotonic window.
         Returns the output (batch, queries, d_model) and, on the weights path,
         the attention weights (batch, heads, queries, keys).
         """
-        q_dim = self.n_heads * self.d_head
-        kv_dim = self.n_kv_heads * self.d_head
-        dropout_p = self.dropout if self.training else 0.0
-        rows = None  # after a beam search reorder, where each row's keys lie (`HeldKV`)
         if self.cross:
-            q = self._heads(self.q_proj(x), self.n_heads)
-            cached = None if cache is None else cache.memory()
-            if cached is not None:
-                k, v = cached
-            elif inputs.memory is None:
-                raise AttnkitError("cross-attention needs the encoder memory")
-            else:
-                k, v = self.memory_kv(inputs.memory)
-            mask, bias, is_causal = inputs.memory_mask, None, False
-            # A monotonic window (`KVCache.set_monotonic`) replaces the memory's padding mask,
-            # which it includes, by one of each row's own.
-            window = None if cache is None else cache.memory_window()
-            mask = mask if window is None else window
-            moves_focus = cache is not None and cache.moves_focus
+            q, k, v = self._cross_qkv(x, inputs, cache)
+            rows, bias, is_causal = None, None, False
+            # A monotonic window replaces the memory's padding mask, which it includes, by one
+            # of each row's own.
+            window = inputs.memory_window
+            mask = inputs.memory_mask if window is None else window
         else:
-            q, k, v = self.qkv_proj(x).split((q_dim, kv_dim, kv_dim), dim=-1)
-            q = self._heads(q, self.n_heads)
-            k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
-            if self.rotary is not None:
-                positions = inputs.positions
-                if positions is None:
-                    positions = torch.arange(q.shape[-2], device=q.device)[None]
-                q, k = self.rotary(q, k, positions, positions)
-            if cache is not None:
-                k, v, rows = cache.update(k, v)
-            if inputs.path is AttentionPath.BLOCKWISE:
-                k, v = HeldKV(k, v, rows).gathered()
-                window = inputs.window
-                out = local_attention(
-                    q,
-                    k,
-                    v,
-                    window.size,
-                    window.stride,
-                    causal=inputs.causal,
-                    key_mask=inputs.key_mask,
-                    dropout_p=dropout_p,
-                    backend=self.backend,
-                )
-                return self.out_proj(out.transpose(1, 2).flatten(2)), None
-            mask, bias = inputs.mask, inputs.bias
+            q, k, v, rows = self._self_qkv(x, inputs, cache)
+            mask, bias, window = inputs.mask, inputs.bias, None
             is_causal = inputs.causal and mask is None and bias is None
-            window, moves_focus = None, False
         # Beams of one sentence share its cached memory (`KVCache.group`): their queries
         # attend together, as more query positions over one copy of the keys and values.
         group = q.shape[0] // k.shape[0] if self.cross else 1
@@ -340,38 +219,69 @@ class MultiHeadAttention(nn.Module):
             if window is not None:  # each row's own window goes with its queries
                 mask = _group_rows(window.expand(-1, -1, q.shape[2], -1), group)
             q = _group_rows(q, group)
-        weights_asked = need_weights or moves_focus or inputs.path is AttentionPath.WEIGHTS
-        # A decoding step (every query sees every key) in one C call, over the cache as it lies.
-        step = cache is not None and (self.cross or q.shape[2] == 1) and not weights_asked
-        if step and dropout_p == 0 and _one_mask_for_all_heads(mask) and step_attention.runs(q, k):
-            out = step_attention.attend(q, k, v, rows, mask, bias)
-            return self.out_proj(out.view(x.shape[0], x.shape[1], -1)), None
-        if rows is not None:
-            k, v = HeldKV(k, v, rows).gathered()
-        out, weights = scaled_dot_product_attention(
+        dropout_p = self.dropout if self.training else 0.0
+        kernel = Kernel.choose(
             q,
             k,
-            v,
             mask,
-            bias=bias,
-            is_causal=is_causal,
+            weights=need_weights or inputs.path is AttentionPath.WEIGHTS,
+            blockwise=not self.cross and inputs.path is AttentionPath.BLOCKWISE,
+            step=cache is not None and (self.cross or q.shape[2] == 1),
             dropout_p=dropout_p,
-            need_weights=weights_asked,
             backend=self.backend,
         )
+        if kernel is Kernel.STEP:  # over the cache as it lies, rows and all
+            out = step_attention.attend(q, k, v, rows, mask, bias)
+            return self.out_proj(out.view(x.shape[0], x.shape[1], -1)), None
+        k, v = HeldKV(k, v, rows).gathered()
+        weights = None
+        if kernel is Kernel.BLOCKWISE:
+            window = inputs.window
+            out = local_attention(
+                q, k, v, window.size, window.stride, causal=inputs.causal,
+                key_mask=inputs.key_mask, dropout_p=dropout_p, backend=self.backend,
+            )  # fmt: skip
+        else:
+            out, weights = computed(
+                kernel, q, k, v, mask, bias=bias, is_causal=is_causal, dropout_p=dropout_p,
+                backend=self.backend,
+            )  # fmt: skip
         if group > 1:
             out = out.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
             if weights is not None:
                 weights = weights.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
-        if moves_focus:
-            cache.move_focus(weights)
         return self.out_proj(out.transpose(1, 2).flatten(2)), weights
 
+    def _cross_qkv(
+        self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries from `x`; keys and values over the memory, from the cache or projected."""
+        q = self.scaled(self._heads(self.q_proj(x), self.n_heads))
+        cached = None if cache is None else cache.memory()
+        if cached is not None:
+            return q, *cached
+        if inputs.memory is None:
+            raise AttnkitError("cross-attention needs the encoder memory")
+        return q, *self.memory_kv(inputs.memory)
 
-def _one_mask_for_all_heads(mask: Tensor | None) -> bool:
-    """Whether `mask` is None or (batch or 1, 1, queries or 1, keys), as `step_attention`
-    takes it: the same for every head."""
-    return mask is None or (mask.dim() == 4 and mask.shape[1] == 1)
+    def _self_qkv(
+        self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """Queries, keys and values from `x`, turned by position (RoPE); with a cache, the keys
+        and values of every position so far, and after a beam search reorder the table of
+        where each row's keys lie (`HeldKV.rows`)."""
+        q_dim, kv_dim = self.n_heads * self.d_head, self.n_kv_heads * self.d_head
+        q, k, v = self.qkv_proj(x).split((q_dim, kv_dim, kv_dim), dim=-1)
+        q = self.scaled(self._heads(q, self.n_heads))
+        k, v = self._heads(k, self.n_kv_heads), self._heads(v, self.n_kv_heads)
+        if self.rotary is not None:
+            positions = inputs.positions
+            if positions is None:
+                positions = torch.arange(q.shape[-2], device=q.device)[None]
+            q, k = self.rotary(q, k, positions, positions)
+        if cache is None:
+            return q, k, v, None
+        return q, *cache.update(k, v)
 
 
 def _group_rows(x: Tensor, group: int) -> Tensor:

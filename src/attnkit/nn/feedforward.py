@@ -11,6 +11,8 @@ the activation by a second, linear projection of the same input:
 
     FFN_SwiGLU(x) = (Swish(x W) * x V) W_2        FFN_GeGLU(x) = (GELU(x W) * x V) W_2
 
+(`geglu_tanh` is GeGLU on the tanh approximation of GELU, T5 v1.1's and Flan-T5's.)
+
 W and V are stored as one (2 d_ff, d_model) matrix, gate rows first, so both
 come from one product. LLaMA and Mistral use SwiGLU. `dropout` acts on the
 hidden d_ff activations before W_2 (fairseq's and Marian's activation dropout).
@@ -30,7 +32,11 @@ ACTIVATIONS = {
     "silu": F.silu,
 }
 # Each gated activation and the function applied to its gate.
-GATED = {"swiglu": F.silu, "geglu": F.gelu}
+GATED = {
+    "swiglu": F.silu,
+    "geglu": F.gelu,
+    "geglu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # T5 v1.1's gated-gelu
+}
 
 
 class FeedForward(nn.Module):

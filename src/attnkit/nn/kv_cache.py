@@ -26,16 +26,9 @@ held in ring order, not position order; attention does not care about the
 order of its keys, and the masks and ALiBi's bias are built from the position
 held in each slot (`distance`).
 
-A monotonic window (Tachibana et al. 2017's forcibly incremental attention,
-widened to a window) keeps each row's cross-attention near a focus f that
-moves along the source: at each step every decoder layer may attend only to
-the source positions n with
-
-    f - back <= n <= f + ahead,    then  f <- argmax_n mean_heads A^(last layer)_n
-
-f starts at 0 (the first source token), so it never moves back by more than
-`back` a step. The window is fixed when a step begins (`extend`), so a layer
-that runs twice in one step sees the same window.
+The cache holds keys and values and what masks them, nothing of a decoding
+policy: the monotonic window (`nn/monotonic.py`) and what a pointer-generator
+copies from are the decode's (`attnkit.models.decoding_state`).
 """
 
 from __future__ import annotations
@@ -122,21 +115,15 @@ class LayerKV:
         memory_kv = self.cache.memory_kv
         return None if memory_kv is None else (memory_kv[self.index, 0], memory_kv[self.index, 1])
 
-    def memory_window(self) -> Tensor | None:
-        """(batch, 1, 1, source length) the source keys this step may attend to, True where
-        allowed (real and within the monotonic window), or None without a window."""
-        return self.cache.memory_window
+    # Issue 43's hook: what a location-aware or monotonic cross-attention carries from one
+    # step to the next (`nn/alignment_attention.py`), kept per layer and reordered with the rows.
+    def attention_state(self) -> Tensor | None:
+        """This layer's cross-attention state after the last step (None before the first)."""
+        return self.cache.attention_states.get(self.index)
 
-    @property
-    def moves_focus(self) -> bool:
-        """Whether this layer's cross-attention moves the monotonic focus: the last layer's."""
-        cache = self.cache
-        return cache.monotonic is not None and self.index == len(cache.layers) - 1
-
-    def move_focus(self, weights: Tensor) -> None:
-        """Move the focus to where these cross-attention weights (batch, heads, queries,
-        source length) attend most, after the last query, averaged over heads."""
-        self.cache.move_focus(weights)
+    def keep_attention_state(self, state: Tensor) -> None:
+        """Keep `state` (batch, ...) for this layer's next step."""
+        self.cache.attention_states[self.index] = state
 
 
 class KVCache:
@@ -152,16 +139,10 @@ class KVCache:
     positions_held: (slots,) on a ring, the position whose key each slot holds.
     memory_kv: (layers, 2, batch / group, kv_heads, source length, d_head) or None.
     memory_mask: (batch / group, 1, 1, source length) over the memory, or None.
-    copy_source: what a pointer-generator copies from: the memory (batch / group,
-        source length, d_model) and the source ids (batch / group, source length)
-        in its extended vocabulary; None for other models.
     group: rows of the batch per row of the memory; beam search makes it the
         number of beams, rows being sentence * beams + beam (`repeat_rows`).
-    monotonic: (back, ahead) of the monotonic window over the source, or None (off).
-    focus: (batch,) with a window, the source position (counted over real
-        tokens) that each row attended to most at its last step.
-    memory_window: (batch, 1, 1, source length) with a window, the source keys
-        the current step may attend to; None without one.
+    attention_states: per layer, what an alignment-carrying cross-attention
+        (location-aware, monotonic) keeps from its last step, (batch, ...).
     """
 
     def __init__(
@@ -193,12 +174,9 @@ class KVCache:
         self.padded = False
         self.memory_kv: Tensor | None = None
         self.memory_mask: Tensor | None = None
-        self.copy_source: tuple[Tensor, Tensor] | None = None
         self.mask: Tensor | None = None
         self.group = 1
-        self.monotonic: tuple[int, int] | None = None
-        self.focus: Tensor | None = None
-        self.memory_window: Tensor | None = None
+        self.attention_states: dict[int, Tensor] = {}
         self.layers = [LayerKV(self, i) for i in range(n_layers)]
 
     @property
@@ -216,59 +194,15 @@ class KVCache:
         return self.key_mask.shape[0]
 
     def set_memory(
-        self,
-        memory_kv: list[tuple[Tensor, Tensor]],
-        memory_key_mask: Tensor | None,
-        copy_source: tuple[Tensor, Tensor] | None = None,
+        self, memory_kv: list[tuple[Tensor, Tensor]], memory_key_mask: Tensor | None
     ) -> None:
-        """Keep each layer's cross-attention (keys, values) over the memory, computed once,
-        and what a pointer-generator copies from (`copy_source`)."""
+        """Keep each layer's cross-attention (keys, values) over the memory, computed once."""
         self.memory_kv = torch.stack([torch.stack(kv) for kv in memory_kv])
         self.memory_mask = None if memory_key_mask is None else padding_mask(memory_key_mask)
-        self.copy_source = copy_source
 
-    def set_monotonic(self, back: int, ahead: int) -> None:
-        """From the next step on, keep cross-attention within [f - back, f + ahead] of a focus f
-        that starts at the first source token and follows the last layer's attention."""
-        if self.memory_kv is None:
-            raise AttnkitError(
-                "a monotonic window restricts cross-attention, which this cache has none of; "
-                "use it with an encoder-decoder's cache"
-            )
-        if back < 0 or ahead < 1:
-            raise AttnkitError(
-                f"a monotonic window reaches back of its focus by zero or more positions and "
-                f"ahead by one or more, got back {back} and ahead {ahead}"
-            )
-        self.monotonic = (back, ahead)
-        self.focus = torch.zeros(self.batch_size, dtype=torch.long, device=self.kv.device)
-
-    def _source_positions(self) -> tuple[Tensor, Tensor]:
-        """(batch, source length) each memory slot's position over real tokens, and whether
-        it is a real token, per row of the batch."""
-        length = self.memory_kv.shape[4]
-        if self.memory_mask is None:
-            real = torch.ones(1, length, dtype=torch.bool, device=self.kv.device)
-        else:
-            real = self.memory_mask[:, 0, 0].repeat_interleave(self.group, 0)
-        # Counted over real tokens, so a left-padded source has its first token at 0 too.
-        return real.long().cumsum(-1) - 1, real
-
-    def _window(self) -> Tensor:
-        """(batch, 1, 1, source length) the real source keys within the window of each focus."""
-        back, ahead = self.monotonic
-        position, real = self._source_positions()
-        focus = self.focus[:, None]
-        allowed = real & (position >= focus - back) & (position <= focus + ahead)
-        return allowed[:, None, None]
-
-    def move_focus(self, weights: Tensor) -> None:
-        """Set each row's focus to the source position its last query attends to most,
-        averaged over heads; `weights` (batch, heads, queries, source length) are zero
-        outside the window, so the focus stays within it."""
-        slot = weights[:, :, -1].mean(1).argmax(-1, keepdim=True)
-        position, _ = self._source_positions()
-        self.focus = position.expand(self.batch_size, -1).gather(1, slot).squeeze(1)
+    def memory_rows(self, index: Tensor) -> Tensor:
+        """The memory rows that the batch rows `index` keep (whole groups: `reorder`)."""
+        return index if self.group == 1 else index[:: self.group] // self.group
 
     def extend(self, key_mask: Tensor | None, n: int) -> Tensor:
         """Reserve the next `n` positions for new tokens; return their positions (batch or 1, n).
@@ -284,8 +218,6 @@ class KVCache:
                 "make it with a larger capacity"
             )
         self.length, self.n_last = end, n
-        if self.monotonic is not None:
-            self.memory_window = self._window()
         if key_mask is None:
             steps = torch.arange(n, device=self.n_real.device)
             positions = (self.n_real[:, None] + steps) if self.padded else (start + steps)[None]
@@ -386,14 +318,12 @@ class KVCache:
             self._copy_rows(index)
         self.key_mask = self.key_mask.index_select(0, index)
         self.n_real = self.n_real.index_select(0, index)
-        if self.focus is not None:
-            # The window of the next step comes from the focus (`extend`); beams follow it.
-            self.focus = self.focus.index_select(0, index)
+        # Each row's alignment state goes with it, as its keys do.
+        self.attention_states = {
+            layer: state.index_select(0, index) for layer, state in self.attention_states.items()
+        }
         if memory and self.memory_kv is not None:
-            rows = index if self.group == 1 else index[:: self.group] // self.group
+            rows = self.memory_rows(index)
             self.memory_kv = self.memory_kv.index_select(2, rows)
             if self.memory_mask is not None:
                 self.memory_mask = self.memory_mask.index_select(0, rows)
-            if self.copy_source is not None:
-                memory, ids = self.copy_source
-                self.copy_source = memory.index_select(0, rows), ids.index_select(0, rows)

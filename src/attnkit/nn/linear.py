@@ -9,7 +9,7 @@ time is the time to read the weights, and there `F.linear` reads them slowly.
 
 Without autograd, on float32 CPU tensors:
 
-- up to `KERNEL_ROWS` rows, the C kernel of `few_rows.py` reads each row of W
+- up to `KERNEL_ROWS` rows, the C kernel of `kernels/few_rows.py` reads each row of W
   once and multiplies it by every row of x while those stay in the L1 cache;
 - up to `FEW_ROWS` rows (or where the kernel is not built), the weight, as it
   is stored, is cut into its two halves of output features, and one batched
@@ -19,7 +19,7 @@ Without autograd, on float32 CPU tensors:
 
 On CPUs with AVX-512, training and the products past the kernel go through
 oneDNN instead of the halves or `F.linear` wherever a probe of that shape
-found it faster (`onednn.py`). `python -m bench linear` measures every path
+found it faster (`kernels/onednn.py`). `python -m bench linear` measures every path
 against `F.linear`. Another device or dtype, autocast, or torch.compile runs
 `F.linear`; every path computes the same function (tested).
 """

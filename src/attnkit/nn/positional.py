@@ -195,11 +195,14 @@ class AbsolutePositions(nn.Module):
             table = sinusoidal_table(max_len, d_model, layout)
             self.register_buffer("table", table, persistent=False)
 
-    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """x: (batch, length, d_model); positions: (batch or 1, length), default 0..length-1.
+    def vectors(self, length: int, positions: Tensor | None = None) -> Tensor:
+        """PE of positions (batch or 1, length), default 0..length-1: (batch or 1, length,
+        d_model), or (length, d_model) for the default.
 
         The model checks lengths against max_len before it gets here.
         """
-        if positions is None:
-            return x + self.table[: x.shape[1]]
-        return x + self.table[positions]
+        return self.table[:length] if positions is None else self.table[positions]
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """x + PE: x (batch, length, d_model), positions as `vectors` takes them."""
+        return x + self.vectors(x.shape[1], positions)

@@ -27,6 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnkit.errors import AttnkitError
 
+# The kernel each of `ModelConfig`'s `attention_backend` choices (`ATTENTION_BACKENDS`) names.
 BACKENDS: dict[str, SDPBackend | None] = {
     "auto": None,
     "math": SDPBackend.MATH,

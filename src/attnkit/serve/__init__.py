@@ -1,16 +1,26 @@
 """`attnkit serve`: run folders behind an HTTP API that OpenAI's clients speak.
 
-    GET  /v1/models        the runs served, by name
-    POST /v1/completions   a decoder's continuation of a prompt (OpenAI's shape; stream: true)
-    POST /v1/embeddings    an encoder's sentence vectors (OpenAI's shape)
-    POST /v1/translate     an encoder-decoder's translations of a batch of texts
-    POST /v1/attention     every attention weight of one text and its output, for the viewer
-    GET  /health, /metrics requests, tokens and latency in Prometheus's text format
-    GET  /                 the page: run a model, watch it stream, look at its attention
+    GET  /v1/models, /v1/models/{id}   the runs served, by name
+    POST /v1/completions        a decoder's continuation of a prompt (stream: true streams)
+    POST /v1/chat/completions   a decoder's answer to a conversation, through a chat template
+    POST /v1/embeddings         an encoder's sentence vectors, pooled as the model says
+    POST /v1/translate          an encoder-decoder's translations of a batch of texts
+    POST /v1/attention          every attention weight of one text and its output, for the page
+    GET  /health, /ready        alive; able to decode
+    GET  /metrics               Prometheus: requests, latency and time-to-first-token
+                                histograms, queue, tokens a second
+    GET  /                      the page: run a model, watch it stream, look at its attention
 
-`app.py` (`create_app`) holds the routes, `guard.py` the key, the in-flight limit
-and the errors, `settings.py` the limits, `batching.py` the gathering of
-concurrent requests into one decode, `events.py` streaming, `work.py` what a
-batch does with a model, `metrics.py` the counters, `page.py` the page. The
-modules that import FastAPI need the `serve` extra; `settings` and `work` do not.
+The modules, top down: `app.py` assembles the app; `routes.py` (OpenAI's routes and
+operations) and `translate.py` (attnkit's) are the routers; `protocol.py` the request
+bodies, `answers.py` the answers' shapes, `errors.py` the errors', `guard.py` the
+limits, key and access log; `server.py` the state the routes share; `runs.py` the
+models served (`served_runs`) and where request text enters a model; `chat.py` chat
+templates; `outputs.py` a request's outputs on the scheduler; `scheduler.py`
+iteration-level batching of `sequence.py`'s outputs, with `cache_rows.py` (rows
+joining and leaving a KV cache), `sampler.py` (each row's next token) and `text.py`
+(text and stop strings); `batching.py` and `work.py` the batched work beside decoding
+(sentence vectors, beam search, attention views); `metrics.py`; `page.py` the page.
+Everything but `settings`, `sampler`, `text`, `sequence` and `cache_rows` needs the
+`serve` extra.
 """

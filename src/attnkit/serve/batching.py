@@ -1,25 +1,25 @@
-"""Batching across requests: concurrent requests with the same decoding options, one decode.
+"""Batching across requests: concurrent requests with the same options, one batch of work.
 
-One loop runs the batches, one at a time, on the decoding thread (torch uses
-its own threads inside it). When work comes it waits `wait_ms` for more, then
-takes the requests of the key (the model and every decoding option, so a batch
-decodes alike) whose first item has waited longest, up to `max_batch`, and
-decodes them; what arrives meanwhile waits for the next batch. So batches grow
+For the work that does not decode token by token on the scheduler (sentence
+vectors, beam search, a pointer-generator's translations, attention views): one
+loop runs the batches, one at a time, as jobs of the decoding thread
+(`Scheduler.submit`, between two decoding steps). When work comes it waits
+`wait_ms` for more, then takes the requests of the key (the model and every
+option, so a batch computes alike) whose first item has waited longest, up to
+`max_batch`, and runs them; what arrives meanwhile waits for the next batch. So batches grow
 with the load: alone, a request waits `wait_ms`; under load, as many as came
 during the last decode go together. Items whose request has gone (timed out,
 disconnected) before their batch starts are dropped; a batch that has started
 runs to its end. Decoding is padding-invariant, so a request's output does not
 depend on its companions. A request that must decode alone (a seed, which must
 draw for it only) runs all its items as one batch of its own (`run_alone`).
-Streamed requests do not join batches: each streams from its own decode on
-`stream_executor`, as its tokens must leave as they come.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Hashable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from typing import Any
 
 
@@ -27,12 +27,16 @@ class Batcher:
     """Gathers work items by key and runs each batch as `work(key, items) -> results`."""
 
     def __init__(
-        self, work: Callable[[Hashable, list[Any]], list[Any]], wait_ms: float, max_batch: int
+        self,
+        work: Callable[[Hashable, list[Any]], list[Any]],
+        wait_ms: float,
+        max_batch: int,
+        executor: Executor,
     ) -> None:
         self.work, self.wait, self.max_batch = work, wait_ms / 1000, max_batch
+        self.executor = executor
         self.pending: dict[Hashable, list[tuple[Any, asyncio.Future]]] = {}  # oldest key first
         self.loop_task: asyncio.Task | None = None
-        self._executors()
         self.batches = 0  # decodes run, for the metrics
         self.items = 0  # work items they held
 
@@ -82,17 +86,7 @@ class Batcher:
             else:
                 future.set_result(result)
 
-    def _executors(self) -> None:
-        # threads start only when work comes, so fresh executors cost nothing until used
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnkit-decode")
-        self.stream_executor = ThreadPoolExecutor(
-            max_workers=4, thread_name_prefix="attnkit-stream"
-        )
-
     def close(self) -> None:
-        """Drop the work not started (at the server's shutdown); a later request starts anew."""
+        """Drop the work not started (at the server's shutdown)."""
         if self.loop_task is not None:
             self.loop_task.cancel()
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        self.stream_executor.shutdown(wait=False, cancel_futures=True)
-        self._executors()

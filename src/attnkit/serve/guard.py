@@ -1,134 +1,136 @@
-"""What stands before the routes: the API key, the count of requests in flight, the metrics,
-and every error as JSON in OpenAI's shape, `{"error": {"message", "type", "code"}}`.
+"""What stands before the routes: the request id, the body's size, the API key, the count of
+requests in flight, the metrics and the access log.
 
-Statuses: 400 a request the server cannot do (a wrong model, an input too long,
-a body that is not JSON), 401 a missing or wrong API key, 404 an unknown model or
-path, 405 a wrong method, 422 a field of the wrong type, 429 too many requests in
-flight, 504 a result slower than `timeout_s`, 500 a fault of the server itself
-(logged, said in one sentence, never a traceback). A request counts as in flight
-until the last byte of its answer is sent, so a stream holds its place while it
-streams.
+Every answer carries `X-Request-ID` (the client's, when it sends a sane one, else a
+new one), which the access log line names:
+
+    INFO attnkit.access: 127.0.0.1 "POST /v1/completions" 200 0.412 s id=4f0c...
+
+A body whose Content-Length is over `max_body_bytes` is answered 413 before a
+byte of it is read; one sent without a length is cut off with 413 as soon as it
+outgrows the limit. Only /v1 requests need the key and count as in flight:
+`/health`, `/ready`, `/metrics` and the page answer however busy the server is.
+A request counts until the last byte of its answer is sent, so a stream holds its
+place while it streams; one over `max_concurrent` is answered 429 with Retry-After.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from attnkit.errors import AttnkitError
-from attnkit.serve.metrics import Metrics
-from attnkit.serve.settings import ServeSettings
+from attnkit.serve.errors import ServeError
+from attnkit.serve.server import Server
 
-log = logging.getLogger(__name__)
+access = logging.getLogger("attnkit.access")
 
-
-class ServeError(Exception):
-    """A request refused with `status` and one sentence."""
-
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
-
-
-def error_response(error: ServeError) -> JSONResponse:
-    body = {"error": {"message": error.message, "type": error.kind, "code": error.status}}
-    return JSONResponse(body, status_code=error.status)
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")  # printable ASCII, no spaces
+RETRY_AFTER_S = 1
 
 
 class Guard:
     """An ASGI middleware (not Starlette's `BaseHTTPMiddleware`, whose streamed answers end for
-    it before their last byte): it returns when the whole answer is sent, so a stream holds
-    its place until it ends."""
+    it before their last byte): it returns when the whole answer is sent."""
 
-    def __init__(self, app: Any, app_state: Any, settings: ServeSettings, metrics: Metrics) -> None:
-        self.app, self.state, self.settings, self.metrics = app, app_state, settings, metrics
-        self.expected = None if settings.api_key is None else f"Bearer {settings.api_key}"
-        self.paths: set[str] | None = None
+    def __init__(self, app: Any, server: Server, paths: set[str]) -> None:
+        self.app, self.server, self.paths = app, server, paths
+        key = server.settings.api_key
+        self.expected = None if key is None else f"Bearer {key}"
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started, path = time.perf_counter(), self._label(scope)
-        refusal = self._refusal(scope)
-        if refusal is not None:
-            self.metrics.count(path, refusal.status, 0.0)
-            await error_response(refusal)(scope, receive, send)
-            return
+        started = time.perf_counter()
+        headers = dict(scope.get("headers") or [])
+        sent_id = headers.get(b"x-request-id", b"").decode("latin-1")
+        request_id = sent_id if _REQUEST_ID.fullmatch(sent_id) else uuid.uuid4().hex
         status = 500
 
         async def sending(message: dict) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
             await send(message)
 
-        self.state.in_flight += 1
+        api = scope["path"].startswith("/v1/")
+        refusal = self._refusal(scope, headers, api)
         try:
-            await self.app(scope, receive, sending)
-        finally:  # the whole answer is out, or the client went away
-            self.state.in_flight -= 1
-            self.metrics.count(path, status, time.perf_counter() - started)
+            if refusal is not None:
+                await refusal.response()(scope, receive, sending)
+                return
+            if api:
+                self.server.in_flight += 1
+            try:
+                await self.app(scope, self._limited(receive), sending)
+            finally:  # the whole answer is out, or the client went away
+                if api:
+                    self.server.in_flight -= 1
+        finally:
+            seconds = time.perf_counter() - started
+            self.server.metrics.count(self._label(scope), status, seconds)
+            if self.server.settings.access_log:
+                client = (scope.get("client") or ("-",))[0]
+                access.info('%s "%s %s" %d %.3f s id=%s', client, scope["method"],
+                            scope["path"], status, seconds, request_id)  # fmt: skip
 
-    def _refusal(self, scope: dict) -> ServeError | None:
-        headers = dict(scope.get("headers") or [])
+    def _refusal(self, scope: dict, headers: dict, api: bool) -> ServeError | None:
+        settings = self.server.settings
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > settings.max_body_bytes:
+            return _too_large(settings.max_body_bytes)
         sent = headers.get(b"authorization", b"").decode("latin-1")
-        keyed = scope["path"].startswith("/v1/") and self.expected is not None
-        if keyed and not secrets.compare_digest(sent, self.expected):
+        if api and self.expected is not None and not secrets.compare_digest(sent, self.expected):
             message = "a valid API key is needed: Authorization: Bearer <key>."
-            return ServeError(401, message, "authentication_error")
-        if self.state.in_flight >= self.settings.max_concurrent:
-            n = self.settings.max_concurrent
+            return ServeError(401, message, code="invalid_api_key")
+        if api and self.server.in_flight >= settings.max_concurrent:
+            n = settings.max_concurrent
             return ServeError(
-                429, f"the server has {n} requests in flight; try again.", "rate_limit_error"
+                429,
+                f"the server has {n} requests in flight; try again.",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
             )
         return None
 
+    def _limited(self, receive: Callable) -> Callable:
+        """`receive`, stopped with 413 once the body outgrows the limit (a body sent without a
+        Content-Length, chunk by chunk)."""
+        limit, read = self.server.settings.max_body_bytes, 0
+
+        async def receiving() -> dict:
+            nonlocal read
+            message = await receive()
+            if message["type"] == "http.request":
+                read += len(message.get("body", b""))
+                if read > limit:
+                    raise HTTPException(413, _too_large(limit).message.rstrip("."))
+            return message
+
+        return receiving
+
     def _label(self, scope: dict) -> str:
-        """A metrics label: the path of one of the server's routes, or `other`, so that a
-        client cannot make new series or break the format."""
-        if self.paths is None:
-            self.paths = {getattr(r, "path", None) for r in scope["app"].routes}
+        """A metrics label: the path of the route that answered (or would have), else `other`,
+        so that a client cannot make new series or break the format."""
+        route = scope.get("route")
+        if route is not None:
+            return getattr(route, "path", "other")
         return scope["path"] if scope["path"] in self.paths else "other"
 
 
-def add_guard(app: FastAPI, settings: ServeSettings, metrics: Metrics) -> None:
-    """The key check, the in-flight limit and count, the metrics, and the error handlers."""
-    app.state.in_flight = 0
-
-    app.add_middleware(Guard, app_state=app.state, settings=settings, metrics=metrics)
-
-    @app.exception_handler(ServeError)
-    async def refused(request: Request, error: ServeError) -> JSONResponse:
-        return error_response(error)
-
-    @app.exception_handler(AttnkitError)
-    async def bad_input(request: Request, error: AttnkitError) -> JSONResponse:
-        return error_response(ServeError(400, str(error)))
-
-    @app.exception_handler(RequestValidationError)
-    async def malformed(request: Request, error: RequestValidationError) -> JSONResponse:
-        first = error.errors()[0]
-        if first["type"] == "json_invalid":
-            return error_response(ServeError(400, "the request body is not valid JSON."))
-        where = ".".join(str(x) for x in first["loc"] if x != "body")
-        return error_response(ServeError(422, f"{where or 'the body'}: {first['msg']}."))
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-        kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
-        return error_response(ServeError(error.status_code, f"{error.detail}.", kind))
-
-    @app.exception_handler(Exception)
-    async def fault(request: Request, error: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path)
-        message = f"the server failed on this request ({type(error).__name__}: {error})."
-        return error_response(ServeError(500, message, "server_error"))
+def _too_large(limit: int) -> ServeError:
+    return ServeError(
+        413,
+        f"the request body is over the server's limit of {limit:,} bytes; send less, or "
+        "start the server with a larger --max-body-bytes.",
+        code="request_too_large",
+    )

@@ -1,56 +1,98 @@
-"""What the server has done, in Prometheus's text format (`GET /metrics`).
+"""What the server has done, for Prometheus (`GET /metrics`, prometheus-client's text format).
 
-attnkit_requests_total{path, status}      requests answered
-attnkit_request_seconds_sum / _count      their latency, summed, by path
-attnkit_prompt_tokens_total, attnkit_completion_tokens_total
-attnkit_batches_total, attnkit_batched_requests_total   decodes run and the items they held
-attnkit_requests_in_flight
+    attnkit_requests_total{path, status}            requests answered
+    attnkit_request_duration_seconds{path}          their latency (histogram)
+    attnkit_time_to_first_token_seconds             arrival to first token of an output (histogram)
+    attnkit_prompt_tokens_total{model}, attnkit_completion_tokens_total{model}
+    attnkit_generation_tokens_per_second            tokens chosen a second, over the last 10 s
+    attnkit_queue_length                            outputs waiting to join the running batch
+    attnkit_running_rows                            rows decoding at the last step
+    attnkit_decode_steps_total                      decoding steps (one per running batch)
+    attnkit_batches_total, attnkit_batched_requests_total  embedding and beam batches, items
+    attnkit_requests_in_flight                      /v1 requests being answered
+
+Each server keeps its own registry, so several in one process never mix. The
+`_created` series prometheus-client adds by default are turned off (process-wide):
+they double the output and no dashboard reads them.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any
+import collections
+import threading
+import time
+from collections.abc import Callable
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
+RATE_WINDOW_S = 10.0
+
+disable_created_metrics()
 
 
 class Metrics:
-    """Counters of requests (by route and status), their seconds, tokens read and written."""
+    """The server's counters, histograms and gauges, in one registry."""
 
     def __init__(self) -> None:
-        self.requests: Counter[tuple[str, int]] = Counter()
-        self.seconds: Counter[str] = Counter()
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
+        self.registry = registry = CollectorRegistry()
+        self.requests = Counter(
+            "attnkit_requests", "Requests answered.", ["path", "status"], registry=registry
+        )
+        self.latency = Histogram(
+            "attnkit_request_duration_seconds",
+            "Seconds from a request's arrival to the last byte of its answer.",
+            ["path"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.first_token = Histogram(
+            "attnkit_time_to_first_token_seconds",
+            "Seconds from an output's arrival at the scheduler to its first token.",
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
+        self.prompt_tokens = Counter(
+            "attnkit_prompt_tokens", "Tokens read from prompts.", ["model"], registry=registry
+        )
+        self.completion_tokens = Counter(
+            "attnkit_completion_tokens", "Tokens generated.", ["model"], registry=registry
+        )
+        self._gauges: dict[str, Gauge] = {}
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+        self._lock = threading.Lock()
+
+    def gauge(self, name: str, about: str, read: Callable[[], float]) -> None:
+        """A gauge whose value `read` gives at each scrape."""
+        gauge = Gauge(name, about, registry=self.registry)
+        gauge.set_function(read)
+        self._gauges[name] = gauge
 
     def count(self, path: str, status: int, seconds: float) -> None:
-        self.requests[(path, status)] += 1
-        self.seconds[path] += seconds
+        self.requests.labels(path, str(status)).inc()
+        self.latency.labels(path).observe(seconds)
 
-    def tokens(self, prompt: int, completion: int) -> None:
-        self.prompt_tokens += prompt
-        self.completion_tokens += completion
+    def tokens(self, model: str, prompt: int, completion: int) -> None:
+        self.prompt_tokens.labels(model).inc(prompt)
+        self.completion_tokens.labels(model).inc(completion)
 
-    def text(self, batcher: Any, in_flight: int) -> str:
-        lines = ["# TYPE attnkit_requests_total counter"]
-        lines += [
-            f'attnkit_requests_total{{path="{path}",status="{status}"}} {n}'
-            for (path, status), n in sorted(self.requests.items())
-        ]
-        lines.append("# TYPE attnkit_request_seconds summary")
-        for path in sorted(self.seconds):
-            calls = sum(n for (p, _), n in self.requests.items() if p == path)
-            lines.append(f'attnkit_request_seconds_sum{{path="{path}"}} {self.seconds[path]:.6f}')
-            lines.append(f'attnkit_request_seconds_count{{path="{path}"}} {calls}')
-        lines += [
-            "# TYPE attnkit_prompt_tokens_total counter",
-            f"attnkit_prompt_tokens_total {self.prompt_tokens}",
-            "# TYPE attnkit_completion_tokens_total counter",
-            f"attnkit_completion_tokens_total {self.completion_tokens}",
-            "# TYPE attnkit_batches_total counter",
-            f"attnkit_batches_total {batcher.batches}",
-            "# TYPE attnkit_batched_requests_total counter",
-            f"attnkit_batched_requests_total {batcher.items}",
-            "# TYPE attnkit_requests_in_flight gauge",
-            f"attnkit_requests_in_flight {in_flight}",
-        ]
-        return "\n".join(lines) + "\n"
+    def rate(self, total: int) -> float:
+        """Tokens a second over the last `RATE_WINDOW_S`, given the running `total` chosen."""
+        now = time.monotonic()
+        with self._lock:
+            self._samples.append((now, total))
+            while len(self._samples) > 1 and now - self._samples[1][0] >= RATE_WINDOW_S:
+                self._samples.popleft()
+            then, before = self._samples[0]
+        return (total - before) / (now - then) if now > then else 0.0
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)

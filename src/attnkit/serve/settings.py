@@ -1,35 +1,44 @@
-"""The limits and batching of a server, each with a default a small CPU server can keep."""
+"""The limits, batching and operations of a server, each with a default a small CPU server keeps."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnkit.checks import finite_fields, non_negative, positive, positive_int
+from attnkit.checks import check, finite_fields, non_negative, positive, positive_int
 
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """How `attnkit serve` batches and what it refuses.
+    """How `attnkit serve` batches, what it refuses, and what it tells its operator.
 
-    batch_wait_ms: how long a request waits for others with the same decoding
-        options to share its decode (0: each request decodes alone).
-    max_batch: requests decoded together at most.
+    max_batch: rows decoded together at most (outputs of streams and plain requests
+        alike, iteration-level); more wait for a row to end. 1 decodes one at a time.
+    batch_wait_ms: how long an embedding or beam-search request waits for others with
+        the same options to share its batch (0: each runs alone).
     max_input_tokens: the longest prompt or source (each model's max_len bounds it too).
-    max_new_tokens: the most tokens a request may ask for.
+    max_new_tokens: the most tokens a request may ask for (and what a chat gets by default).
     max_texts: texts in one request at most (prompts, inputs, sources).
-    max_concurrent: requests in flight at once; one more is answered 429.
-    timeout_s: a request's longest wait for its result; then 504.
+    max_concurrent: /v1 requests in flight at once; one more is answered 429 with
+        Retry-After. /health, /ready, /metrics and the page never count.
+    max_body_bytes: the largest request body; a larger one is answered 413 before it is read.
+    timeout_s: a request's longest wait for its result (a stream's, for its next token);
+        then 504.
     api_key: if set, every /v1 request must send `Authorization: Bearer <key>`.
+    cors_origins: origins whose pages may call the API from a browser (`*`: any).
+    access_log: one log line per request (method, path, status, seconds, request id).
     """
 
+    max_batch: int = 32
     batch_wait_ms: float = 5.0
-    max_batch: int = 16
     max_input_tokens: int = 1024
     max_new_tokens: int = 512
     max_texts: int = 64
     max_concurrent: int = 64
+    max_body_bytes: int = 2 * 1024 * 1024
     timeout_s: float = 120.0
     api_key: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    access_log: bool = True
 
     def __post_init__(self) -> None:
         finite_fields(self, "serve")
@@ -41,5 +50,13 @@ class ServeSettings:
             "max_new_tokens",
             "max_texts",
             "max_concurrent",
+            "max_body_bytes",
         ):
             positive_int(name, getattr(self, name))
+        object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
+        for origin in self.cors_origins:
+            check(
+                origin == "*" or origin.startswith(("http://", "https://")),
+                f"a CORS origin is a page's scheme and host, such as https://example.com, or *; "
+                f"got {origin!r}",
+            )

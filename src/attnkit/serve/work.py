@@ -1,39 +1,24 @@
-"""What a batch does with a model: continue prompts, translate sources, embed texts.
+"""What a batch of work does with a model, beside token-by-token decoding: sentence vectors,
+beam search and a pointer-generator's translations, a prompt's log-probabilities, and the
+attention views of the page.
 
-Each function runs on the decoding thread with every request of one batch:
-the prompts (or sources) padded together and decoded by one `generate` call
-with the batch's options, each output cut at its end-of-sequence token. A
-continuation ends for a `stop` (the model's end token) or its `length`
-(`max_tokens` spent), as OpenAI names the two.
+Each function runs as a job of the decoding thread with every item of one batch
+(`batching.Batcher`). A beam search's outputs end for a `stop` (the model's end
+token) or their `length` (`max_new_tokens` spent), as OpenAI names the two.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from attnkit.data.batch import pad
-from attnkit.generation import GenerationConfig, generate, stream
-from attnkit.inference import TextPieces
+from attnkit.generation import GenerationConfig, generate
 from attnkit.inference import translate as translate_texts
-from attnkit.models import TransformerModel
-from attnkit.pooling import sentence_embeddings
-from attnkit.tokenizer import Tokenizer
-
-
-@dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, a part of batch keys
-class Served:
-    """A run folder being served under a name."""
-
-    name: str
-    model: TransformerModel
-    tokenizer: Tokenizer
-
-    @property
-    def shape(self) -> str:
-        return self.model.config.shape
+from attnkit.serve.runs import Served
+from attnkit.serve.sequence import Token
+from attnkit.serve.text import token_text
 
 
 @dataclass(frozen=True)
@@ -50,7 +35,8 @@ class Decoding:
     n: int = 1  # outputs a request gets: samples, or the n best of the beam
     seed: int | None = None
 
-    def config(self, tokenizer: Tokenizer) -> GenerationConfig:
+    def config(self, served: Served) -> GenerationConfig:
+        tokenizer = served.tokenizer
         eos = tokenizer.eos_id if tokenizer.has("eos") else None
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens,
@@ -69,8 +55,8 @@ class Decoding:
 
 
 @dataclass(frozen=True)
-class Output:
-    """One request's outputs (n of them), how each ended, and the tokens it read and wrote."""
+class Translated:
+    """One text's translations (n of them), how each ended, and the tokens read and written."""
 
     texts: list[str]
     finish: list[str]
@@ -78,57 +64,65 @@ class Output:
     completion_tokens: int
 
 
-def complete(served: Served, decoding: Decoding, prompts: list[list[int]]) -> list[Output]:
-    """Continue each prompt (ids) with a decoder."""
-    ids, mask = pad(prompts, served.tokenizer.pad_id)
-    result = generate(served.model, ids, mask, decoding.config(served.tokenizer))
-    return _outputs(served, decoding, result.new_tokens(), [len(p) for p in prompts])
-
-
-def translate(served: Served, decoding: Decoding, sources: list[str]) -> list[Output]:
-    """Translate each source text with an encoder-decoder; an empty text gives an empty one.
-
-    A pointer-generator translates through `attnkit.inference.translate`, which
-    writes its copied words back; its token counts are those of its output re-read.
-    """
-    tokenizer, config = served.tokenizer, decoding.config(served.tokenizer)
-    todo = [i for i, s in enumerate(sources) if s.strip()]
-    outputs = [Output([""] * decoding.n, ["stop"] * decoding.n, 0, 0) for _ in sources]
+def translate(
+    served: Served, decoding: Decoding, items: list[tuple[str, list[int]]]
+) -> list[Translated]:
+    """Translate each (text, source ids) with an encoder-decoder; an empty text gives an empty
+    translation. A pointer-generator translates through `attnkit.inference.translate`, which
+    writes its copied words back; its token counts are those of its output re-read."""
+    tokenizer, config = served.tokenizer, decoding.config(served)
+    n = decoding.n
+    outputs = [Translated([""] * n, ["stop"] * n, 0, 0) for _ in items]
+    todo = [i for i, (text, _) in enumerate(items) if text.strip()]
     if not todo:
         return outputs
-    texts = [sources[i] for i in todo]
-    sources_ids = [tokenizer.encode(t, add_eos=True) for t in texts]
-    if served.model.config.copy_attention != "none" and decoding.n == 1:
+    if served.model.config.copy_attention != "none" and n == 1:
+        texts = served.sources([items[i][0] for i in todo])
         done = translate_texts(served.model, tokenizer, texts, config, batch_size=len(texts))
         new = [tokenizer.encode(t) for t in done]
     else:
-        ids, mask = pad(sources_ids, tokenizer.pad_id)
+        ids, mask = pad([items[i][1] for i in todo], tokenizer.pad_id)
         new = generate(served.model, ids, mask, config).new_tokens()
-    lengths = [len(row) for row in sources_ids]
-    for i, out in zip(todo, _outputs(served, decoding, new, lengths), strict=True):
-        outputs[i] = out
+    texts = tokenizer.decode_batch(new)
+    for k, i in enumerate(todo):
+        rows = range(k * n, (k + 1) * n)
+        outputs[i] = Translated(
+            [texts[r] for r in rows],
+            ["length" if len(new[r]) >= decoding.max_new_tokens else "stop" for r in rows],
+            len(items[i][1]),
+            sum(len(new[r]) for r in rows),
+        )
     return outputs
 
 
-def embed(served: Served, decoding: None, texts: list[list[int]]) -> list[list[float]]:
-    """Unit-length mean-pooled sentence vectors of an encoder."""
-    ids, mask = pad(texts, served.tokenizer.pad_id)
-    return sentence_embeddings(served.model, ids, mask).tolist()
+def embed(served: Served, options: None, ids: list[list[int]]) -> list[torch.Tensor]:
+    """Each input's sentence vector, pooled as the model's own pooling says."""
+    return list(served.encoder.encode_ids(ids, batch_size=max(len(ids), 1)))
 
 
-def stream_completion(
-    served: Served, decoding: Decoding, prompt: list[int]
-) -> Iterator[str | Output]:
-    """The continuation of one prompt (a decoder's) or the translation of one source (an
-    encoder-decoder's, its ids ending in </s>), piece by piece as its text grows, then its
-    `Output`."""
-    tokenizer, config = served.tokenizer, decoding.config(served.tokenizer)
-    eos = config.eos_token_id
-    pieces = TextPieces(tokenizer, set(eos) if isinstance(eos, tuple) else {eos})
-    steps = stream(served.model, torch.tensor([prompt]), None, config)
-    yield from pieces.feed(int(step[0]) for step in steps)
-    finish = "stop" if pieces.stopped else "length"
-    yield Output([tokenizer.decode(pieces.ids)], [finish], len(prompt), len(pieces.ids))
+@torch.no_grad()
+def prompt_logprobs(served: Served, top: int, prompts: list[list[int]]) -> list[list[Token]]:
+    """Each prompt token's log-probability after the tokens before it, with the `top` most
+    likely there (the first token has none: nothing predicts it)."""
+    tokenizer, out = served.tokenizer, []
+    for ids in prompts:
+        logprobs = torch.log_softmax(served.model(torch.tensor([ids])).logits[0].float(), -1)
+        tokens = [Token(token_text(tokenizer, None, ids[0]), None)]
+        for i in range(1, len(ids)):
+            row = logprobs[i - 1]
+            best = row.topk(top) if top else None
+            alternatives = (
+                ()
+                if best is None
+                else tuple(
+                    (token_text(tokenizer, ids[i - 1], t), v)
+                    for t, v in zip(best.indices.tolist(), best.values.tolist(), strict=True)
+                )
+            )
+            text = token_text(tokenizer, ids[i - 1], ids[i])
+            tokens.append(Token(text, float(row[ids[i]]), alternatives))
+        out.append(tokens)
+    return out
 
 
 VIEW_TOKENS = 24  # the most tokens the attention viewer decodes after the text
@@ -136,7 +130,7 @@ VIEW_LIMIT = 64  # the most tokens a side of an attention view shows: weights gr
 
 
 @torch.no_grad()
-def attention(served: Served, decoding: None, items: list[tuple[str, str | None]]) -> list[dict]:
+def attention(served: Served, options: None, items: list[tuple[str, str | None]]) -> list[dict]:
     """For the viewer: for each (text, output) the output (given, or the model's greedy one of
     up to VIEW_TOKENS), their tokens (up to VIEW_LIMIT a side) and every attention weight, as
     `{kind: [layer][head][query][key]}` (kinds "encoder", "decoder", "cross", as the model has)."""
@@ -145,43 +139,54 @@ def attention(served: Served, decoding: None, items: list[tuple[str, str | None]
 
 @torch.no_grad()
 def translation_attention(
-    served: Served, decoding: None, pairs: list[tuple[str, str]]
+    served: Served, options: None, pairs: list[tuple[str, str]]
 ) -> list[dict]:
     """The attention of each (source, translation) pair, the translation given as text."""
-    tokenizer, limit = served.tokenizer, served.model.config.max_len - 1
+    tokenizer, limit = served.tokenizer, min(served.max_len - 1, VIEW_LIMIT)
     views = []
     for source, translation in pairs:
-        src = tokenizer.encode(source, add_eos=True)[-min(limit, VIEW_LIMIT) :]
-        tgt = [tokenizer.bos_id, *tokenizer.encode(translation)][: min(limit, VIEW_LIMIT)]
+        (src,) = served.encode([source])
+        tgt = [tokenizer.bos_id, *tokenizer.encode(translation)]
+        total = {"queries": len(tgt), "keys": len(src)}
+        src, tgt = src[:limit], tgt[:limit]
         out = served.model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
-        views.append(_view(served, out.attentions, tgt, src, translation))
+        views.append(_view(served, out.attentions, tgt, src, translation, total))
     return views
 
 
 def _attention(served: Served, text: str, output: str | None) -> dict:
     model, tokenizer = served.model, served.tokenizer
-    config = Decoding(max_new_tokens=VIEW_TOKENS).config(tokenizer)
-    limit = min(model.config.max_len - 1, VIEW_LIMIT)
+    # an encoder-decoder stops at its max_len: ask no more (`generate` would say so each time)
+    config = Decoding(max_new_tokens=min(VIEW_TOKENS, served.max_len - 1)).config(served)
+    limit = min(served.max_len - 1, VIEW_LIMIT)
+    (ids,) = served.encode([text])
     if served.shape == "encoder-decoder":
         if output is None:
-            src = tokenizer.encode(text, add_eos=True)[-limit:]
-            new = generate(model, torch.tensor([src]), config=config).new_tokens()[0]
+            new = generate(model, torch.tensor([ids[:limit]]), config=config).new_tokens()[0]
             output = tokenizer.decode(new)
         return translation_attention(served, None, [(text, output)])[0]
-    ids = (tokenizer.encode(text) or [tokenizer.bos_id])[-limit:]
     if served.shape == "encoder":
         new = []
     elif output is not None:
         new = tokenizer.encode(output)
     else:
-        new = generate(model, torch.tensor([ids]), config=config).new_tokens()[0]
-    ids = (ids + new)[:limit]
+        new = generate(model, torch.tensor([ids[-limit:]]), config=config).new_tokens()[0]
+    ids = ids + new
+    total = {"queries": len(ids), "keys": len(ids)}
+    ids = ids[:limit]
     out = model(torch.tensor([ids]), need_weights=True)
-    return _view(served, out.attentions, ids, ids, tokenizer.decode(new))
+    return _view(served, out.attentions, ids, ids, tokenizer.decode(new), total)
 
 
-def _view(served: Served, attentions: dict, queries: list[int], keys: list[int], text: str) -> dict:
-    name = served.tokenizer.id_to_token
+def _view(
+    served: Served,
+    attentions: dict,
+    queries: list[int],
+    keys: list[int],
+    text: str,
+    total: dict[str, int],
+) -> dict:
+    tokenizer = served.tokenizer
     weights = {
         kind: [
             [[[round(x, 4) for x in row] for row in head] for head in layer[0].tolist()]
@@ -189,24 +194,21 @@ def _view(served: Served, attentions: dict, queries: list[int], keys: list[int],
         ]
         for kind, layers in attentions.items()
     }
+
+    def labels(ids: list[int]) -> list[str]:
+        """Each token as the text it adds, so pieces read as words (no ▁, Ġ or ##)."""
+        return [
+            token_text(tokenizer, ids[i - 1] if i else None, t).strip() or "␣"
+            for i, t in enumerate(ids)
+        ]
+
     return {
         "text": text,
-        "tokens": {"queries": [name(i) for i in queries], "keys": [name(i) for i in keys]},
+        "tokens": {
+            "queries": [tokenizer.id_to_token(i) for i in queries],
+            "keys": [tokenizer.id_to_token(i) for i in keys],
+        },
+        "labels": {"queries": labels(queries), "keys": labels(keys)},
+        "total": total,
         "attention": weights,
     }
-
-
-def _outputs(
-    served: Served, decoding: Decoding, new: list[list[int]], prompt_lengths: list[int]
-) -> list[Output]:
-    n, limit = decoding.n, decoding.max_new_tokens
-    texts = served.tokenizer.decode_batch(new)
-    return [
-        Output(
-            texts[i * n : (i + 1) * n],
-            ["length" if len(t) >= limit else "stop" for t in new[i * n : (i + 1) * n]],
-            length,
-            sum(len(t) for t in new[i * n : (i + 1) * n]),
-        )
-        for i, length in enumerate(prompt_lengths)
-    ]

@@ -9,7 +9,8 @@
                                              state in slices, one file per rank
                                              (`attnkit.train.distributed_checkpoint`)
 
-The paths are `attnkit.run.RunFolder`'s; what goes in them is decided here.
+The paths are `attnkit.run.RunFolder`'s, and each function is handed the folder it works
+in; what goes in the files is decided here.
 
 Resuming continues the saved state of the optimizer, scheduler and scaler
 (Adam's moments, the step count) under the settings it is given: a changed
@@ -40,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import pickle
 import random
 import shutil
 from collections.abc import Callable, Sequence
@@ -57,8 +57,10 @@ from attnkit.errors import AttnkitError
 from attnkit.files import WriteError, atomic_write, partial_of
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import merge_lora_tensors, merged_copy
-from attnkit.run import SHARDS, WEIGHTS_FILE, RunFolder, load_weights, save_pretrained
+from attnkit.run import SHARDS, WEIGHTS_FILE, RunFolder, save_pretrained
+from attnkit.train.new_run import trained_files
 from attnkit.train.run_config import EvalSection, TrainSection
+from attnkit.weights import load_weights
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ def _from_bytes(b: bytes) -> Tensor:
 
 
 def save_checkpoint(
-    run_dir: str | Path, model: TransformerModel, state: dict[str, Any], keep_last: int
+    folder: RunFolder, model: TransformerModel, state: dict[str, Any], keep_last: int
 ) -> Path:
     """Write the weights of `state["step"]`, then the latest model, then the trainer state.
 
@@ -112,12 +114,14 @@ def save_checkpoint(
     that finds no room (disk full) stops with one sentence naming the checkpoint
     that is intact: the previous one until the trainer state names this step.
     """
-    folder = RunFolder(run_dir)
     step = state["step"]
     saved = folder.saved_steps()
     intact = saved[-1] if saved else None  # the step the trainer state names until replaced
     try:
-        atomic_write(folder.step_weights(step), lambda p: save_model(model, str(p)))
+        metadata = folder.weights_metadata()
+        atomic_write(
+            folder.step_weights(step), lambda p: save_model(model, str(p), metadata=metadata)
+        )
         save_pretrained(model, folder.root)
         atomic_write(folder.trainer_state, lambda p: torch.save(state, p))
         intact = step
@@ -129,7 +133,7 @@ def save_checkpoint(
     return folder.step_dir(step)
 
 
-def remove_cut_writes(run_dir: str | Path) -> int:
+def remove_cut_writes(folder: RunFolder) -> int:
     """Remove the temporary files of writes that a crash cut short (kill -9 mid-save) from a
     run folder and its checkpoints; returns how many there were.
 
@@ -138,7 +142,6 @@ def remove_cut_writes(run_dir: str | Path) -> int:
     state) is cleaned, and only the names `atomic_write` gives the files a training writes
     there: a user's own files, beside or below, are not attnkit's to remove.
     """
-    folder = RunFolder(run_dir)
     if not folder.trainer_state.is_file():
         return 0
     # checkpoints/ is the training's own: its step and best folders hold weights alone.
@@ -160,85 +163,59 @@ def remove_cut_writes(run_dir: str | Path) -> int:
     return len(cut)
 
 
-def check_new_run(run_dir: str | Path) -> None:
-    """Refuse to start a new run in `run_dir` when it holds a run (which `--resume`
-    continues) or files that are not one: attnkit never writes over a folder it did not make.
-
-    A run killed before its first checkpoint (a run config, no trainer state) starts again.
-    """
-    folder = RunFolder(run_dir)
-    if folder.trainer_state.exists():
-        raise AttnkitError(
-            f"{folder.root} already holds a run; pass --resume to continue it or choose "
-            "another train.out_dir"
-        )
-    if not folder.root.is_dir() or folder.run_config.exists():
-        return
-    # What a start leaves before it writes the run config: the lock, the fingerprint, and
-    # under torchrun the tokenizer that rank 0 made for the other ranks.
-    own = {folder.lock.name, folder.fingerprint.name, folder.tokenizer.name}
-    if any(path.name not in own for path in folder.root.iterdir()):
-        raise AttnkitError(
-            f"train.out_dir {folder.root} holds files that are not an attnkit run; choose an "
-            "empty or new folder"
-        )
-
-
-def save_best(run_dir: str | Path, model: TransformerModel) -> Path:
+def save_best(folder: RunFolder, model: TransformerModel) -> Path:
+    metadata = folder.weights_metadata()
     return atomic_write(
-        RunFolder(run_dir).best_weights, lambda p: save_model(merged_copy(model), str(p))
+        folder.best_weights, lambda p: save_model(merged_copy(model), str(p), metadata=metadata)
     )
 
 
-def load_trainer_state(run_dir: str | Path) -> dict[str, Any]:
+def load_trainer_state(folder: RunFolder) -> dict[str, Any]:
     """The trainer state of a run folder; weights_only loading, so it runs no pickled code."""
-    path = RunFolder(run_dir).trainer_state
+    path = folder.trainer_state
     if not path.is_file():
+        if trained_files(folder):
+            raise AttnkitError(
+                f"{folder.root} has a trained model but no {path.name} to resume from, so it "
+                "cannot continue; train a new model into another train.out_dir, or in its place "
+                "with --overwrite"
+            )
         raise AttnkitError(
-            f"{run_dir} has no {path.name} to resume from; start a new run without --resume"
+            f"{folder.root} has no {path.name} to resume from; start a new run without --resume"
         )
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        # torch's own message advises weights_only=False, which would run the file's code.
-        raise AttnkitError(
-            f"{path} holds Python objects that attnkit will not unpickle, since unpickling can "
-            "run code; it is not a trainer state attnkit wrote"
-        ) from None
-    except Exception as err:
-        raise AttnkitError(f"{path} cannot be read ({err}); it is not a trainer state") from None
+    return folder.read_trainer_state()
 
 
-def load_checkpoint(run_dir: str | Path, model: TransformerModel) -> dict[str, Any]:
+def load_checkpoint(folder: RunFolder, model: TransformerModel) -> dict[str, Any]:
     """Load the weights of the latest saved step into `model`; return its trainer state."""
-    state = load_trainer_state(run_dir)
-    _load_step(run_dir, model, state["step"])
+    state = load_trainer_state(folder)
+    _load_step(folder, model, state["step"])
     return state
 
 
-def _load_step(run_dir: str | Path, model: TransformerModel, step: int) -> None:
+def _load_step(folder: RunFolder, model: TransformerModel, step: int) -> None:
     """Load the weights saved at `step` into `model`."""
-    weights = RunFolder(run_dir).step_weights(step)
+    weights = folder.step_weights(step)
     if not weights.is_file():
         raise AttnkitError(
-            f"{run_dir} has a trainer state for step {step} but no weights at {weights}; "
+            f"{folder.root} has a trainer state for step {step} but no weights at {weights}; "
             "the run folder is incomplete"
         )
     load_weights(model, weights)
 
 
 def resume(
-    run_dir: str | Path, model: TransformerModel, rank: int, world_size: int, weights: bool = True
+    folder: RunFolder, model: TransformerModel, rank: int, world_size: int, weights: bool = True
 ) -> dict[str, Any]:
     """Load the latest checkpoint into `model` and this rank's RNG state; return the trainer state.
 
     Each rank continues from the RNG state the same rank saved, so a run resumed on as many
     processes continues bit for bit.
     """
-    state = load_trainer_state(run_dir)
-    _check_fits(state["model_config"], model.config, run_dir)
+    state = load_trainer_state(folder)
+    _check_fits(state["model_config"], model.config, folder.root)
     if weights:  # a sharded model takes its weights from `distributed_checkpoint.restore`
-        _load_step(run_dir, model, state["step"])  # the state is read once: the largest file
+        _load_step(folder, model, state["step"])  # the state is read once: the largest file
     rngs = state["rng"]
     if len(rngs) != world_size:
         log.warning(
@@ -251,7 +228,7 @@ def resume(
     return state
 
 
-def _check_fits(saved: dict[str, Any], config: ModelConfig, run_dir: str | Path) -> None:
+def _check_fits(saved: dict[str, Any], config: ModelConfig, run_dir: Path) -> None:
     """Refuse to resume the checkpoint of a model config `saved` with `config`, naming the
     fields that differ."""
     differ = [
@@ -276,7 +253,7 @@ def settings(train: TrainSection, eval: EvalSection) -> dict[str, Any]:
 
 
 def changed_settings(
-    state: dict[str, Any], now: dict[str, Any], run_dir: str | Path
+    state: dict[str, Any], now: dict[str, Any], run_dir: Path
 ) -> dict[str, tuple[Any, Any]]:
     """The settings `now` that differ from those that saved `state`, as {key: (then, now)};
     a change that a resumed run cannot follow is refused, naming the keys."""
@@ -366,15 +343,15 @@ def average_weights(paths: Sequence[str | Path]) -> dict[str, Tensor]:
     return {name: (t / len(paths)).to(dtypes[name]) for name, t in total.items()}
 
 
-def average_last(run_dir: str | Path, n: int) -> list[int]:
+def average_last(folder: RunFolder, n: int) -> list[int]:
     """Write the mean of the last `n` step checkpoints as RUN_DIR/model.safetensors.
 
     Returns the steps averaged (fewer than `n` if fewer were saved).
     """
-    folder = RunFolder(run_dir)
     steps = folder.saved_steps()[-n:]
     if not steps:
         raise AttnkitError(f"{folder.root} has no step checkpoints to average")
     mean = average_weights([folder.step_weights(s) for s in steps])
-    atomic_write(folder.weights, lambda p: save_file(mean, str(p)))
+    metadata = folder.weights_metadata()
+    atomic_write(folder.weights, lambda p: save_file(mean, str(p), metadata=metadata))
     return steps

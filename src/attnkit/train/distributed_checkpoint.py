@@ -38,8 +38,9 @@ from torch.distributed.fsdp import FSDPModule
 
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
-from attnkit.run import RunFolder, read_weights
+from attnkit.run import RunFolder
 from attnkit.train import distributed as dist
+from attnkit.weights import read_weights
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,7 @@ import torch
 from attnkit.embeddings.glove import Glove, count_cooccurrences
 from attnkit.embeddings.word2vec import count_words
 from attnkit.run import RunFolder
-from attnkit.train import checkpoint as ckpt
-from attnkit.train import lock
+from attnkit.train import lock, new_run
 from attnkit.train.run_config import RunConfig
 from attnkit.train.stopping import Stopping, TrainResult
 from attnkit.train.vector_runs import begin, finish, restore_state, save_state
@@ -66,7 +65,7 @@ def train(
     model.shuffle(pairs)
     threads = config.train.threads or torch.get_num_threads()
     stopping = Stopping(config.train.max_minutes, resume_command)
-    check = None if resume else lambda: ckpt.check_new_run(folder.root)
+    check = None if resume else lambda: new_run.check_new_run(folder)
     epochs = config.glove.epochs
     with lock.hold(folder, check=check):
         step = _restore(folder, model) if resume else 0

@@ -1,13 +1,14 @@
 """Metric sinks beyond metrics.jsonl: TensorBoard and Weights & Biases (`train.log_to`).
 
-Rank 0's Trainer hands every record of metrics.jsonl to the sinks that
-`train.log_to` names, as scalars at the record's step under the record's own
-names (`train_loss`, `lr`, `tokens_per_s`, ...; `val_loss`, `val_ppl`, `bleu`,
-...). At each evaluation it adds two pictures: the curves so far
-(`attnkit.viz.plot_curves`) and the model's attention on one held-out example,
-its first `PICTURE_TOKENS` tokens: cross-attention for an encoder-decoder,
-self-attention for a decoder or an encoder. The run config, with the model's
-resolved fields, goes in as hyper-parameters.
+Rank 0's Trainer tells the sinks of its session in one `LogContext` (the run
+folder, the settings, the model, where an example comes from), then hands them
+every record of metrics.jsonl, as scalars at the record's step under the
+record's own names (`train_loss`, `lr`, `tokens_per_s`, ...; `val_loss`,
+`val_ppl`, `bleu`, ...). At each evaluation it adds two pictures: the curves so
+far (`attnkit.viz.plot_curves`) and the model's attention on one held-out
+example, its first `PICTURE_TOKENS` tokens: cross-attention for an
+encoder-decoder, self-attention for a decoder or an encoder. The run config,
+with the model's resolved fields, goes in as hyper-parameters.
 
     RUN_DIR/tensorboard/   event files:  tensorboard --logdir RUN_DIR/tensorboard
     RUN_DIR/wandb/         W&B's run folders, offline unless WANDB_MODE says otherwise
@@ -21,25 +22,24 @@ extras: `pip install 'attnkit[tensorboard]'`, `pip install 'attnkit[wandb]'`.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import logging
 import os
 import tempfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
+from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
-
-if TYPE_CHECKING:
-    from attnkit.data.batch import Batch
-    from attnkit.run import RunFolder
-    from attnkit.train.trainer import Trainer
+from attnkit.models import TransformerModel
+from attnkit.run import RunFolder
+from attnkit.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +70,50 @@ def _import(name: str) -> Any:
         raise AttnkitError(_missing(name)) from None
 
 
+@dataclass(frozen=True)
+class LogContext:
+    """What the sinks are told of one training session (the Trainer hands it over).
+
+    sinks: the names `train.log_to` lists; `project` and `name` are the W&B run's
+        (`train.log_project`, `train.log_name` or else the run folder's name).
+    hparams: the run's settings by section, the model's resolved fields under "model".
+    metric: `eval.metric`, which TensorBoard's HParams dashboard pairs with the losses.
+    start: the step the session goes on from (0 for a new run).
+    model, tokenizer: the model whose attention the pictures draw, and its tokenizer.
+    examples: batches whose first example the attention picture shows (the validation
+        data, or else the training data), None for none.
+    is_main: whether this process is rank 0, the one that logs.
+    """
+
+    folder: RunFolder
+    sinks: tuple[str, ...]
+    project: str
+    name: str
+    hparams: dict[str, dict[str, Any]]
+    metric: str
+    start: int
+    model: TransformerModel
+    tokenizer: Tokenizer | None = None
+    examples: Iterable[Batch] | None = None
+    is_main: bool = True
+
+
 class Loggers:
     """The open sinks of one training session: a TensorBoard `writer` and a W&B `run`, either
     None. The Trainer calls `record` with each record of metrics.jsonl and `evaluated` after
     each evaluation; as a context manager this closes them, marking a W&B run that ended in
     an error as failed."""
 
-    def __init__(self, trainer: Trainer | None = None, writer: Any = None, run: Any = None):
-        self.trainer, self.writer, self.run = trainer, writer, run
+    def __init__(
+        self, context: LogContext | None = None, writer: Any = None, run: Any = None
+    ) -> None:
+        self.context, self.writer, self.run = context, writer, run
         self.example: tuple[list[int], list[int] | None, str] | None = None
-        if trainer is not None:
-            # The validation data's first example; the demo has none, and its training data,
+        if context is not None and context.examples is not None:
+            # The first example; the demo has no validation data, and its training data,
             # drawn afresh from a seed at each pass, gives one without moving the training on.
-            data = trainer.val_data if trainer.val_data is not None else trainer.train_data
-            self.example = _example(next(iter(data), None), trainer.model.config.shape)
+            first = next(iter(context.examples), None)
+            self.example = _example(first, context.model.config.shape)
 
     def __enter__(self) -> Loggers:
         return self
@@ -104,15 +134,15 @@ class Loggers:
         if self.run is not None:
             self.run.log(values, step=step)
 
-    def evaluated(self, step: int) -> None:
-        """Log the curves so far and the attention picture at `step`."""
-        if self.trainer is None:
+    def evaluated(self, step: int, history: list[dict[str, Any]]) -> None:
+        """Log the curves of `history` (metrics.jsonl's records so far) and the attention
+        picture at `step`."""
+        if self.context is None:
             return
         from attnkit.viz import plot_curves
 
         with tempfile.TemporaryDirectory() as tmp:
-            # the trainer's history is metrics.jsonl's records, held in memory
-            curves = plot_curves(self.trainer.history, Path(tmp) / "curves.png")
+            curves = plot_curves(history, Path(tmp) / "curves.png")
             images = {"curves": _pixels(curves)}
             if self.example is not None:
                 images["attention"] = _pixels(self._attention(step, Path(tmp) / "attention.png"))
@@ -127,7 +157,7 @@ class Loggers:
     def _attention(self, step: int, path: Path) -> Path:
         from attnkit.viz import plot_model_attention
 
-        model, tokenizer = self.trainer.model, self.trainer.tokenizer
+        model, tokenizer = self.context.model, self.context.tokenizer
         ids, tgt, kind = self.example
         name = "cross-attention" if kind == "cross" else f"{kind} self-attention"
         device = next(model.parameters()).device
@@ -143,26 +173,18 @@ class Loggers:
         return path
 
 
-def open_for(trainer: Trainer) -> Loggers:
-    """The sinks that the trainer's `train.log_to` names, opened on rank 0 (none elsewhere) in
-    its run folder, to go on from `trainer.step` (0 for a new run)."""
-    c = trainer.train_cfg
-    if not c.log_to or not trainer.dist.is_main:
+def open_for(context: LogContext) -> Loggers:
+    """The sinks that `context.sinks` names, opened on rank 0 (none elsewhere) in its run
+    folder, to go on from `context.start`."""
+    if not context.sinks or not context.is_main:
         return Loggers()
-    start = trainer.step
-    if trainer.run_config is not None:
-        hparams = trainer.run_config.to_dict()
-    else:
-        hparams = {"train": dataclasses.asdict(c), "eval": dataclasses.asdict(trainer.eval_cfg)}
-    hparams["model"] = {**hparams.get("model", {}), **trainer.model.config.to_dict()}
     writer = run = None
-    if "tensorboard" in c.log_to:
-        metrics = ("train_loss", "val_loss", trainer.eval_cfg.metric)
-        writer = _tensorboard(trainer.folder.tensorboard, start, hparams, metrics)
-    if "wandb" in c.log_to:
-        name = c.log_name or trainer.run_dir.resolve().name
-        run = _wandb(trainer.folder, start, hparams, c.log_project, name)
-    return Loggers(trainer, writer, run)
+    if "tensorboard" in context.sinks:
+        metrics = ("train_loss", "val_loss", context.metric)
+        writer = _tensorboard(context.folder.tensorboard, context.start, context.hparams, metrics)
+    if "wandb" in context.sinks:
+        run = _wandb(context)
+    return Loggers(context, writer, run)
 
 
 def _tensorboard(logdir: Path, start: int, hparams: dict, metrics: Iterable[str]) -> Any:
@@ -184,10 +206,11 @@ def _tensorboard(logdir: Path, start: int, hparams: dict, metrics: Iterable[str]
     return writer
 
 
-def _wandb(folder: RunFolder, start: int, hparams: dict, project: str, name: str) -> Any:
+def _wandb(context: LogContext) -> Any:
     wandb = _import("wandb")
+    folder, project, name = context.folder, context.project, context.name
     id_file = folder.wandb / WANDB_ID
-    run_id = id_file.read_text().strip() if start > 0 and id_file.is_file() else None
+    run_id = id_file.read_text().strip() if context.start > 0 and id_file.is_file() else None
     try:
         run = wandb.init(
             project=project,
@@ -205,7 +228,7 @@ def _wandb(folder: RunFolder, start: int, hparams: dict, project: str, name: str
             "WANDB_MODE=offline to keep it on this machine"
         ) from None
     # A resumed session may run under changed settings: they replace the recorded ones.
-    run.config.update(hparams, allow_val_change=True)
+    run.config.update(context.hparams, allow_val_change=True)
     id_file.parent.mkdir(parents=True, exist_ok=True)
     id_file.write_text(run.id)
     where = f"{Path(run.dir).parent}, to upload with wandb sync" if run.offline else run.url

@@ -1,4 +1,4 @@
-"""What a run measures as it trains: the records of its metrics.jsonl.
+"""What a run measures as it trains: the records of its metrics.jsonl, and the [eval] section.
 
 Every `train.log_every` steps, over the steps since the last such record:
 
@@ -23,9 +23,11 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 
+from attnkit.checks import each, non_negative, positive
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
@@ -37,6 +39,44 @@ log = logging.getLogger(__name__)
 Metric = Callable[[TransformerModel], dict[str, float]]
 """An extra validation metric: the model (eval mode, no grad) -> named values; which are better
 lower, as error rates are, is `EvalSection.lower_is_better`'s to say."""
+
+# The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
+# place that says so: `EvalSection.lower_is_better`, which the Trainer's best checkpoint and
+# patience read.
+LOWER_IS_BETTER = ("val_loss", "val_ppl", "per", "wer")
+
+
+@dataclass(frozen=True)
+class EvalSection:
+    """Validation during training.
+
+    every: steps between evaluations (validation loss and perplexity).
+    metric: what picks the best checkpoint and drives early stopping: `val_loss`,
+        `val_ppl`, or a metric a task adds (`bleu`, or the phoneme and word error
+        rates `per` and `wer`, for translation; `exact_match` for the demo). The
+        validation loss and perplexity and the error rates are better lower
+        (`LOWER_IS_BETTER`), the rest higher.
+    patience: evaluations without improvement before stopping; 0 never stops.
+    decode_examples: held-out examples decoded greedily for the task's metric
+        (BLEU on validation pairs for translation, or WER and PER on validation
+        sources with every listed target accepted; exact match for the demo).
+    max_batches: validation batches for the loss; 0 uses them all.
+    """
+
+    every: int = 500
+    metric: str = "val_loss"
+    patience: int = 0
+    decode_examples: int = 200
+    max_batches: int = 0
+
+    def __post_init__(self) -> None:
+        each(positive, "eval", self, "every", "decode_examples")
+        each(non_negative, "eval", self, "patience", "max_batches")
+
+    @property
+    def lower_is_better(self) -> bool:
+        """Whether a smaller `metric` is a better one (a loss, an error rate)."""
+        return self.metric in LOWER_IS_BETTER
 
 
 class Interval:

@@ -22,6 +22,7 @@ the pace so far, so the rate arrives at `min_lr` as the time runs out.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -31,6 +32,9 @@ from torch import nn
 
 from attnkit.errors import AttnkitError
 from attnkit.nn import AbsolutePositions, TokenEmbedding
+from attnkit.train.run_config import TrainSection
+
+log = logging.getLogger(__name__)
 
 EMBEDDINGS = (nn.Embedding, TokenEmbedding, AbsolutePositions)
 
@@ -180,3 +184,28 @@ def build_scheduler(
     makes the first update use the paper's step 1 instead of a wasted zero rate.
     """
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: factor(epoch + 1))
+
+
+def optimization(
+    model: nn.Module, c: TrainSection
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, TimeBudget | None]:
+    """The optimizer, its schedule and (`decay_over = "minutes"`) the time budget that ends
+    the schedule, as the [train] section `c` sets them."""
+    optimizer = build_optimizer(
+        model, c.lr, c.weight_decay, (c.beta1, c.beta2), c.eps, c.decay_embeddings
+    )
+    factor = schedule_factor(c.schedule, lr=c.lr, warmup=c.warmup, steps=c.steps, min_lr=c.min_lr)
+    if c.warmup > c.steps and c.decay_over == "steps":
+        log.warning(
+            "train.warmup %d is longer than the run (train.steps %d): the rate rises to "
+            "%.3g at most, never reaching train.lr %g; lower train.warmup if that is not meant",
+            c.warmup,
+            c.steps,
+            c.lr * factor(c.steps),
+            c.lr,
+        )
+    budget = TimeBudget(60 * c.max_minutes, c.steps) if c.decay_over == "minutes" else None
+    scheduler = build_scheduler(
+        optimizer, factor if budget is None else lambda step: factor(step, budget.last_step(step))
+    )
+    return optimizer, scheduler, budget

@@ -1,7 +1,9 @@
 """A training run's configuration: one TOML file, one frozen dataclass per section.
 
     [model]  a preset and `ModelConfig` fields       [data]  task, corpus, tokenizer, batching
+                                                     (`attnkit.data.section`)
     [train]  optimisation, precision, checkpoints    [eval]  validation, metrics, early stopping
+                                                     (`attnkit.train.metrics`)
     [lora]   low-rank adapters, for fine-tuning a run given as `train.init_from`
     [adapters]  bottleneck adapters (Houlsby), for the same
     [scheduled_sampling]  mixing the decoder's own predictions into its inputs
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,15 +37,17 @@ from attnkit import recipes
 from attnkit.checks import (
     check,
     choice,
+    each,
     finite_fields,
     known,
     lookup,
     non_negative,
     positive,
+    seed_value,
     within,
 )
 from attnkit.config import ModelConfig
-from attnkit.data.datasets import WINDOWS
+from attnkit.data.section import TASKS, DataSection
 from attnkit.devices import parse_device
 from attnkit.embeddings.glove import GloveConfig
 from attnkit.embeddings.word2vec import Word2VecConfig
@@ -52,37 +55,24 @@ from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
 from attnkit.presets import PRESETS
 from attnkit.pretokenize import PretokenizeConfig
-from attnkit.tokenizer import KINDS
 from attnkit.train.activation_checkpointing import MODES as CHECKPOINTING
 from attnkit.train.compilation import MODES as COMPILE_MODES
 from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.loggers import LOGGERS
+from attnkit.train.metrics import EvalSection
 from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
 
-TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec", "glove")
-VECTOR_TASKS = ("word2vec", "glove")  # word vectors, no Transformer: `train/vector_runs.py`
 SCHEDULES = ("inverse-sqrt", "cosine", "linear", "constant")
 DECAY_OVER = ("steps", "minutes")
 DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 PARALLELS = ("ddp", "fsdp")  # how torchrun's ranks hold the model (`attnkit.train.parallel`)
 REDUCE_PRECISIONS = ("fp32", "bf16")
-TOKENIZER_KINDS = KINDS
-# The metrics that are better lower; every other (BLEU, exact match) is better higher. The one
-# place that says so: `EvalSection.lower_is_better`, which the Trainer's best checkpoint and
-# patience read.
-LOWER_IS_BETTER = ("val_loss", "val_ppl", "per", "wer")
 # The ModelConfig fields that the tokenizer sets, which the [model] section may not.
 TOKENIZER_SIZES = ("vocab_size", "src_vocab_size")
-
-
-def _each(rule: Callable[[str, Any], None], section: str, values: Any, *names: str) -> None:
-    """Apply the check `rule` to the keys `names` of one section's `values`."""
-    for name in names:
-        rule(f"{section}.{name}", getattr(values, name))
 
 
 @dataclass(frozen=True)
@@ -110,75 +100,6 @@ class ModelSection:
         """The ModelConfig: preset, then the file's fields, then values the data dictates."""
         base = PRESETS[self.preset] if self.preset else {}
         return ModelConfig.from_dict({**base, **self.overrides, **resolved})
-
-
-@dataclass(frozen=True)
-class DataSection:
-    """What to learn from and how to batch it.
-
-    task: `translation` (encoder-decoder), `language-model` (decoder),
-        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo),
-        `word2vec` or `glove` (word vectors, no Transformer).
-    corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
-        Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
-        corpus its config does not name.
-    data_dir: where known corpora are looked for (then `$ATTNKIT_DATA`, then the cache).
-    src_lang, tgt_lang: the languages (file suffixes, or a dataset's columns) of a
-        translation's source and target; a word2vec run reads both sides' text.
-    train_split, valid_split: the corpus splits trained on and validated on.
-    valid_fraction: the share at the end of a one-file text held out for validation (a
-        language model's or masked LM's corpus).
-    tokenizer, vocab_size: the kind of tokenizer trained on the training text, and its
-        vocabulary's size (a `char` vocabulary is as large as the text needs).
-    lowercase: lowercase both sides before training; `attnkit translate` and `eval` then
-        lowercase their input the same way.
-    max_len: the longest example kept, in tokens a side; longer ones are skipped and counted.
-    source_field, target_field, text_field: a dataset's columns of source, target and running
-        text; unset, the ones named like the languages or `translation`, and `text`.
-    max_tokens: the token budget of one batch for sentence tasks.
-    batch_size: sequences per batch for the language model and the demo.
-    block_size: tokens of context per language-model example.
-    windows: where a language model's training examples lie in the text each epoch
-        (as many as the text has blocks): `random`, each at a fresh random offset, as
-        nanoGPT draws them; `shifted`, the block grid moved by one random offset per
-        epoch; `blocks`, the same blocks every epoch. Validation always reads fixed blocks.
-    mask_prob: share of tokens the masked-LM objective hides (BERT: 0.15).
-    num_workers: processes that prepare batches beside training (torch's DataLoader).
-    """
-
-    task: str = "translation"
-    corpus: str = ""
-    data_dir: str = "../shared/data"
-    src_lang: str = "de"
-    tgt_lang: str = "en"
-    source_field: str = ""
-    target_field: str = ""
-    text_field: str = ""
-    train_split: str = "train"
-    valid_split: str = "val"
-    valid_fraction: float = 0.1
-    tokenizer: str = "bpe"
-    vocab_size: int = 8000
-    lowercase: bool = False
-    max_len: int = 128
-    max_tokens: int = 4096
-    batch_size: int = 64
-    block_size: int = 128
-    windows: str = "random"
-    mask_prob: float = 0.15
-    num_workers: int = 0
-
-    def __post_init__(self) -> None:
-        finite_fields(self, "data")
-        choice("data.task", self.task, TASKS)
-        choice("data.tokenizer", self.tokenizer, TOKENIZER_KINDS)
-        choice("data.windows", self.windows, WINDOWS)
-        _each(positive, "data", self, "vocab_size", "max_len", "max_tokens")
-        _each(positive, "data", self, "batch_size", "block_size")
-        _each(non_negative, "data", self, "num_workers")
-        within("data.valid_fraction", self.valid_fraction, "(0, 1)")
-        within("data.mask_prob", self.mask_prob, "(0, 1)")
-        check(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
 
 
 @dataclass(frozen=True)
@@ -292,10 +213,11 @@ class TrainSection:
         choice("train.parallel", self.parallel, PARALLELS)
         choice("train.reduce_precision", self.reduce_precision, REDUCE_PRECISIONS)
         choice("train.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
-        _each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
-        _each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
-        _each(non_negative, "train", self, "seed", "min_lr", "warmup", "weight_decay", "clip_norm")
-        _each(non_negative, "train", self, "threads", "max_minutes")
+        each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
+        each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
+        seed_value("train.seed", self.seed)
+        each(non_negative, "train", self, "min_lr", "warmup", "weight_decay", "clip_norm")
+        each(non_negative, "train", self, "threads", "max_minutes")
         known("sink", self.log_to, list(LOGGERS), owner="train.log_to")
         check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")
         check(self.beta1 < 1 and 0 < self.beta2 < 1, "train.beta1 and train.beta2 must be < 1")
@@ -321,39 +243,6 @@ class TrainSection:
         )
 
 
-@dataclass(frozen=True)
-class EvalSection:
-    """Validation during training.
-
-    every: steps between evaluations (validation loss and perplexity).
-    metric: what picks the best checkpoint and drives early stopping: `val_loss`,
-        `val_ppl`, or a metric a task adds (`bleu`, or the phoneme and word error
-        rates `per` and `wer`, for translation; `exact_match` for the demo). The
-        validation loss and perplexity and the error rates are better lower
-        (`LOWER_IS_BETTER`), the rest higher.
-    patience: evaluations without improvement before stopping; 0 never stops.
-    decode_examples: held-out examples decoded greedily for the task's metric
-        (BLEU on validation pairs for translation, or WER and PER on validation
-        sources with every listed target accepted; exact match for the demo).
-    max_batches: validation batches for the loss; 0 uses them all.
-    """
-
-    every: int = 500
-    metric: str = "val_loss"
-    patience: int = 0
-    decode_examples: int = 200
-    max_batches: int = 0
-
-    def __post_init__(self) -> None:
-        _each(positive, "eval", self, "every", "decode_examples")
-        _each(non_negative, "eval", self, "patience", "max_batches")
-
-    @property
-    def lower_is_better(self) -> bool:
-        """Whether a smaller `metric` is a better one (a loss, an error rate)."""
-        return self.metric in LOWER_IS_BETTER
-
-
 SECTIONS: dict[str, type] = {
     "model": ModelSection,
     "data": DataSection,
@@ -374,6 +263,14 @@ OPTION_SECTIONS = tuple(name for name in SECTIONS if name != "model")
 
 @dataclass(frozen=True)
 class RunConfig:
+    """One training run: a frozen section for each TOML table (`SECTIONS`), each key with a
+    default and a check; read by `load` (a file and `--set` overrides), written back by
+    `to_toml` into the run folder, so a run records what it was trained with.
+
+    The rules that span sections (a task's model shape and metric, the run folder) are
+    checked by `attnkit.train.validate`.
+    """
+
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     train: TrainSection = field(default_factory=TrainSection)

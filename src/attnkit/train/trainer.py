@@ -1,4 +1,6 @@
-"""The training loop: one `Trainer` for the three model shapes.
+"""The training loop: one `Trainer` for the three model shapes (over 400 lines: its set-up,
+steps, evaluations, saves and resume share the one state of a run; what stands alone lives
+beside it, in the modules named at the end).
 
 One optimizer step (section 5):
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +51,18 @@ from attnkit.nn.moe import take_dropped_tokens
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
-from attnkit.train import distributed_checkpoint, lock, loggers
+from attnkit.train import distributed_checkpoint, lock, loggers, new_run
 from attnkit.train.activation_checkpointing import apply_activation_checkpointing
 from attnkit.train.compilation import compile_mode
 from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.loss_watch import LossWatch
 from attnkit.train.metrics import Interval, Metric, validate
 from attnkit.train.objectives import Objective, objective_for
-from attnkit.train.optim import TimeBudget, build_optimizer, build_scheduler, schedule_factor
+from attnkit.train.optim import optimization
 from attnkit.train.parallel import Parallel
 from attnkit.train.precision import training_precision
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
-from attnkit.train.stopping import STOP_SIGNALS, Stopping, TrainResult
+from attnkit.train.stopping import STOP_SIGNALS, BestMetric, Stopping, TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +113,8 @@ class Trainer:
         self.tokenizer, self.run_config = tokenizer, run_config
         self.step = self.epoch = self.position = 0
         self.saved_step: int | None = None  # of the last checkpoint in the run folder
-        self.best: float | None = None
-        self.bad_evals = 0
+        e = self.eval_cfg
+        self.best = BestMetric(e.lower_is_better, e.patience)  # eval.metric's, for patience
         self.history: list[dict[str, Any]] = []
         c = self.train_cfg
         self.stopping = Stopping(c.max_minutes, resume_command)
@@ -141,15 +144,18 @@ class Trainer:
             )
         self.device = resolve_device(c.device, self.dist.local_rank)
         self.parallel = Parallel(c, self.dist, self.device, self.precision)
-        check = None if resume else lambda: ckpt.check_new_run(self.run_dir)
+        check = None if resume else lambda: new_run.check_new_run(self.folder)
         with lock.hold(self.folder, is_main=self.dist.is_main, check=check):
             self._prepare(resume)
-            with self.stopping.on_signals(lambda: self.step), loggers.open_for(self) as self.sinks:
+            sinks = loggers.open_for(self._log_context())
+            with self.stopping.on_signals(lambda: self.step), sinks as self.sinks:
                 stopped = self._loop()
             self._finish(stopped)
         whole = self.parallel.consolidated(self.model)
         model = self.model if whole is None else whole
-        return TrainResult(model.eval(), self.step, stopped, self.run_dir, self.history, self.best)
+        return TrainResult(
+            model.eval(), self.step, stopped, self.run_dir, self.history, self.best.best
+        )
 
     def evaluate(self) -> dict[str, float]:
         """Validation loss and perplexity over `val_data`, plus the extra metrics."""
@@ -173,7 +179,7 @@ class Trainer:
         """The optimizer, schedule and scaler, a new run's folder or the saved state, and the
         model that runs forward (checkpointed, sharded or DDP, compiled)."""
         c = self.train_cfg
-        if self.dist.is_main and (cut := ckpt.remove_cut_writes(self.run_dir)):
+        if self.dist.is_main and (cut := ckpt.remove_cut_writes(self.folder)):
             log.info("removed %d temporary files of saves cut short in %s", cut, self.run_dir)
         if self.device.type == "cpu" and c.reuse_freed_memory:
             reuse_freed_memory()
@@ -181,18 +187,7 @@ class Trainer:
         self.model.to(self.device)
         apply_activation_checkpointing(self.model, c.activation_checkpointing)
         self.parallel.shard(self.model)  # before the optimizer, which then updates the shards
-        self.optimizer = build_optimizer(
-            self.model, c.lr, c.weight_decay, (c.beta1, c.beta2), c.eps, c.decay_embeddings
-        )
-        factor = schedule_factor(
-            c.schedule, lr=c.lr, warmup=c.warmup, steps=c.steps, min_lr=c.min_lr
-        )
-        budget = TimeBudget(60 * c.max_minutes, c.steps) if c.decay_over == "minutes" else None
-        self.budget = budget
-        self.scheduler = build_scheduler(
-            self.optimizer,
-            factor if budget is None else lambda step: factor(step, budget.last_step(step)),
-        )
+        self.optimizer, self.scheduler, self.budget = optimization(self.model, c)
         self.scaler = torch.amp.GradScaler(
             "cuda", enabled=self.precision == "fp16" and self.device.type == "cuda"
         )
@@ -219,10 +214,11 @@ class Trainer:
 
     def _resume(self) -> None:
         info, sharded = self.dist, self.parallel.sharded
-        state = ckpt.resume(self.run_dir, self.model, info.rank, info.world_size, not sharded)
+        state = ckpt.resume(self.folder, self.model, info.rank, info.world_size, not sharded)
         self.model.to(self.device)
         now = ckpt.settings(self.train_cfg, self.eval_cfg)
         changes = ckpt.changed_settings(state, now, self.run_dir)
+        data_changes = self._data_changes()  # before the run config is recorded anew
         ckpt.restore_optimization(
             state,
             self.optimizer,
@@ -235,16 +231,38 @@ class Trainer:
         )
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.saved_step = self.step
-        self.best, self.bad_evals = state["best"], state["bad_evals"]
-        if "eval.metric" in changes:
-            self.best, self.bad_evals = None, 0  # the best so far was by another metric
+        if "eval.metric" not in changes:  # else the best so far was by another metric
+            self.best.best, self.best.bad_evals = state["best"], state["bad_evals"]
         if self.dist.is_main:
             # Records written after the checkpoint belong to steps that will run again.
             self.history = [r for r in self.folder.read_metrics() if r["step"] <= self.step]
             self.folder.write_metrics(self.history)
             self._record_run_config()  # the settings the run goes on with
+        changes = {**changes, **data_changes}
         changed = f" with changed settings: {ckpt.describe(changes)}" if changes else ""
         log.info("resumed %s at step %d%s", self.run_dir, self.step, changed)
+
+    def _log_context(self) -> loggers.LogContext:
+        """What the sinks of `train.log_to` are told of this session."""
+        c, e = self.train_cfg, self.eval_cfg
+        run = self.run_config
+        hparams = run.to_dict() if run else {"train": asdict(c), "eval": asdict(e)}
+        hparams["model"] = {**hparams.get("model", {}), **self.model.config.to_dict()}
+        name = c.log_name or self.run_dir.resolve().name
+        examples = self.val_data if self.val_data is not None else self.train_data
+        return loggers.LogContext(
+            self.folder, c.log_to, c.log_project, name, hparams, e.metric, self.step,
+            self.model, self.tokenizer, examples, self.dist.is_main,
+        )  # fmt: skip
+
+    def _data_changes(self) -> dict[str, tuple[Any, Any]]:
+        """The [data] keys that differ from the run config the run was saved with: the corpus
+        and its batches are read anew, so they apply, and are listed with the other changes."""
+        if self.run_config is None:
+            return {}
+        then = self.folder.data_defaults()
+        now = asdict(self.run_config.data)
+        return {f"data.{k}": (v, now[k]) for k, v in then.items() if k in now and v != now[k]}
 
     def _record_run_config(self) -> None:
         if self.run_config is not None:
@@ -376,25 +394,18 @@ class Trainer:
         self.watch.check(self.run_dir, self.saved_step)
         result = self.evaluate()
         self._record({"step": self.step, "minutes": round(self.stopping.minutes, 2), **result})
-        self.sinks.evaluated(self.step)
+        self.sinks.evaluated(self.step, self.history)
         if e.metric not in result:
             raise AttnkitError(
                 f"eval.metric {e.metric!r} is not computed by this run; choose one of "
                 f"{', '.join(result)}"
             )
-        value = result[e.metric]
         log.info("step %d  %s", self.step, "  ".join(f"{k} {v:.4g}" for k, v in result.items()))
-        better = self.best is None or (
-            value < self.best if e.lower_is_better else value > self.best
-        )
-        if better:
-            self.best, self.bad_evals = value, 0
+        if self.best.update(result[e.metric]):
             whole = self.parallel.consolidated(self.model)  # FSDP: every rank gathers
             if self.dist.is_main:
-                ckpt.save_best(self.run_dir, whole)
-        else:
-            self.bad_evals += 1
-        if e.patience and self.bad_evals >= e.patience:
+                ckpt.save_best(self.folder, whole)
+        if self.best.exhausted:
             log.info("early stop: no better %s in %d evaluations", e.metric, e.patience)
             return "early-stopped"
         return None
@@ -420,13 +431,13 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
                 "rng": rngs,
-                "best": self.best,
-                "bad_evals": self.bad_evals,
+                "best": self.best.best,
+                "bad_evals": self.best.bad_evals,
                 "model_config": self.model.config.to_dict(),
                 "world_size": self.dist.world_size,
                 "settings": ckpt.settings(self.train_cfg, self.eval_cfg),
             }
-            ckpt.save_checkpoint(self.run_dir, whole, state, self.train_cfg.keep_last)
+            ckpt.save_checkpoint(self.folder, whole, state, self.train_cfg.keep_last)
             log.debug("saved step %d to %s", self.step, self.run_dir)
         self.saved_step = self.step
 
@@ -434,7 +445,7 @@ class Trainer:
         n = self.train_cfg.average_last
         if self.dist.is_main and stopped not in STOP_SIGNALS.values():
             if n > 1:
-                steps = ckpt.average_last(self.run_dir, n)
+                steps = ckpt.average_last(self.folder, n)
                 log.info("model.safetensors is the mean of the checkpoints of steps %s", steps)
             if self.history:
                 from attnkit.viz import plot_curves

@@ -17,12 +17,13 @@ from attnkit.config import ModelConfig
 from attnkit.data import CORPORA
 from attnkit.data.hf_datasets import is_dataset
 from attnkit.data.reverse import BOS, EOS, VOCAB
+from attnkit.data.section import VECTOR_TASKS
 from attnkit.devices import resolve_device
 from attnkit.files import nearest_folder
 from attnkit.run import RunFolder
-from attnkit.tokenizer import PHRASE_KINDS
+from attnkit.tokenizer_training import PHRASE_KINDS
 from attnkit.train.loggers import check_installed
-from attnkit.train.run_config import VECTOR_TASKS, RunConfig
+from attnkit.train.run_config import RunConfig
 
 SHAPE_OF_TASK = {
     "translation": "encoder-decoder",

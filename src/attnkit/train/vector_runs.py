@@ -22,8 +22,7 @@ from attnkit.errors import AttnkitError
 from attnkit.files import atomic_write
 from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder
-from attnkit.train import checkpoint as ckpt
-from attnkit.train import lock
+from attnkit.train import lock, new_run
 from attnkit.train.run_config import RunConfig
 from attnkit.train.validate import validate
 from attnkit.train.vector_text import pretokenizer_for
@@ -48,7 +47,7 @@ def begin(config: RunConfig, resume: bool) -> tuple[RunFolder, Pretokenizer | No
     folder = RunFolder(config.train.out_dir)
     lock.check_free(folder)
     if not resume:
-        ckpt.check_new_run(folder.root)
+        new_run.check_new_run(folder)
     return folder, pretokenizer_for(config)
 
 
@@ -80,7 +79,7 @@ def restore_state(folder: RunFolder, task: str, model: VectorModel) -> dict[str,
         raise AttnkitError(
             f"{folder.root} holds no {task} run to resume; start it without --resume"
         )
-    state = torch.load(folder.trainer_state, weights_only=True)
+    state = folder.read_trainer_state()
     if state.get("task") != task:
         other = f"a {state['task']} run" if state.get("task") else "a Transformer's run"
         raise AttnkitError(

@@ -19,11 +19,12 @@ from pathlib import Path
 
 from attnkit.data import CORPORA
 from attnkit.data.hf_datasets import is_dataset
+from attnkit.data.section import DataSection
 from attnkit.data.sources import corpus_text, text_lines
 from attnkit.errors import AttnkitError
 from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder
-from attnkit.train.run_config import DataSection, RunConfig
+from attnkit.train.run_config import RunConfig
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,7 @@ import torch
 
 from attnkit.embeddings.word2vec import Progress, Word2Vec, count_words
 from attnkit.run import RunFolder
-from attnkit.train import checkpoint as ckpt
-from attnkit.train import lock
+from attnkit.train import lock, new_run
 from attnkit.train.run_config import RunConfig
 from attnkit.train.stopping import Stopping, TrainResult
 from attnkit.train.vector_runs import begin, finish, restore_state, save_state
@@ -58,7 +57,7 @@ def train(
     chunks = list(model.chunks(corpus, CHUNK_WORDS))
     threads = config.train.threads or torch.get_num_threads()
     stopping = Stopping(config.train.max_minutes, resume_command)
-    check = None if resume else lambda: ckpt.check_new_run(folder.root)
+    check = None if resume else lambda: new_run.check_new_run(folder)
     with lock.hold(folder, check=check):
         step = _restore(folder, model) if resume else 0
         folder.write_run_config(config.to_toml())

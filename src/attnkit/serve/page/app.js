@@ -4,6 +4,11 @@
 
 const $ = (id) => document.getElementById(id);
 const state = { models: {}, view: null };
+const KIND_NAMES = { cross: "cross-attention", encoder: "encoder self-attention", decoder: "decoder self-attention" };
+const POSITIONALS = {
+  sinusoidal: "the sinusoidal encoding", learned: "a learned table", rope: "RoPE (rotary)",
+  xpos: "xPos (rotary with decay)", alibi: "ALiBi (a linear bias)", none: "none",
+};
 
 function status(text, error = false) {
   $("status").textContent = text;
@@ -40,7 +45,7 @@ async function streamed(path, body, onText) {
       if (line === "[DONE]") return;
       const chunk = JSON.parse(line);
       if (chunk.error) throw new Error(chunk.error.message);
-      onText(chunk.choices[0].text, chunk.choices[0].finish_reason);
+      if (chunk.choices.length) onText(chunk.choices[0].text);
     }
   }
 }
@@ -56,15 +61,28 @@ function options() {
   };
 }
 
+// What a view shows goes when what it showed does: a new model, a failed run, an empty text.
+function clearView() {
+  state.view = null;
+  $("inside").hidden = true;
+}
+
 async function run() {
   const model = $("model").value;
-  const shape = state.models[model];
+  const card = state.models[model];
   const text = $("text").value;
-  const o = options();
   const out = $("result");
   out.textContent = "";
   out.className = "";
   delete out.dataset.done;
+  clearView();
+  if (!card) return;
+  if (!text.trim()) {
+    status("type a text first", true);
+    return;
+  }
+  const shape = card.shape;
+  const o = options();
   $("go").disabled = true;
   status("running…");
   try {
@@ -83,6 +101,7 @@ async function run() {
         : { model, texts: [text], sample, temperature: o.temperature, top_p: o.top_p, max_new_tokens: o.max_tokens, stream: true };
       await streamed(shape === "decoder" ? "/v1/completions" : "/v1/translate", body, (piece) => {
         out.textContent += piece;
+        out.scrollTop = out.scrollHeight;  // a long output keeps its newest text in sight
       });
     }
     // the attention of what is shown: the output, as it came (an encoder has none)
@@ -90,6 +109,7 @@ async function run() {
     out.dataset.done = "yes";
     status("done");
   } catch (error) {
+    clearView();
     out.textContent = error.message;
     out.className = "error";
     status("failed", true);
@@ -99,11 +119,19 @@ async function run() {
 }
 
 async function lookInside(model, text, output) {
-  state.view = await (await post("/v1/attention", { model, text, output })).json();
-  const kinds = Object.keys(state.view.attention);
-  fill($("kind"), kinds.map((k) => [k, { encoder: "encoder self-attention", decoder: "decoder self-attention", cross: "cross-attention" }[k]]));
-  kindChanged();
+  const view = await (await post("/v1/attention", { model, text, output })).json();
+  state.view = view;
+  // a translation opens on what links it to its source: cross-attention first
+  const kinds = Object.keys(view.attention).sort((a, b) => (a === "cross" ? -1 : b === "cross" ? 1 : 0));
+  fill($("kind"), kinds.map((k) => [k, KIND_NAMES[k]]));
+  const shown = view.tokens.queries.length, total = view.total.queries;
+  const keys = view.tokens.keys.length, totalKeys = view.total.keys;
+  const cut = [];
+  if (total > shown) cut.push(`the first ${shown} of ${total} output tokens`);
+  if (totalKeys > keys && view.attention.cross) cut.push(`the first ${keys} of ${totalKeys} source tokens`);
+  $("view-note").textContent = cut.length ? `This view shows ${cut.join(" and ")}.` : "";
   $("inside").hidden = false;
+  kindChanged();
 }
 
 function fill(select, pairs) {
@@ -117,12 +145,19 @@ function kindChanged() {
   draw();
 }
 
-// The (queries, keys) tokens of an attention: self-attention reads its own side.
+// The (queries, keys) of an attention as words: self-attention reads its own side.
 function axes(kind) {
-  const t = state.view.tokens;
+  const t = state.view.labels;
   if (kind === "encoder") return [t.keys, t.keys];
   if (kind === "decoder") return [t.queries, t.queries];
   return [t.queries, t.keys];
+}
+
+function axisNames(kind) {
+  const card = state.models[state.view.model] || {};
+  if (kind === "cross") return ["the translation's tokens", "the source's tokens"];
+  if (kind === "encoder") return card.shape === "encoder-decoder" ? ["the source", "the source"] : ["the text", "the text"];
+  return ["the text and its continuation", "the tokens before each"];
 }
 
 function matrix() {
@@ -133,17 +168,21 @@ function matrix() {
 }
 
 function draw() {
-  const [queries, keys] = axes($("kind").value);
+  const kind = $("kind").value;
+  const [queries, keys] = axes(kind);
   const weights = matrix();
   drawLines(queries, keys, weights);
-  drawHeat(queries, keys, weights);
+  drawHeat(queries, keys, weights, axisNames(kind));
 }
+
+const short = (text) => (text.length > 14 ? `${text.slice(0, 13)}…` : text);
 
 function drawLines(queries, keys, weights) {
   const svg = $("lines");
   const ns = "http://www.w3.org/2000/svg";
-  const gap = 20, left = 130, right = 330;
-  svg.setAttribute("width", right + 130);
+  const width = Math.max(280, Math.min(460, document.querySelector("main").clientWidth - 8));
+  const gap = 20, left = Math.round(width * 0.3), right = Math.round(width * 0.7);
+  svg.setAttribute("width", width);
   svg.setAttribute("height", gap * Math.max(queries.length, keys.length) + 20);
   svg.replaceChildren();
   const lines = [];
@@ -158,17 +197,25 @@ function drawLines(queries, keys, weights) {
     lines.push(line);
     svg.appendChild(line);
   }));
+  let pinned = null;
+  const only = (node, side, index) => {
+    svg.querySelectorAll("text.on").forEach((t) => t.classList.remove("on"));
+    if (node === null) {
+      lines.forEach((l) => { l.style.visibility = "visible"; });
+      return;
+    }
+    node.classList.add("on");
+    lines.forEach((l) => { l.style.visibility = l.dataset[side] === String(index) ? "visible" : "hidden"; });
+  };
   const label = (text, x, y, anchor, side, index) => {
     const node = document.createElementNS(ns, "text");
-    node.textContent = text;
+    node.textContent = short(text);
     Object.entries({ x, y, "text-anchor": anchor }).forEach(([a, v]) => node.setAttribute(a, v));
-    node.addEventListener("mouseenter", () => {
-      node.classList.add("on");
-      lines.forEach((l) => { l.style.visibility = l.dataset[side] === String(index) ? "visible" : "hidden"; });
-    });
-    node.addEventListener("mouseleave", () => {
-      node.classList.remove("on");
-      lines.forEach((l) => { l.style.visibility = "visible"; });
+    node.addEventListener("mouseenter", () => only(node, side, index));
+    node.addEventListener("mouseleave", () => only(pinned && pinned.node, pinned && pinned.side, pinned && pinned.index));
+    node.addEventListener("click", () => {  // a tap keeps its lines until the next tap
+      pinned = pinned && pinned.node === node ? null : { node, side, index };
+      only(pinned && node, side, index);
     });
     svg.appendChild(node);
   };
@@ -176,31 +223,43 @@ function drawLines(queries, keys, weights) {
   keys.forEach((t, k) => label(t, right, 19 + k * gap, "start", "k", k));
 }
 
-function drawHeat(queries, keys, weights) {
+function drawHeat(queries, keys, weights, [rows, columns]) {
   const canvas = $("heat");
-  const cell = 22, margin = 90;
-  canvas.width = margin + cell * keys.length + 10;
-  canvas.height = margin + cell * queries.length + 10;
   const g = canvas.getContext("2d");
-  g.font = "12px system-ui, sans-serif";
+  // cells fill the width, but never below 12 px: a label (2 px smaller) stays readable and
+  // apart from its neighbours, and a wider map scrolls in its frame
+  const fits = Math.floor((document.querySelector("main").clientWidth - 80) / Math.max(keys.length, 1));
+  const cell = Math.max(12, Math.min(22, fits));
+  const font = `${Math.min(12, cell - 2)}px system-ui, sans-serif`;
+  g.font = font;
+  // room for the longest label on each side, no more
+  const widest = (labels) => Math.max(...labels.map((t) => g.measureText(short(t)).width), 10);
+  const left = Math.ceil(widest(queries)) + 8, top = Math.ceil(widest(keys)) + 8;
+  canvas.width = left + cell * keys.length + 10;
+  canvas.height = top + cell * queries.length + 10;
+  g.font = font;  // a resized canvas forgets its font
   g.clearRect(0, 0, canvas.width, canvas.height);
-  const top = weights.reduce((m, row) => row.reduce((a, w) => Math.max(a, w), m), 1e-9);
+  const most = weights.reduce((m, row) => row.reduce((a, w) => Math.max(a, w), m), 1e-9);
   weights.forEach((row, q) => row.forEach((w, k) => {
-    const v = w / top;  // white to dark blue
+    const v = w / most;  // white to navy, as the scale under the map
     g.fillStyle = `rgb(${Math.round(255 - 226 * v)}, ${Math.round(255 - 202 * v)}, ${Math.round(255 - 168 * v)})`;
-    g.fillRect(margin + k * cell, margin + q * cell, cell - 1, cell - 1);
+    g.fillRect(left + k * cell, top + q * cell, cell - 1, cell - 1);
   }));
   g.fillStyle = "#1d232a";
   g.textAlign = "right";
-  queries.forEach((t, q) => g.fillText(t, margin - 4, margin + q * cell + 15));
+  const middle = Math.min(cell, 22) * 0.7;
+  queries.forEach((t, q) => g.fillText(short(t), left - 4, top + q * cell + middle));
   keys.forEach((t, k) => {
     g.save();
-    g.translate(margin + k * cell + 15, margin - 4);
+    g.translate(left + k * cell + middle, top - 4);
     g.rotate(-Math.PI / 2);
     g.textAlign = "left";
-    g.fillText(t, 0, 0);
+    g.fillText(short(t), 0, 0);
     g.restore();
   });
+  $("heat-rows").textContent = `rows: queries, ${rows}`;
+  $("heat-columns").textContent = `columns: keys, ${columns}`;
+  $("heat-max").textContent = most.toFixed(2);
 }
 
 async function loadModels() {
@@ -211,17 +270,40 @@ async function loadModels() {
   }
   const reply = await response.json();
   state.models = {};
-  reply.data.forEach((m) => { state.models[m.id] = m.shape; });
+  reply.data.forEach((m) => { state.models[m.id] = m; });
   fill($("model"), reply.data.map((m) => [m.id, m.id]));
-  shapeShown();
+  modelChanged();
   status(`${reply.data.length} model(s)`);
 }
 
-function shapeShown() {
-  $("shape").textContent = state.models[$("model").value] || "";
+// Only the controls that apply: an encoder has no decoding; beam search is a translation's.
+function modelChanged() {
+  const card = state.models[$("model").value];
+  const out = $("result");
+  out.textContent = "";
+  out.className = "";
+  clearView();
+  if (!card) return;
+  $("shape").textContent = card.shape;
+  document.querySelectorAll("#options .generates").forEach((node) => { node.hidden = card.shape === "encoder"; });
+  const beam = $("decoding").querySelector("option[value=beam]");
+  beam.hidden = beam.disabled = card.shape !== "encoder-decoder";
+  if (beam.disabled && $("decoding").value === "beam") $("decoding").value = "greedy";
+  $("go").textContent = card.shape === "encoder" ? "Embed" : card.shape === "decoder" ? "Continue" : "Translate";
+  $("positions-title").textContent = `Positions: ${POSITIONALS[card.positional] || card.positional}`;
+  $("pe").src = `/positions.png?model=${encodeURIComponent(card.id)}`;
+  decodingChanged();
 }
 
-$("model").addEventListener("change", shapeShown);
+function decodingChanged() {
+  const card = state.models[$("model").value];
+  const how = card && card.shape !== "encoder" ? $("decoding").value : "";
+  document.querySelectorAll("#options .when-beam").forEach((node) => { node.hidden = how !== "beam"; });
+  document.querySelectorAll("#options .when-sample").forEach((node) => { node.hidden = how !== "sample"; });
+}
+
+$("model").addEventListener("change", modelChanged);
+$("decoding").addEventListener("change", decodingChanged);
 $("key").addEventListener("change", () => loadModels().catch((e) => status(e.message, true)));
 $("go").addEventListener("click", run);
 $("kind").addEventListener("change", kindChanged);

@@ -1,0 +1,138 @@
+"""A request's outputs on the scheduler, as the event loop sees them: events as they come
+(for a stream), or each output whole (for an answer), within the request's time limit.
+
+A request of p prompts and n outputs each has outputs p * n, indexed prompt by
+prompt as OpenAI's choices are. Greedy outputs of one prompt are all the same,
+so one is decoded and its events are copied to the n indexes. When the request
+ends early (the client gone, the time up), its outputs leave the batch at the
+next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnkit.serve.errors import ServeError
+from attnkit.serve.sampler import Sampling
+from attnkit.serve.scheduler import Scheduler
+from attnkit.serve.sequence import Event, Failed, Finish, Piece, Sequence, Token
+
+
+@dataclass
+class Output:
+    """One output, whole: its text, how it ended, its tokens (with log-probabilities if
+    asked) and the tokens its prompt and it hold."""
+
+    index: int
+    text: str = ""
+    reason: str | None = None
+    tokens: list[Token] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def mean_logprob(self) -> float:
+        values = [t.logprob for t in self.tokens if t.logprob is not None]
+        return sum(values) / len(values) if values else 0.0
+
+
+class Outputs:
+    """The outputs of one request: `events` or `collect` them; `cancel` drops them."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        model: Any,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        n: int = 1,
+    ) -> None:
+        self.n = n
+        self.copies = n if sampling.greedy else 1  # indexes each decoded output stands for
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def emit(event: Event) -> None:
+            loop.call_soon_threadsafe(self.queue.put_nowait, event)
+
+        per_prompt = n // self.copies
+        self.sequences = [
+            Sequence(model, prompt, sampling, emit, index=(i * n + j * self.copies))
+            for i, prompt in enumerate(prompts)
+            for j in range(per_prompt)
+        ]
+        self.scheduler = scheduler
+        scheduler.add(self.sequences)
+
+    @property
+    def count(self) -> int:
+        """The outputs the request gets (its choices)."""
+        return len(self.sequences) * self.copies
+
+    async def events(self, timeout_s: float) -> AsyncIterator[Event]:
+        """Each event of every output, copied to the indexes it stands for, until all have
+        ended; 504 when one waits longer than `timeout_s`, 500 when decoding fails."""
+        open_ = len(self.sequences)
+        try:
+            while open_:
+                try:
+                    event = await asyncio.wait_for(self.queue.get(), timeout_s)
+                except asyncio.TimeoutError:
+                    raise ServeError(
+                        504, f"the next token took longer than {timeout_s:g} s.", code="timeout"
+                    ) from None
+                if isinstance(event, Failed):
+                    raise ServeError(
+                        500,
+                        f"decoding failed ({type(event.error).__name__}: {event.error}).",
+                        code="internal_error",
+                    )
+                if isinstance(event, Finish):
+                    open_ -= 1
+                for k in range(self.copies):
+                    yield _moved(event, event.index + k)
+        finally:
+            self.cancel()
+
+    async def collect(self, timeout_s: float) -> list[Output]:
+        """Every output, whole, once all have ended, within `timeout_s` in all."""
+        outputs = [Output(i) for i in range(self.count)]
+
+        async def gather() -> None:
+            async for event in self.events(timeout_s):
+                out = outputs[event.index]
+                if isinstance(event, Piece):
+                    out.text += event.text
+                    out.tokens += event.tokens
+                elif isinstance(event, Finish):
+                    out.reason = event.reason
+                    out.prompt_tokens = event.prompt_tokens
+                    out.completion_tokens = event.completion_tokens
+
+        try:
+            await asyncio.wait_for(gather(), timeout_s)
+        except asyncio.TimeoutError:
+            raise ServeError(
+                504, f"the result took longer than {timeout_s:g} s.", code="timeout"
+            ) from None
+        finally:
+            self.cancel()
+        return outputs
+
+    def cancel(self) -> None:
+        """Let the outputs still decoding leave the batch at the next step."""
+        for sequence in self.sequences:
+            sequence.cancelled = True
+
+
+def _moved(event: Event, index: int) -> Event:
+    if event.index == index:
+        return event
+    if isinstance(event, Piece):
+        return Piece(index, event.text, event.tokens)
+    if isinstance(event, Finish):
+        return Finish(index, event.reason, event.prompt_tokens, event.completion_tokens)
+    return event

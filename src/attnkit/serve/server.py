@@ -1,0 +1,195 @@
+"""A server's state, which every route reaches through a dependency (`server`): the models by
+name, the settings, the scheduler and the batcher, the metrics, and the checks that turn
+a request's texts into the ids a model reads.
+
+Request text is tokenized on a worker thread, never on the event loop, so a long
+text delays only its own request; its length is checked against the server's
+`max_input_tokens` and the model's `max_len` before any decoding starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from attnkit.checks import with_article
+from attnkit.serve.batching import Batcher
+from attnkit.serve.errors import ServeError, invalid
+from attnkit.serve.metrics import Metrics
+from attnkit.serve.runs import Served
+from attnkit.serve.scheduler import Scheduler
+from attnkit.serve.settings import ServeSettings
+
+
+class Server:
+    """Everything a request needs, made once per app (`create_app`)."""
+
+    def __init__(self, served: Sequence[Served], settings: ServeSettings) -> None:
+        self.settings = settings
+        self.models = {s.name: s for s in served}
+        self.metrics = metrics = Metrics()
+        self.scheduler = Scheduler(settings.max_batch, on_first_token=metrics.first_token.observe)
+        # a batch key: (work function, model, options); the function does the batch
+        self.batcher = Batcher(
+            lambda key, items: key[0](key[1], key[2], items),
+            settings.batch_wait_ms,
+            settings.max_batch,
+            self.scheduler,
+        )
+        self.in_flight = 0
+        self.draining = False  # set at shutdown: not ready any more
+        self.started = time.time()
+        scheduler = self.scheduler
+        metrics.gauge("attnkit_queue_length", "Outputs waiting to join.", lambda: scheduler.queued)
+        metrics.gauge("attnkit_running_rows", "Rows decoding.", lambda: scheduler.running)
+        metrics.gauge("attnkit_decode_steps_total", "Decoding steps run.", lambda: scheduler.steps)
+        metrics.gauge(
+            "attnkit_generation_tokens_per_second",
+            "Tokens chosen a second over the last 10 s.",
+            lambda: metrics.rate(scheduler.tokens),
+        )
+        metrics.gauge("attnkit_batches_total", "Batches of work run.", lambda: self.batcher.batches)
+        metrics.gauge(
+            "attnkit_batched_requests_total", "Items those held.", lambda: self.batcher.items
+        )
+        metrics.gauge(
+            "attnkit_requests_in_flight", "/v1 requests being answered.", lambda: self.in_flight
+        )
+
+    def model(self, name: str, shapes: tuple[str, ...] | None, endpoint: str) -> Served:
+        """The served model `name`, refused if unknown or not of one of `shapes`."""
+        if name not in self.models:
+            raise ServeError(
+                404,
+                f"no model {name!r}; this server has {', '.join(self.models)}.",
+                param="model",
+                code="model_not_found",
+            )
+        served = self.models[name]
+        if shapes is not None and served.shape not in shapes:
+            needs = " or ".join(with_article(s) for s in shapes)
+            raise invalid(
+                "model",
+                f"{endpoint} needs {needs} model, but {name!r} is "
+                f"{with_article(served.shape)} one.",
+                code="model_not_supported",
+            )
+        return served
+
+    def texts(
+        self, value: str | list[str] | list[int] | list[list[int]], param: str, empty: bool = True
+    ) -> list[str] | list[list[int]]:
+        """The texts (or token-id lists) of a request field, 1 to `max_texts` of them.
+
+        Where a request's text enters: every endpoint reads the texts this returns (prompts,
+        inputs, sources, the attention view's text) from here, so a run's own preparation of
+        its input (as `attnkit translate` reads it) belongs here, once."""
+        if isinstance(value, str):
+            texts: list[Any] = [value]
+        elif value and all(isinstance(x, int) for x in value):
+            texts = [value]  # one prompt given as ids
+        else:
+            texts = list(value)
+        limit = self.settings.max_texts
+        if not texts or len(texts) > limit:
+            raise invalid(param, f"{param} must hold 1 to {limit} texts, not {len(texts)}.")
+        for i, text in enumerate(texts):
+            blank = not text.strip() if isinstance(text, str) else not text
+            if blank and not empty:
+                raise invalid(param, f"{param} {i} is empty.")
+        return texts
+
+    async def encode(
+        self,
+        served: Served,
+        texts: list[str] | list[list[int]],
+        param: str,
+        truncate: bool = False,
+        what: str | None = None,
+    ) -> list[list[int]]:
+        """The ids a model reads for `texts` (token ids are checked against its vocabulary),
+        each within the server's and the model's limits; tokenized off the event loop. A text
+        too long is named `what`, else `param` and its index."""
+        if texts and isinstance(texts[0], list):
+            ids_of = self._given_ids(served, texts, param, truncate)
+        else:
+            ids_of = await asyncio.to_thread(served.encode, texts, truncate)
+        limit = self.input_limit(served)
+        for i, row in enumerate(ids_of):
+            if len(row) > limit:
+                raise ServeError(
+                    400,
+                    f"{what or f'{param} {i}'} has {len(row)} tokens; the limit is {limit}.",
+                    param=param,
+                    code="context_length_exceeded",
+                )
+        return ids_of
+
+    def _given_ids(
+        self, served: Served, rows: list[list[int]], param: str, truncate: bool
+    ) -> list[list[int]]:
+        """Token ids given for text, checked against the vocabulary; an encoder's are put
+        between its special tokens, as its text's are."""
+        vocab = served.model.config.vocab_size
+        for i, ids in enumerate(rows):
+            bad = next((t for t in ids if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise invalid(param, f"{param} {i} holds the id {bad}, outside 0 to {vocab - 1}.")
+        if served.shape != "encoder":
+            return [list(row) for row in rows]
+        tokenizer, limit = served.tokenizer, served.encoder.limit - 2
+        return [
+            [tokenizer.bos_id, *(row[:limit] if truncate else row), tokenizer.eos_id]
+            for row in rows
+        ]
+
+    def input_limit(self, served: Served) -> int:
+        """The most ids of one input: a decoder's prompt leaves room for one new token."""
+        limit = served.max_len - (served.shape == "decoder")
+        if served.shape == "encoder":
+            limit = served.encoder.limit
+        return min(self.settings.max_input_tokens, limit)
+
+    def new_tokens(self, served: Served, asked: int | None, param: str) -> int:
+        """The new tokens an output may have: as `asked` (None: the server's most), refused
+        over `max_new_tokens`; an encoder-decoder's stop at its max_len, as `generate`'s do."""
+        most = self.settings.max_new_tokens
+        if asked is not None and asked > most:
+            raise invalid(param, f"at most {most} new tokens may be asked for, not {asked}.")
+        tokens = most if asked is None else asked
+        if served.shape == "encoder-decoder":
+            tokens = min(tokens, served.max_len - 1)
+        return tokens
+
+    async def run(self, key: tuple, items: list[Any], alone: bool = False) -> list[Any]:
+        """The results of `items` from the batcher, batched with other requests' unless
+        `alone`, within the request's time limit."""
+        batcher = self.batcher
+        if alone:
+            waiting = batcher.run_alone(key, items)
+        else:
+            waiting = asyncio.gather(*(batcher.submit(key, item) for item in items))
+        timeout = self.settings.timeout_s
+        try:
+            return await asyncio.wait_for(waiting, timeout)
+        except asyncio.TimeoutError:
+            raise ServeError(
+                504, f"the result took longer than {timeout:g} s.", code="timeout"
+            ) from None
+
+    def close(self) -> None:
+        self.draining = True
+        self.batcher.close()
+        self.scheduler.shutdown(wait=False)
+
+
+def server(request: Request) -> Server:
+    """The dependency of every route: the app's `Server`."""
+    return request.app.state.server
+
+
+ServerDep = Annotated[Server, Depends(server)]
