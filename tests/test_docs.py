@@ -9,6 +9,7 @@ with neither changed reuses them, and any change to either runs them all again.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -23,8 +24,12 @@ from tests.helpers import ARTIFACTS, BROWSER_FLAGS, CHROMIUM
 
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
-sys.path.insert(0, str(DOCS / "_ext"))
-import attnkit_reference  # noqa: E402 (the docs' extension, beside conf.py)
+# The docs' extension (beside conf.py), loaded from its file rather than put on sys.path; it
+# is registered first, as its dataclasses look their module up there.
+_EXTENSION = DOCS / "_ext" / "attnkit_reference.py"
+_spec = importlib.util.spec_from_file_location("attnkit_reference", _EXTENSION)
+attnkit_reference = sys.modules["attnkit_reference"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(attnkit_reference)
 
 # What the executed pages' outputs depend on: the package and the pages themselves.
 INPUTS = ("src/attnkit/**/*.py", "src/attnkit/**/*.toml", "src/attnkit/**/*.c", "docs/**/*.md",
