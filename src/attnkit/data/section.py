@@ -24,7 +24,15 @@ from attnkit.data.datasets import WINDOWS
 from attnkit.tokenizer import KINDS as TOKENIZER_KINDS
 
 # The choices of `data.task`; `attnkit.train.tasks` has a runner for each.
-TASKS = ("translation", "language-model", "masked-lm", "reverse", "word2vec", "glove")
+TASKS = (
+    "translation",
+    "language-model",
+    "masked-lm",
+    "span-corruption",
+    "reverse",
+    "word2vec",
+    "glove",
+)
 VECTOR_TASKS = ("word2vec", "glove")  # word vectors, no Transformer: `train/vector_runs.py`
 
 
@@ -33,7 +41,8 @@ class DataSection:
     """What to learn from and how to batch it.
 
     task: `translation` (encoder-decoder), `language-model` (decoder),
-        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo),
+        `masked-lm` (encoder), `span-corruption` (encoder-decoder: T5's pre-training),
+        `reverse` (the built-in digit-reversal demo),
         `word2vec` or `glove` (word vectors, no Transformer).
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
         Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
@@ -60,6 +69,8 @@ class DataSection:
         nanoGPT draws them; `shifted`, the block grid moved by one random offset per
         epoch; `blocks`, the same blocks every epoch. Validation always reads fixed blocks.
     mask_prob: share of tokens the masked-LM objective hides (BERT: 0.15).
+    noise_density: share of each sentence's tokens span corruption drops (T5: 0.15).
+    mean_span_length: the mean length of span corruption's dropped spans (T5: 3).
     num_workers: processes that prepare batches beside training (torch's DataLoader).
     """
 
@@ -83,6 +94,8 @@ class DataSection:
     block_size: int = 128
     windows: str = "random"
     mask_prob: float = 0.15
+    noise_density: float = 0.15
+    mean_span_length: float = 3.0
     num_workers: int = 0
 
     def __post_init__(self) -> None:
@@ -95,6 +108,11 @@ class DataSection:
         each(non_negative, "data", self, "num_workers")
         within("data.valid_fraction", self.valid_fraction, "(0, 1)")
         within("data.mask_prob", self.mask_prob, "(0, 1)")
+        within("data.noise_density", self.noise_density, "(0, 1)")
+        check(
+            self.mean_span_length >= 1,
+            f"data.mean_span_length must be at least 1 (token), got {self.mean_span_length}",
+        )
         check(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
 
 

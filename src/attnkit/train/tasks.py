@@ -6,6 +6,8 @@ Each `data.task` pairs a model shape with a data pipeline and an objective:
                                       (PER and WER for cmudict or eval.metric per/wer)
     language-model  decoder           blocks of block_size + 1 tokens of running text
     masked-lm       encoder           sentences, 15% of tokens masked (BERT)
+    span-corruption encoder-decoder   sentences, 15% of tokens dropped in spans for the
+                                      decoder to restore (T5's pre-training)
     reverse         encoder-decoder   the built-in digit-reversal demo
     word2vec        (no Transformer)  word vectors, trained by their own runners
     glove                             (`attnkit.train.word2vec_task`, `glove_task`)
@@ -46,6 +48,7 @@ from attnkit.data.batch import Batch
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.data.sources import corpus_text, text_lines
+from attnkit.data.span_corruption import SpanCorruptionDataset, sentinel_ids, sentinels_needed
 from attnkit.devices import resolve_device
 from attnkit.embeddings.pretrained import init_embeddings
 from attnkit.embeddings.vectors import load_vectors
@@ -321,15 +324,23 @@ def _language_model(config: RunConfig) -> TaskSetup:
     return TaskSetup(model, *_loaders(config, train, val, d.batch_size), [], tokenizer)
 
 
+def _sentences(config: RunConfig, langs: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Training and validation sentences, one a line: of a corpus of languages (a known one or
+    a folder of `{split}.{lang}` files), the splits' sides in `langs`; of one text, its last
+    `data.valid_fraction` held out."""
+    d = config.data
+    if (d.corpus in CORPORA and CORPORA[d.corpus].langs) or Path(d.corpus).is_dir():
+        train = corpus_text(config.data, d.train_split, langs)
+        val = corpus_text(config.data, d.valid_split, langs)
+        return [line for side in train for line in side], [line for side in val for line in side]
+    text = list(text_lines(d))
+    cut = int(len(text) * (1 - d.valid_fraction))
+    return text[:cut], text[cut:]
+
+
 def _masked_lm(config: RunConfig) -> TaskSetup:
     d = config.data
-    if d.corpus in CORPORA and CORPORA[d.corpus].langs:
-        lines = corpus_text(config.data, d.train_split, [d.src_lang])[0]
-        val_lines = corpus_text(config.data, d.valid_split, [d.src_lang])[0]
-    else:
-        text = list(text_lines(d))
-        cut = int(len(text) * (1 - d.valid_fraction))
-        lines, val_lines = text[:cut], text[cut:]
+    lines, val_lines = _sentences(config, [d.src_lang])
     tokenizer = run_tokenizer(config, lines)
     if not tokenizer.has("mask"):
         raise AttnkitError("the masked-LM task needs a tokenizer with a <mask> token")
@@ -344,6 +355,31 @@ def _masked_lm(config: RunConfig) -> TaskSetup:
         label_smoothing=config.train.label_smoothing,
     )
     return TaskSetup(model, *_loaders(config, train, val), [], tokenizer, objective)
+
+
+def _span_corruption(config: RunConfig) -> TaskSetup:
+    """T5's pre-training on sentences (of a corpus of languages, both sides': the text of the
+    translation the model will be fine-tuned for)."""
+    d = config.data
+    lines, val_lines = _sentences(config, [d.src_lang, d.tgt_lang])
+    tokenizer = run_tokenizer(config, lines)
+    model = _model(config, tokenizer)
+    max_len = min(d.max_len, model.config.max_len)
+    noise = {"noise_density": d.noise_density, "mean_span_length": d.mean_span_length}
+    sentinels = sentinel_ids(tokenizer, sentinels_needed(max_len, **noise))
+    train, val = (
+        SpanCorruptionDataset(
+            text,
+            tokenizer,
+            sentinels=sentinels,
+            max_len=max_len,
+            seed=config.train.seed,
+            name=name,
+            **noise,
+        )
+        for text, name in ((lines, "train"), (val_lines, "validation"))
+    )
+    return TaskSetup(model, *_loaders(config, train, val), [], tokenizer)
 
 
 def _reverse(config: RunConfig) -> TaskSetup:
@@ -383,6 +419,7 @@ BUILDERS: dict[str, Callable[[RunConfig], TaskSetup]] = {
     "translation": _translation,
     "language-model": _language_model,
     "masked-lm": _masked_lm,
+    "span-corruption": _span_corruption,
     "reverse": _reverse,
 }
 # What trains each `data.task`: the Transformer tasks the Trainer, word vectors their own loops.

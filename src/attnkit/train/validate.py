@@ -29,6 +29,7 @@ SHAPE_OF_TASK = {
     "translation": "encoder-decoder",
     "language-model": "decoder",
     "masked-lm": "encoder",
+    "span-corruption": "encoder-decoder",
     "reverse": "encoder-decoder",
 }
 # What each task's evaluation measures: the validation loss and perplexity where it has
@@ -37,6 +38,7 @@ METRICS_OF_TASK = {
     "translation": ("val_loss", "val_ppl", "bleu", "per", "wer"),
     "language-model": ("val_loss", "val_ppl"),
     "masked-lm": ("val_loss", "val_ppl"),
+    "span-corruption": ("val_loss", "val_ppl"),
     "reverse": ("exact_match",),
 }
 
