@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -115,6 +115,22 @@ class AttentionInputs:
     memory_window: Tensor | None = None
 
 
+class CrossQKV(NamedTuple):
+    """Cross-attention's operands (`MultiHeadAttention.cross_qkv`).
+
+    q: (batch, heads, queries, d_head); k, v: (batch / group, kv_heads, source, d_head);
+    mask: over the memory, the padding mask (batch / group, 1, 1, source) or a monotonic
+    window (batch, 1, 1, source), or None; group: rows of the batch per memory row (the
+    beams of a sentence, `KVCache.group`).
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Tensor | None
+    group: int
+
+
 # Every key, nothing masked, the fused path: what a layer called on its own reads. Frozen,
 # so every layer may share it.
 NO_INPUTS = AttentionInputs()
@@ -202,22 +218,17 @@ class MultiHeadAttention(nn.Module):
         the attention weights (batch, heads, queries, keys).
         """
         if self.cross:
-            q, k, v = self._cross_qkv(x, inputs, cache)
+            q, k, v, mask, group = self.cross_qkv(x, inputs, cache)
             rows, bias, is_causal = None, None, False
-            # A monotonic window replaces the memory's padding mask, which it includes, by one
-            # of each row's own.
-            window = inputs.memory_window
-            mask = inputs.memory_mask if window is None else window
         else:
             q, k, v, rows = self._self_qkv(x, inputs, cache)
-            mask, bias, window = inputs.mask, inputs.bias, None
+            mask, bias, group = inputs.mask, inputs.bias, 1
             is_causal = inputs.causal and mask is None and bias is None
-        # Beams of one sentence share its cached memory (`KVCache.group`): their queries
-        # attend together, as more query positions over one copy of the keys and values.
-        group = q.shape[0] // k.shape[0] if self.cross else 1
+        # The beams of one sentence attend together, as more query positions over one copy
+        # of their memory's keys and values.
         if group > 1:
-            if window is not None:  # each row's own window goes with its queries
-                mask = _group_rows(window.expand(-1, -1, q.shape[2], -1), group)
+            if inputs.memory_window is not None:  # each row's own window goes with its queries
+                mask = _group_rows(mask.expand(-1, -1, q.shape[2], -1), group)
             q = _group_rows(q, group)
         dropout_p = self.dropout if self.training else 0.0
         kernel = Kernel.choose(
@@ -252,17 +263,23 @@ class MultiHeadAttention(nn.Module):
                 weights = weights.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
         return self.out_proj(out.transpose(1, 2).flatten(2)), weights
 
-    def _cross_qkv(
-        self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries from `x`; keys and values over the memory, from the cache or projected."""
+    def cross_qkv(self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None) -> CrossQKV:
+        """What cross-attention from `x` reads: queries, the memory's keys and values (from the
+        cache, or projected from `inputs.memory`), its mask, and the rows per memory row."""
         q = self.scaled(self._heads(self.q_proj(x), self.n_heads))
         cached = None if cache is None else cache.memory()
         if cached is not None:
-            return q, *cached
-        if inputs.memory is None:
+            k, v = cached
+        elif inputs.memory is None:
             raise AttnkitError("cross-attention needs the encoder memory")
-        return q, *self.memory_kv(inputs.memory)
+        else:
+            k, v = self.memory_kv(inputs.memory)
+        # A monotonic window replaces the memory's padding mask, which it includes, by one of
+        # each row's own.
+        window = inputs.memory_window
+        mask = inputs.memory_mask if window is None else window
+        # Beams of one sentence share its cached memory (`KVCache.group`).
+        return CrossQKV(q, k, v, mask, q.shape[0] // k.shape[0])
 
     def _self_qkv(
         self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None
