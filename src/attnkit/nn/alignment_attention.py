@@ -11,12 +11,13 @@ another, a short loop over the target length; the values are then read at once:
     alpha_i = Align(q_i, K, alpha_{i-1}),     context_i = alpha_i V
 
 When decoding, each step's alignment (or what the kind keeps of it) is carried
-in the KV cache from one step to the next (`KVCache.attention_state`), and
-follows the beams when beam search reorders them.
+from one step to the next in the decode's `AlignmentState` (`alignment_state.py`,
+handed down in `AttentionInputs.alignment`), which follows the beams when beam
+search reorders them.
 
 This module is the plumbing both kinds share: each beam and head its own keys and
 values (the queries, the memory and its mask are `MultiHeadAttention.cross_qkv`'s),
-the source's real tokens, the state in the cache. A kind says how it
+the source's real tokens, the state carried between steps. A kind says how it
 starts (`initial_state`) and how it aligns (`align`).
 """
 
@@ -28,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnkit.errors import AttnkitError
 from attnkit.nn.attention import NO_INPUTS, AttentionInputs, AttentionPath, MultiHeadAttention
 from attnkit.nn.kv_cache import LayerKV
 
@@ -74,12 +76,18 @@ class AlignmentAttention(MultiHeadAttention):
             real = mask[:, 0, 0]
             real = real if real.shape[0] == q.shape[0] else real.repeat_interleave(group, 0)
         decoding = cache is not None
-        state = cache.attention_state() if decoding else None
+        carried = inputs.alignment
+        if decoding and carried is None:
+            raise AttnkitError(
+                "location-aware and monotonic attention carry each step's alignment to the next, "
+                "so decode on the state that the model's new_cache makes (DecodingState)"
+            )
+        state = carried.get(cache.index) if decoding else None
         if state is None:
             state = self.initial_state(real, decoding)
         weights, state = self.align(x, q, k, real, state, decoding)
         if decoding:
-            cache.keep_attention_state(state)
+            carried.keep(cache.index, state)
         dropout_p = self.dropout if self.training else 0.0
         out = F.dropout(weights, dropout_p) @ v if dropout_p else weights @ v
         asked = need_weights or inputs.path is AttentionPath.WEIGHTS

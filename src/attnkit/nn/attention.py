@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from attnkit.errors import AttnkitError
 from attnkit.kernels import step_attention
+from attnkit.nn.alignment_state import AlignmentState
 from attnkit.nn.kv_cache import HeldKV, LayerKV
 from attnkit.nn.linear import Linear
 from attnkit.nn.local_attention import local_attention
@@ -78,8 +79,9 @@ class AttentionInputs:
     """What each attention layer of a stack reads in one forward pass, shared by all layers.
 
     Self-attention reads `path`, `causal`, `mask`, `bias`, `positions`,
-    `key_mask` and `window`; cross-attention reads `memory` and `memory_mask`,
-    and of `path` only whether the weights are wanted (`AttentionPath.WEIGHTS`).
+    `key_mask` and `window`; cross-attention reads `memory`, `memory_mask`,
+    `memory_window` and `alignment`, and of `path` only whether the weights are
+    wanted (`AttentionPath.WEIGHTS`).
 
     path: how self-attention runs (`AttentionPath.choose`).
     causal: whether a query may not see later keys; when `mask` and `bias`
@@ -101,6 +103,9 @@ class AttentionInputs:
         cross-attention may see at this decoding step (a monotonic window,
         `nn/monotonic.py`, real tokens only), in place of `memory_mask`; one row
         per row of the batch even where rows share a memory row. None: no window.
+    alignment: when decoding, what location-aware and monotonic cross-attention
+        carry from step to step, each layer its own (`AlignmentState`); None
+        for a model without them, and in a teacher-forced pass.
     """
 
     path: AttentionPath = AttentionPath.FUSED
@@ -113,6 +118,7 @@ class AttentionInputs:
     memory: Tensor | None = None
     memory_mask: Tensor | None = None
     memory_window: Tensor | None = None
+    alignment: AlignmentState | None = None
 
 
 class CrossQKV(NamedTuple):
