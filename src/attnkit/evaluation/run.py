@@ -126,6 +126,12 @@ def read_eval_set(
             f"{run.folder.root} was trained on the reverse demo's random digit strings, which "
             "`attnkit demo` scores (exact match); to score it on a corpus, pass --corpus"
         )
+    if saved.get("task") == "span-corruption":
+        raise AttnkitError(
+            f"{run.folder.root} is pre-trained by span corruption, which restores dropped spans "
+            "rather than translating (its training logged the validation loss of that); "
+            "fine-tune it for a task with train.init_from and score the fine-tuned run"
+        )
     corpus = corpus or saved.get("corpus") or ("multi30k" if translation else "tinyshakespeare")
     data_dir = data_dir or saved.get("data_dir")
     own_text = corpus not in CORPORA and Path(corpus).is_file()  # a language model's own text
