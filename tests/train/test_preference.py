@@ -344,8 +344,20 @@ def test_a_preference_run_is_refused_without_what_it_needs(tmp_path, change, mes
         build_task(RunConfig.from_dict(settings))
 
 
-def test_an_encoder_run_is_refused_for_preference(tmp_path):
-    base = tiny_run(tmp_path / "bert", "encoder")
+@pytest.mark.parametrize(
+    ("shape", "changes", "message"),
+    [
+        (
+            "encoder",
+            {},
+            r"trains a decoder or an encoder-decoder model, but train\.init_from .* holds an "
+            r"encoder one",
+        ),
+        ("encoder-decoder", {"copy_attention": "mean"}, r"which a pointer-generator .* replaces"),
+    ],
+)
+def test_a_run_whose_responses_dpo_cannot_score_is_refused(tmp_path, shape, changes, message):
+    base = tiny_run(tmp_path / "base", shape, **changes)
     corpus = write_preference_pairs(tmp_path / "p", "abc")
     config = RunConfig.from_dict(
         {
@@ -353,11 +365,7 @@ def test_an_encoder_run_is_refused_for_preference(tmp_path):
             "train": {"init_from": str(base), "out_dir": str(tmp_path / "out")},
         }
     )
-    with pytest.raises(
-        AttnkitError,
-        match=r"trains a decoder or an encoder-decoder model, but train\.init_from .* holds an "
-        r"encoder one",
-    ):
+    with pytest.raises(AttnkitError, match=message):
         build_task(config)
 
 
