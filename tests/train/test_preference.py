@@ -293,6 +293,23 @@ def test_cli_tunes_a_language_model_on_preference_pairs(tmp_path, lora):
         assert len(changed) > 10
 
 
+def test_a_stopped_preference_run_resumes_where_an_unbroken_one_would_be(tmp_path):
+    """The reference stays train.init_from's model, not the checkpoint a resume starts from."""
+    base = language_model(tmp_path)
+    steps = ["--set", "train.save_every=4", "--set", "eval.every=4"]
+    whole, halves = (preference_config(tmp_path, base, LETTERS, out) for out in ("a", "b"))
+    assert main(["train", whole, *steps, "--set", "train.steps=8"]) == 0
+    assert main(["train", halves, *steps, "--set", "train.steps=4"]) == 0
+    assert main(["train", halves, *steps, "--set", "train.steps=8", "--resume"]) == 0
+    a, b = (
+        load_pretrained(tmp_path / "a").state_dict(),
+        load_pretrained(tmp_path / "b").state_dict(),
+    )
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    margins = [[r["reward_margin"] for r in evaluations(tmp_path / out)] for out in ("a", "b")]
+    assert margins[0] == margins[1] and len(margins[0]) == 2
+
+
 def test_cli_tunes_an_encoder_decoder_on_preference_pairs(tmp_path):
     base = tmp_path / "reverse"
     reverse = RunConfig.from_dict(
