@@ -15,7 +15,7 @@ from attnkit.data.preference import preference_batch
 from attnkit.nn.lora import apply_lora
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.train.preference import DPO, dpo_loss, dpo_margins, response_log_probs
-from attnkit.train.run_config import RunConfig
+from attnkit.train.run_config import EvalSection, RunConfig
 from attnkit.train.tasks import build_task, train
 from tests.helpers import tiny_model, tiny_run, write_preference_pairs
 
@@ -247,6 +247,12 @@ metric = "reward_accuracy"
 """
     )
     return str(path)
+
+
+def test_the_rewards_are_better_higher_and_dpos_loss_lower():
+    assert not EvalSection(metric="reward_margin").lower_is_better
+    assert not EvalSection(metric="reward_accuracy").lower_is_better
+    assert EvalSection(metric="val_loss").lower_is_better
 
 
 def evaluations(run) -> list[dict]:
