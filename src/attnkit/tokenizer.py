@@ -85,6 +85,7 @@ class Tokenizer:
         min_frequency: int | None = None,
         normalization: str = "none",
         pretokenizer: Pretokenizer | None = None,
+        extra_specials: Sequence[str] = (),
     ) -> Tokenizer:
         """Learn a vocabulary of `vocab_size` tokens (the five specials included).
 
@@ -98,6 +99,8 @@ class Tokenizer:
             it is and so lets byte-level BPE round-trip any string exactly.
         pretokenizer: learns its phrases from the same text, which it then rewrites
             before the vocabulary is learned (`attnkit.pretokenize`).
+        extra_specials: special tokens of a task, at the ids after the five specials (T5's
+            sentinels, `attnkit.data.span_corruption.sentinel_tokens`).
         """
         backend, count = train_backend(
             kind,
@@ -107,6 +110,7 @@ class Tokenizer:
             min_frequency=min_frequency,
             normalization=normalization,
             pretokenizer=pretokenizer,
+            extra_specials=extra_specials,
         )
         tokenizer = cls(backend, pretokenizer)
         logger.info(

@@ -25,6 +25,9 @@ ids, so models, data and decoders agree without asking:
     EOS_ID  = 2  </s>    end of sequence, where decoding stops
     UNK_ID  = 3  <unk>   a piece the vocabulary lacks (never produced by byte-bpe)
     MASK_ID = 4  <mask>  the masked-language-model token for encoders
+
+A task may ask for more special tokens, which follow these five (T5's span
+corruption: the sentinels `<extra_id_0>`, `<extra_id_1>`, ... at ids 5, 6, ...).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def train_backend(
     min_frequency: int | None = None,
     normalization: str = "none",
     pretokenizer: Pretokenizer | None = None,
+    extra_specials: Sequence[str] = (),
 ) -> tuple[Backend, int]:
     """A backend of `kind` trained on `files` and `texts`, and the lines it learned from
     (`attnkit.tokenizer.Tokenizer.train` says what each setting does)."""
@@ -71,7 +75,7 @@ def train_backend(
         raise AttnkitError(
             "unigram tokenizers prune by likelihood and take no min_frequency; leave it unset"
         )
-    smallest = len(SPECIAL_TOKENS) + (256 if kind == "byte-bpe" else 1)
+    smallest = len(SPECIAL_TOKENS) + len(extra_specials) + (256 if kind == "byte-bpe" else 1)
     if vocab_size < smallest:
         raise AttnkitError(
             f"vocab_size {vocab_size} is too small for a {kind} tokenizer; use at least {smallest}"
@@ -85,7 +89,7 @@ def train_backend(
             f"{', '.join(PHRASE_KINDS)}, or unset pretokenize.phrases"
         )
     joiner = pretokenizer.config.phrase_delimiter if phrases else ""
-    backend, trainer = _build(kind, vocab_size, min_frequency, joiner)
+    backend, trainer = _build(kind, vocab_size, min_frequency, joiner, extra_specials)
     if normalization != "none":
         backend.normalizer = getattr(normalizers, normalization.upper())()
     # A character vocabulary learns the newline as the character it is; the
@@ -103,10 +107,19 @@ def train_backend(
     return backend, lines.count
 
 
-def _build(kind: str, vocab_size: int, min_frequency: int, joiner: str = "") -> tuple[Backend, Any]:
+def _build(
+    kind: str,
+    vocab_size: int,
+    min_frequency: int,
+    joiner: str = "",
+    extra_specials: Sequence[str] = (),
+) -> tuple[Backend, Any]:
     """An untrained backend and its trainer for one kind; a `word` token may hold `joiner`
-    between its letters (a phrase's delimiter)."""
-    specials = [AddedToken(token, special=True, normalized=False) for token in SPECIAL_TOKENS]
+    between its letters (a phrase's delimiter); `extra_specials` follow the five specials."""
+    specials = [
+        AddedToken(token, special=True, normalized=False)
+        for token in (*SPECIAL_TOKENS, *extra_specials)
+    ]
     common = {"vocab_size": vocab_size, "special_tokens": specials, "show_progress": False}
     # Sentences are learnt one a line without their newline, yet running text
     # for a language model has newlines: keep them out of <unk>.

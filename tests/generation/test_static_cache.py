@@ -121,15 +121,21 @@ def test_a_decode_that_slides_past_max_len_stays_dynamic_and_says_so(eager_step,
 
 
 @pytest.mark.parametrize(
-    "changes", [{"attention_window": 3}, {"copy_attention": "mean", "unk_id": 3}]
+    "changes",
+    [
+        {"attention_window": 3},
+        {"copy_attention": "mean", "unk_id": 3},
+        {"attention_kind": "location-aware"},
+    ],
 )
 def test_caches_it_cannot_stand_in_for_stay_dynamic_and_say_so(eager_step, changes, caplog):
-    shape = "encoder-decoder" if "copy_attention" in changes else "decoder"
+    shape = "decoder" if "attention_window" in changes else "encoder-decoder"
     model = peaked(shape, **changes)
     ids, mask = source_batch()
     cfg = resolve(None, {"max_new_tokens": 4, "cache_implementation": "static"}, model.config)
     state = prefill(model, ids, mask, cfg)[0]
-    assert not state.static  # a ring window, a copy mechanism: the dynamic cache decodes
+    # a ring window, a copy mechanism, carried alignments: the dynamic cache decodes
+    assert not state.static
     assert "decoding on the dynamic cache" in caplog.text
 
 

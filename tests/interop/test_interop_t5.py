@@ -1,8 +1,10 @@
 """T5 (v1.1 / Flan-T5 shaped) imported from transformers decodes as transformers' `generate`:
-the relative bias follows the KV cache step by step; the original T5's scaling is refused."""
+the relative bias follows the KV cache step by step; the original T5's scaling is refused; a
+model tied to all its embeddings exports as T5 v1.1 with a copied lm_head."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -10,13 +12,16 @@ import torch
 from safetensors.torch import load_file
 from transformers import T5ForConditionalGeneration
 
-from attnkit import AttnkitError
+from attnkit import AttnkitError, build_model
+from attnkit.cli import main
 from attnkit.data.batch import pad
 from attnkit.generation import generate
-from attnkit.interop import load_hf
+from attnkit.interop import load_hf, save_hf
+from attnkit.run import save_pretrained
 from bench.peers.hf_models import (
     parity_batch,
     random_model,
+    randomize,
     run_attnkit,
     run_hf,
     save_random,
@@ -109,3 +114,48 @@ def test_in_float64_the_outputs_agree_to_rounding(tmp_path, monkeypatch):
     batch = parity_batch(model)
     ours, mask = run_attnkit(model, batch)
     torch.testing.assert_close(ours[mask], run_hf(hf, batch)[mask], atol=1e-10, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def tied_to_all(tmp_path_factory):
+    """An attnkit model of Flan-T5's shape (the "t5" case's config) whose output layer is its
+    one embedding matrix (`tie_embeddings = "all"`), with random weights."""
+    path = tmp_path_factory.mktemp("t5-config")
+    save_random("t5", path)
+    config = dataclasses.replace(load_hf(path).model.config, tie_embeddings="all")
+    torch.manual_seed(5)
+    model = randomize(build_model(config), seed=5, scale=0.1).eval()
+    assert model.head.weight is model.src_embed.token.weight
+    return model
+
+
+def test_a_model_tied_to_all_embeddings_exports_as_t5_with_a_copied_head(tied_to_all, tmp_path):
+    model = tied_to_all
+    out = save_hf(model, tmp_path / "out")
+    assert json.loads((out / "config.json").read_text())["tie_word_embeddings"] is False
+    weights = load_file(out / "model.safetensors")
+    assert torch.equal(weights["lm_head.weight"], weights["shared.weight"])
+    hf = T5ForConditionalGeneration.from_pretrained(out, attn_implementation="eager").eval()
+    # transformers 5 ties the equal matrices again, but reads the head unscaled (not v1.0).
+    assert hf.config.scale_decoder_outputs is False
+    batch = parity_batch(model)
+    ours, mask = run_attnkit(model, batch)
+    theirs = run_hf(hf, batch)
+    scale = theirs.abs().max().item()
+    torch.testing.assert_close(ours[mask], theirs[mask], atol=1e-5 * scale, rtol=0)
+    # Imported back: the head is a matrix of its own, and the function is the same.
+    again = load_hf(out).model
+    assert again.config == dataclasses.replace(model.config, tie_embeddings="inputs")
+    assert torch.equal(again.head.weight, model.head.weight)
+    torch.testing.assert_close(run_attnkit(again, batch)[0], ours, atol=0, rtol=0)
+
+
+def test_the_cli_exports_a_run_tied_to_all_embeddings_as_t5(tied_to_all, tmp_path, capsys):
+    save_pretrained(tied_to_all, tmp_path / "run")
+    assert main(["export", "hf", str(tmp_path / "run"), str(tmp_path / "out")]) == 0
+    assert "exported" in capsys.readouterr().out
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["model_type"] == "t5"
+    batch = parity_batch(tied_to_all, seed=1)
+    ours, mask = run_attnkit(tied_to_all, batch)
+    theirs, _ = run_attnkit(load_hf(tmp_path / "out").model, batch)
+    torch.testing.assert_close(theirs[mask], ours[mask], atol=0, rtol=0)

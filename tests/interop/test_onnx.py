@@ -211,6 +211,8 @@ def test_onnx_translation_is_what_attnkit_translate_prints(paper, tmp_path, caps
         ("copy_attention", {"copy_attention": "mean", "unk_id": 3}),
         ("n_experts", {"n_experts": 2}),
         ("attention_window", {"attention_window": 3}),
+        ("attention_kind", {"attention_kind": "location-aware"}),
+        ("attention_kind", {"attention_kind": "monotonic"}),
     ],
 )
 def test_variants_the_graphs_cannot_carry_are_refused(option, changes, tmp_path):

@@ -1,12 +1,13 @@
 """Location-aware (Chorowski et al. 2015) and monotonic attention (Raffel et al. 2017, MoChA):
 the papers' recursions computed by hand, alignments that sum to at most 1, decoding that never
-moves left, and the KV cache carrying each step's alignment."""
+moves left, and the decode's state carrying each step's alignment, beams and all."""
 
 import pytest
 import torch
 
 from attnkit import AttnkitError
 from attnkit.generation import generate
+from attnkit.models.decoding_state import DecodingState
 from attnkit.nn.attention import AttentionInputs
 from attnkit.nn.location_attention import LocationAwareAttention
 from attnkit.nn.monotonic_attention import (
@@ -99,27 +100,85 @@ def test_location_aware_attention_is_the_papers_score():
         torch.testing.assert_close(weights[:, :, i], previous, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize(
-    "changes",
-    [
-        {"attention_kind": "location-aware", "location_kernel": 3, "location_filters": 4},
-        {"attention_kind": "monotonic", "monotonic_chunk": 3},
-    ],
-)
-def test_decoding_on_the_cache_reads_what_teacher_forcing_reads(changes):
-    """Greedy decoding carries each step's alignment in the KV cache; teacher forcing on its
-    output makes the same alignments at once, so the logits agree (MoChA: soft chunks
-    on saturated stops, made so by a large energy scale)."""
+ALIGNING = [
+    {"attention_kind": "location-aware", "location_kernel": 3, "location_filters": 4},
+    {"attention_kind": "monotonic", "monotonic_chunk": 3},
+]
+
+
+def aligning_model(changes: dict) -> torch.nn.Module:
+    """A tiny model whose alignments depend on the step before: location-aware attention with
+    its location term on (w starts at zero), monotonic attention with saturated stops (a
+    large energy scale), so that hard decoding and the expectation agree; noise on every
+    weight, so that beams part."""
     model = tiny_model(**changes).eval()
-    if changes["attention_kind"] == "monotonic":
-        with torch.no_grad():
-            model.decoder.blocks[0].cross_attn.q_proj.weight.mul_(200)
+    attention = model.decoder.blocks[0].cross_attn
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.5)
+        if changes["attention_kind"] == "monotonic":
+            attention.q_proj.weight.mul_(1000)
+        else:
+            attention.location_weight.normal_(0, 3, generator=generator)
+    return model
+
+
+@pytest.mark.parametrize("changes", ALIGNING)
+def test_decoding_on_the_cache_reads_what_teacher_forcing_reads(changes):
+    """Greedy decoding carries each step's alignment in the decode's state; teacher forcing
+    on its output makes the same alignments at once, so the logits agree (MoChA: soft chunks
+    on saturated stops)."""
+    model = aligning_model(changes)
     src, mask = padded_batch([7, 4], 7, vocab_size=24)
     out = generate(model, src, mask, max_new_tokens=6, decoder_start_token_id=1, eos_token_id=None)
     tgt = out.sequences[:, :-1]
     with torch.no_grad():
         forced = model(src, tgt, mask).logits.argmax(-1)
     assert torch.equal(forced, out.sequences[:, 1:])
+
+
+@pytest.mark.parametrize("changes", ALIGNING)
+def test_steps_on_the_cache_carry_the_alignment_as_one_call_over_the_prefix_does(changes):
+    """Each step reads the alignment the step before left in the decode's state: one token a
+    call gives the logits of the whole prefix in one call (whose queries align in turn), and
+    for location-aware attention those of teacher forcing."""
+    model = aligning_model(changes)
+    src, mask = padded_batch([7, 4], 7, vocab_size=24)
+    tgt = torch.randint(3, 24, (2, 5), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        state = model.new_cache(src, mask, 5)
+        steps = torch.stack([model.decode_step(tgt[:, i : i + 1], state) for i in range(5)], 1)
+        prefixes = [
+            model.decode_step(tgt[:, :n], model.new_cache(src, mask, n)) for n in range(1, 6)
+        ]
+        forced = model(src, tgt, mask).logits
+    torch.testing.assert_close(steps, torch.stack(prefixes, 1), atol=1e-5, rtol=0)
+    if changes["attention_kind"] == "location-aware":
+        torch.testing.assert_close(steps, forced, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("changes", ALIGNING)
+def test_beam_search_carries_each_beams_alignment_as_rerunning_the_prefix_does(changes):
+    """Beams take their parents' alignments at every step (`DecodingState.reorder`): beam
+    search on the cache picks the beams that rerunning each whole prefix picks."""
+    model = aligning_model(changes)
+    src, mask = padded_batch([7, 5, 6], 7, vocab_size=24)
+    options = {"max_new_tokens": 6, "num_beams": 3, "num_return_sequences": 3}
+    options |= {"decoder_start_token_id": 1, "eos_token_id": 2}
+    cached = generate(model, src, mask, **options)
+    rerun = generate(model, src, mask, use_cache=False, **options)
+    assert torch.equal(cached.sequences, rerun.sequences)
+    assert len({tuple(row) for row in cached.sequences.tolist()}) > 3  # the beams part
+    torch.testing.assert_close(cached.sequences_scores, rerun.sequences_scores, atol=1e-5, rtol=0)
+
+
+def test_decoding_without_the_decodes_alignment_state_is_refused():
+    model = aligning_model(ALIGNING[0])
+    src, mask = padded_batch([7, 4], 7, vocab_size=24)
+    state = model.new_cache(src, mask, 4)
+    with pytest.raises(AttnkitError, match="carry each step's alignment"):
+        model.decode_step(torch.ones(2, 1, dtype=torch.long), DecodingState(state.kv_cache))
 
 
 def test_monotonic_training_sends_gradients_to_every_part():

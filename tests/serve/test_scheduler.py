@@ -32,6 +32,14 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, types.SimpleNa
     # a sliding window of 4 keys: its cache is a ring, which decodes in cohorts
     run = load_run(tiny_run(tmp / "window", "decoder", max_len=24, attention_window=4))
     out["window"] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
+    # location-aware attention carries each row's alignment beside the cache: cohorts too; its
+    # location term (zero at the start) switched on, so that the alignment matters
+    run = load_run(tiny_run(tmp / "location", "encoder-decoder", max_len=24,
+                            attention_kind="location-aware", location_kernel=3))  # fmt: skip
+    with torch.no_grad():
+        weight = run.model.decoder.blocks[0].cross_attn.location_weight
+        weight.normal_(0, 3, generator=torch.Generator().manual_seed(0))
+    out["location"] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
     return out
 
 
@@ -69,14 +77,16 @@ def _alone(served: types.SimpleNamespace, ids: list[int], **options: object) -> 
 
 
 @pytest.mark.parametrize(
-    ("shape", "max_tokens"), [("decoder", 30), ("encoder-decoder", 23), ("window", 30)]
+    ("shape", "max_tokens"),
+    [("decoder", 30), ("encoder-decoder", 23), ("window", 30), ("location", 23)],
 )
 def test_outputs_joining_at_different_steps_are_as_alone(
     models: dict, shape: str, max_tokens: int
 ) -> None:
     """A max_batch of 3 for five outputs: two wait, then join as others leave; the decoder's
     30 new tokens after prompts of up to 22 outrun its max_len of 24 (the crop). A sliding
-    window's model decodes in cohorts: the three admitted together, then the two that waited."""
+    window's model, and one with location-aware attention, decode in cohorts: the three
+    admitted together, then the two that waited."""
     served, got = models[shape], Collected()
     scheduler = Scheduler(max_batch=3)
     sequences = [
@@ -85,9 +95,10 @@ def test_outputs_joining_at_different_steps_are_as_alone(
         for i, prompt in enumerate(PROMPTS)
     ]  # fmt: skip
     try:
-        if shape == "window":  # a ring cannot take rows mid-way: cohorts of those that wait
+        cohorts = shape in ("window", "location")
+        if cohorts:  # a ring or alignments cannot take rows mid-way: cohorts of those that wait
             scheduler.add(sequences)
-        for sequence in sequences if shape != "window" else ():
+        for sequence in sequences if not cohorts else ():
             scheduler.add([sequence])
             time.sleep(0.01)
         got.wait(len(PROMPTS))

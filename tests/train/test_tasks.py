@@ -434,3 +434,27 @@ def test_every_data_task_has_a_runner_and_only_transformer_tasks_build_a_setup()
     assert {task for task, runner in RUNNERS.items() if runner is train_transformer} == set(
         BUILDERS
     )
+
+
+def test_span_corruption_pre_trains_what_translation_fine_tunes(tmp_path):
+    path = translation_config(tmp_path)
+    pre = RunConfig.load(
+        path,
+        ["data.task=span-corruption", f"train.out_dir={tmp_path / 'pre'}", "eval.metric=val_loss"],
+    )
+    setup = build_task(pre)
+    batch = next(iter(setup.train_data))
+    tokenizer = setup.tokenizer
+    sentinels = {tokenizer.token_to_id(f"<extra_id_{i}>") for i in range(7)}  # max_len 128
+    assert None not in sentinels
+    # Each input holds a sentinel a span; each target starts with <s> and the first sentinel.
+    assert (batch.tgt[:, 1] == tokenizer.token_to_id("<extra_id_0>")).all()
+    assert torch.isin(batch.src, torch.tensor(sorted(sentinels))).any(-1).all()
+    result = train_transformer(pre)
+    assert result.step == 4 and math.isfinite(result.history[-1]["val_loss"])
+    fine_tune = RunConfig.load(path, [f"train.init_from={tmp_path / 'pre'}"])
+    tuned = build_task(fine_tune)
+    weights = load_pretrained(tmp_path / "pre").state_dict()
+    for name, value in tuned.model.state_dict().items():
+        assert torch.equal(value, weights[name]), name
+    assert tuned.tokenizer.fingerprint == tokenizer.fingerprint  # the sentinels come along

@@ -28,6 +28,7 @@ TASKS = (
     "translation",
     "language-model",
     "masked-lm",
+    "span-corruption",
     "reverse",
     "preference",
     "word2vec",
@@ -41,9 +42,10 @@ class DataSection:
     """What to learn from and how to batch it.
 
     task: `translation` (encoder-decoder), `language-model` (decoder),
-        `masked-lm` (encoder), `reverse` (the built-in digit-reversal demo),
-        `preference` (DPO on preference pairs, fine-tuning `train.init_from`: a decoder or an
-        encoder-decoder), `word2vec` or `glove` (word vectors, no Transformer).
+        `masked-lm` (encoder), `span-corruption` (encoder-decoder: T5's pre-training),
+        `reverse` (the built-in digit-reversal demo), `preference` (DPO on preference pairs,
+        fine-tuning `train.init_from`: a decoder or an encoder-decoder), `word2vec` or `glove`
+        (word vectors, no Transformer).
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
         Face dataset (`attnkit.data.hf_datasets`), for `preference` a folder of
         `{split}.jsonl` pairs (`attnkit.data.preference`); no default, so that no run learns
@@ -71,6 +73,8 @@ class DataSection:
         nanoGPT draws them; `shifted`, the block grid moved by one random offset per
         epoch; `blocks`, the same blocks every epoch. Validation always reads fixed blocks.
     mask_prob: share of tokens the masked-LM objective hides (BERT: 0.15).
+    noise_density: share of each sentence's tokens span corruption drops (T5: 0.15).
+    mean_span_length: the mean length of span corruption's dropped spans (T5: 3).
     num_workers: processes that prepare batches beside training (torch's DataLoader).
     """
 
@@ -94,6 +98,8 @@ class DataSection:
     block_size: int = 128
     windows: str = "random"
     mask_prob: float = 0.15
+    noise_density: float = 0.15
+    mean_span_length: float = 3.0
     num_workers: int = 0
 
     def __post_init__(self) -> None:
@@ -106,6 +112,11 @@ class DataSection:
         each(non_negative, "data", self, "num_workers")
         within("data.valid_fraction", self.valid_fraction, "(0, 1)")
         within("data.mask_prob", self.mask_prob, "(0, 1)")
+        within("data.noise_density", self.noise_density, "(0, 1)")
+        check(
+            self.mean_span_length >= 1,
+            f"data.mean_span_length must be at least 1 (token), got {self.mean_span_length}",
+        )
         check(self.src_lang != self.tgt_lang, "data.src_lang and data.tgt_lang must differ")
 
 

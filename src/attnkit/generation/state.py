@@ -8,7 +8,8 @@
 prompt (or the decoder start id) once; both states then drop or reorder rows
 (finished rows, beams) with `reorder`. A monotonic window over the source
 (`GenerationConfig.monotonic_window`) lives in the encoder-decoder's decoding
-state (`attnkit.models.decoding_state`), whose rows it follows; `Uncached` has
+state (`attnkit.models.decoding_state`), whose rows it follows, as do the
+alignments that location-aware and monotonic attention carry; `Uncached` has
 no cache, and `GenerationConfig` refuses the window without one.
 """
 
@@ -65,7 +66,8 @@ class Cached:
         if static and not self.static:
             log.warning(
                 "cache_implementation 'static' does not serve a ring window, a monotonic "
-                "window or copying; decoding on the dynamic cache"
+                "window, copying or location-aware and monotonic attention; decoding on the "
+                "dynamic cache"
             )
         self._step = model.decode_step
         if self.static:

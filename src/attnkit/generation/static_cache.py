@@ -21,7 +21,8 @@ graphs may write them in place.
 
 It answers the same calls as `attnkit.nn.kv_cache.KVCache` (`extend`, each
 layer's `update` and `memory`), for the models without a ring window, and for
-an encoder-decoder's decode without a monotonic window or copying (`supports`);
+an encoder-decoder's decode without a monotonic window, copying or alignments
+carried from step to step (location-aware or monotonic attention: `supports`);
 `static_like` takes over a cache the model made (a `KVCache`, or the
 `DecodingState` holding one), with its cross-attention keys and values.
 """
@@ -41,9 +42,9 @@ from attnkit.nn.masks import padding_mask
 
 def supports(cache: KVCache | DecodingState) -> bool:
     """Whether a static cache can stand in for `cache`'s keys and values: no ring, and for an
-    encoder-decoder's decode no window focus or copy source beside them."""
+    encoder-decoder's decode no window focus, copy source or carried alignment beside them."""
     if isinstance(cache, DecodingState):
-        if cache.window is not None or cache.source is not None:
+        if any(p is not None for p in (cache.window, cache.source, cache.alignment)):
             return False
         cache = cache.kv_cache
     return not cache.ring

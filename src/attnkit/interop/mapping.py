@@ -33,7 +33,7 @@ from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.models import TransformerModel
+from attnkit.models import TransformerModel, build_model
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,9 @@ class Family:
     names in `top_level` (a head's own tensors) never carry it. `derived` are
     patterns of buffers that attnkit recomputes (position ids, causal masks):
     they are not weights, so they are skipped rather than reported unused.
+    `written_as` gives, for a model the family writes in another form that computes the
+    same function, the config of that form (T5 writes an output layer tied to both
+    embeddings as an `lm_head` of its own, a copy); None: every model as it is.
     """
 
     model_type: str
@@ -148,6 +151,11 @@ class Family:
     config_to_hf: Callable[[ModelConfig], dict[str, Any]]
     rules: Callable[[ModelConfig], list[Rule]]
     derived: tuple[str, ...] = ()
+    written_as: Callable[[ModelConfig], ModelConfig] | None = None
+
+    def written(self, config: ModelConfig) -> ModelConfig:
+        """The config of `config`'s model as a checkpoint of this family holds it."""
+        return config if self.written_as is None else self.written_as(config)
 
     def canonical(self, name: str) -> str:
         # Checkpoints converted from TensorFlow call a norm's weight and bias gamma and beta.
@@ -160,14 +168,15 @@ class Family:
     def hf_config(self, config: ModelConfig) -> dict[str, Any]:
         """The config.json of `config`, refused when the family cannot express it.
 
-        Translating there and back must give `config` again; every field that
-        comes back different is one this family has no place for.
+        Translating there and back must give the config as written (`written`) again;
+        every field that comes back different is one this family has no place for.
         """
         if config.shape != self.shape:
             raise AttnkitError(
                 f"a {self.model_type} checkpoint holds a {self.shape} model, "
                 f"but this model is {config.shape}"
             )
+        config = self.written(config)
         hf = self.config_to_hf(config)
         back = self.config_from_hf(hf)
         differ = [
@@ -182,6 +191,17 @@ class Family:
                 f"only a model with {self.model_type}'s architecture can be exported"
             )
         return {"model_type": self.model_type, "architectures": [self.architecture], **hf}
+
+
+def _as_written(model: TransformerModel, family: Family) -> TransformerModel:
+    """`model`, or where the family writes it in another form (`Family.written`) the model of
+    that form holding the same weights: a tied matrix is copied to each of its places."""
+    config = family.written(model.config)
+    if config == model.config:
+        return model
+    out = build_model(config).to(next(model.parameters()).dtype)
+    out.load_state_dict(model.state_dict())
+    return out
 
 
 def _target(model: TransformerModel, name: str) -> Tensor:
@@ -274,6 +294,7 @@ def _find(
 
 def dump_tensors(model: TransformerModel, family: Family) -> dict[str, Tensor]:
     """The model's weights under the family's canonical names, each in its own storage."""
+    model = _as_written(model, family)
     rules = family.rules(model.config)
     _check_coverage(model, rules, family)
     out: dict[str, Tensor] = {}

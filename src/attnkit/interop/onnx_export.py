@@ -15,8 +15,9 @@ onnxscript), at the opset it picks; each file is checked by `onnx.checker`.
 
 Variants the graphs cannot carry are refused, one sentence each: a
 pointer-generator's copy distribution, a mixture of experts' routing (its
-experts take data-dependent numbers of tokens) and local windows (the cache of
-a step grows with the past and does not wrap round as `KVCache`'s ring does).
+experts take data-dependent numbers of tokens), local windows (the cache of
+a step grows with the past and does not wrap round as `KVCache`'s ring does) and
+location-aware or monotonic attention (the alignment each step carries to the next).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ def refusal(config: ModelConfig) -> str | None:
         return (
             "attention_window (local attention) is not exported to ONNX: the graphs have no "
             "ring cache and no blockwise path; decode it with attnkit"
+        )
+    if config.attention_kind in ("location-aware", "monotonic"):
+        return (
+            f"attention_kind {config.attention_kind!r} is not exported to ONNX: its alignment, "
+            "carried from step to step, is not among the graphs' inputs; decode it with attnkit"
         )
     return None
 

@@ -19,12 +19,20 @@ and saves `lm_head.weight` only where it differs from `shared`, so a checkpoint
 without one reads `shared` for the head. The original T5 (v1.0) multiplies the
 decoder's output by d_model^-0.5 before its tied head, which attnkit has no field
 for, so it is refused in one sentence.
+
+An attnkit model whose output layer is tied to both embeddings (`tie_embeddings =
+"all"`, logits = h E^T, unscaled) is exported in T5 v1.1's form: `lm_head.weight` a
+copy of `shared` and `tie_word_embeddings` false. T5 v1.0's tying would not be the
+same function, since its tied head reads the output times d_model^-0.5; the copy is.
+Imported back, the model has `tie_embeddings = "inputs"` and the same outputs.
+
 T5 has no length limit of its own; attnkit's `max_len` (the bias table and the
 longest generation) is written as `n_positions`, 512 when absent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from attnkit.config import ModelConfig
@@ -135,6 +143,12 @@ def config_to_hf(c: ModelConfig) -> dict[str, Any]:
     }
 
 
+def untied_head(c: ModelConfig) -> ModelConfig:
+    """The config T5 writes for `c`: a head tied to both embeddings becomes a head of its own
+    holding a copy (`inputs`), the function unchanged (module docstring)."""
+    return dataclasses.replace(c, tie_embeddings="inputs") if c.tie_embeddings == "all" else c
+
+
 def _attention(ours: str, theirs: str, cross: bool) -> list[Rule]:
     names = ("k", "v") if cross else ("q", "k", "v")
     fused = "kv_proj" if cross else "qkv_proj"
@@ -190,4 +204,5 @@ T5 = Family(
     config_from_hf=config_from_hf,
     config_to_hf=config_to_hf,
     rules=rules,
+    written_as=untied_head,
 )

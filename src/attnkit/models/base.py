@@ -12,6 +12,7 @@ from attnkit.checks import of_type
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.models.block import Block, Weights
+from attnkit.nn.alignment_state import AlignmentState
 from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.kv_cache import KVCache
 
@@ -149,10 +150,12 @@ class TransformerModel(nn.Module):
         mask: Tensor | None,
         cross_weights: tuple[int, ...] = (),
         memory_window: Tensor | None = None,
+        alignment: AlignmentState | None = None,
     ) -> tuple[Tensor, list[Weights]]:
         """The decoder's hidden states (batch, n, d_model) of new ids on `cache`, and the
         cross-attention weights of the layers `cross_weights` lists; `memory_window`
-        restricts the cross-attention of each row (`AttentionInputs.memory_window`)."""
+        restricts the cross-attention of each row (`AttentionInputs.memory_window`), and
+        `alignment` carries location-aware or monotonic attention's alignments."""
         mask = self._check(ids, mask, "ids")
         if ids.shape[0] != cache.batch_size:
             raise AttnkitError(
@@ -166,6 +169,7 @@ class TransformerModel(nn.Module):
             cache=cache,
             cross_weights=cross_weights,
             memory_window=memory_window,
+            alignment=alignment,
         )
 
     def num_parameters(self, trainable_only: bool = False) -> int:

@@ -6,10 +6,12 @@
               (`nn/copy.py`); None for a model that does not copy
     window    the monotonic window over the source and its focus (`nn/monotonic.py`),
               when a decode asks for one (`set_monotonic`)
+    alignment what location-aware or monotonic cross-attention carries from step to
+              step, per layer (`nn/alignment_state.py`); None for a model without them
 
 `EncoderDecoder.new_cache` makes one and `decode_step` reads it. Beam search
-and the dropping of finished rows reorder all three together, so a beam keeps
-its parent's keys, its sentence's source and its parent's focus.
+and the dropping of finished rows reorder them all together, so a beam keeps
+its parent's keys, its sentence's source, its parent's focus and alignments.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from attnkit.nn.alignment_state import AlignmentState
 from attnkit.nn.kv_cache import KVCache
 from attnkit.nn.monotonic import MonotonicWindow
 
@@ -32,11 +35,17 @@ class CopySource(NamedTuple):
 
 
 class DecodingState:
-    """An encoder-decoder's decode between steps: `kv_cache`, `source` and `window` (see the
-    module docstring). `reorder` and `repeat_rows` are `KVCache`'s, applied to all three."""
+    """An encoder-decoder's decode between steps: `kv_cache`, `source`, `window` and
+    `alignment` (see the module docstring). `reorder` and `repeat_rows` are `KVCache`'s,
+    applied to all of them."""
 
-    def __init__(self, kv_cache: KVCache, source: CopySource | None = None) -> None:
-        self.kv_cache, self.source = kv_cache, source
+    def __init__(
+        self,
+        kv_cache: KVCache,
+        source: CopySource | None = None,
+        alignment: AlignmentState | None = None,
+    ) -> None:
+        self.kv_cache, self.source, self.alignment = kv_cache, source, alignment
         self.window: MonotonicWindow | None = None
 
     @property
@@ -55,18 +64,22 @@ class DecodingState:
         self.window = MonotonicWindow(back, ahead, real)
 
     def reorder(self, index: Tensor, memory: bool = True) -> None:
-        """`KVCache.reorder`: keep the rows `index`; the window's rows follow, and with `memory`
-        the source's rows too."""
+        """`KVCache.reorder`: keep the rows `index`; the window's and the alignments' rows
+        follow, and with `memory` the source's rows too."""
         if memory and self.source is not None:  # the source's rows are the memory's
             rows = self.kv_cache.memory_rows(index)
             self.source = CopySource(*(part.index_select(0, rows) for part in self.source))
         self.kv_cache.reorder(index, memory)
-        if self.window is not None:
-            self.window.reorder(index)
+        self._reorder_policies(index)
 
     def repeat_rows(self, n: int) -> None:
         """`KVCache.repeat_rows`: each row becomes `n` rows sharing its memory and its source."""
-        if self.window is not None:
-            rows = torch.arange(self.batch_size, device=self.kv_cache.key_mask.device)
-            self.window.reorder(rows.repeat_interleave(n))
+        rows = torch.arange(self.batch_size, device=self.kv_cache.key_mask.device)
+        self._reorder_policies(rows.repeat_interleave(n))
         self.kv_cache.repeat_rows(n)
+
+    def _reorder_policies(self, index: Tensor) -> None:
+        """The window and the alignments, one row each per row of the batch, keep `index`."""
+        for policy in (self.window, self.alignment):
+            if policy is not None:
+                policy.reorder(index)

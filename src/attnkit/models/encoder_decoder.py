@@ -29,6 +29,8 @@ from attnkit.models.block import Weights
 from attnkit.models.decoding_state import CopySource, DecodingState
 from attnkit.models.stack import Embed, Stack
 from attnkit.nn import Linear, TokenEmbedding
+from attnkit.nn.alignment_attention import AlignmentAttention
+from attnkit.nn.alignment_state import AlignmentState
 from attnkit.nn.copy import PointerGenerator
 
 
@@ -169,14 +171,17 @@ class EncoderDecoder(TransformerModel):
         self, src_ids: Tensor, src_mask: Tensor | None = None, capacity: int | None = None
     ) -> DecodingState:
         """Encode the source once and start a decode: a cache holding its cross-attention K, V
-        (and, for a pointer-generator, what it copies from).
+        (and, for a pointer-generator, what it copies from; for location-aware or monotonic
+        attention, where their alignments are carried).
 
         `capacity` is the most target positions to decode (default max_len).
         """
         memory, src_mask, _ = self._encode(src_ids, src_mask, False)
         kv = self._new_cache(src_ids.shape[0], capacity)
         kv.set_memory([b.cross_attn.memory_kv(memory) for b in self.decoder.blocks], src_mask)
-        return DecodingState(kv, None if self.copy is None else CopySource(memory, src_ids))
+        source = None if self.copy is None else CopySource(memory, src_ids)
+        aligning = any(isinstance(b.cross_attn, AlignmentAttention) for b in self.decoder.blocks)
+        return DecodingState(kv, source, AlignmentState() if aligning else None)
 
     def decode_step(self, ids: Tensor, cache: DecodingState, mask: Tensor | None = None) -> Tensor:
         """Next target ids (batch, n) on the cache -> logits (batch, vocab) after the last one.
@@ -193,6 +198,7 @@ class EncoderDecoder(TransformerModel):
             mask,
             last if self.copy is not None or window is not None else (),
             None if window is None else window.keys(),
+            alignment=cache.alignment,
         )
         if window is not None:
             window.move(weights[-1][1])

@@ -32,6 +32,7 @@ from attnkit.nn import (
     padding_mask,
     self_attention_mask,
 )
+from attnkit.nn.alignment_state import AlignmentState
 from attnkit.nn.embedding import check_ids
 from attnkit.nn.kv_cache import KVCache
 from attnkit.nn.linformer import LinformerProjection
@@ -151,6 +152,7 @@ class Stack(nn.Module):
         cache: KVCache | None = None,
         cross_weights: Collection[int] = (),
         memory_window: Tensor | None = None,
+        alignment: AlignmentState | None = None,
     ) -> tuple[Tensor, list[Weights]]:
         """x: (batch, length, d_model); masks are (batch, length) with True for real tokens.
 
@@ -160,7 +162,8 @@ class Stack(nn.Module):
 
         With a `cache` (already extended by `KVCache.extend` for these
         positions) the masks come from the cache and `key_mask` is unused;
-        `memory_window` then narrows each row's cross-attention (a monotonic window).
+        `memory_window` then narrows each row's cross-attention (a monotonic window), and
+        `alignment` holds what location-aware or monotonic cross-attention carries.
         """
         length = x.shape[1]
         path = AttentionPath.choose(
@@ -191,6 +194,7 @@ class Stack(nn.Module):
             memory=memory,
             memory_mask=memory_mask,
             memory_window=memory_window,
+            alignment=alignment,
         )
         layers = (None,) * len(self.blocks) if cache is None else cache.layers
         each = [inputs] * len(self.blocks)

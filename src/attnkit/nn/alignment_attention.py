@@ -11,11 +11,13 @@ another, a short loop over the target length; the values are then read at once:
     alpha_i = Align(q_i, K, alpha_{i-1}),     context_i = alpha_i V
 
 When decoding, each step's alignment (or what the kind keeps of it) is carried
-in the KV cache from one step to the next (`KVCache.attention_state`), and
-follows the beams when beam search reorders them.
+from one step to the next in the decode's `AlignmentState` (`alignment_state.py`,
+handed down in `AttentionInputs.alignment`), which follows the beams when beam
+search reorders them.
 
-This module is the plumbing both kinds share: queries, keys and values, the
-source mask, beams sharing a memory, the state in the cache. A kind says how it
+This module is the plumbing both kinds share: each beam and head its own keys and
+values (the queries, the memory and its mask are `MultiHeadAttention.cross_qkv`'s),
+the source's real tokens, the state carried between steps. A kind says how it
 starts (`initial_state`) and how it aligns (`align`).
 """
 
@@ -63,19 +65,8 @@ class AlignmentAttention(MultiHeadAttention):
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from x (batch, queries, d_model) to the memory of `inputs` or of the cache;
         returns the output and, when asked, the alignments (batch, heads, queries, source)."""
-        q = self.scaled(self._heads(self.q_proj(x), self.n_heads))
-        cached = None if cache is None else cache.memory()
-        if cached is not None:
-            k, v = cached
-        elif inputs.memory is None:
-            raise AttnkitError("cross-attention needs the encoder memory")
-        else:
-            k, v = self.memory_kv(inputs.memory)
-        # A monotonic window at decoding time replaces the memory's padding mask (it includes it).
-        window = inputs.memory_window
-        mask = inputs.memory_mask if window is None else window
-        # Beams of a sentence share its memory: here each beam gets its own view of it.
-        group = q.shape[0] // k.shape[0]
+        q, k, v, mask, group = self.cross_qkv(x, inputs, cache)
+        # Each beam and each query head gets its own view of the keys and values it reads.
         heads = self.n_heads // self.n_kv_heads
         k = k.repeat_interleave(group, 0).repeat_interleave(heads, 1)
         v = v.repeat_interleave(group, 0).repeat_interleave(heads, 1)
@@ -85,12 +76,18 @@ class AlignmentAttention(MultiHeadAttention):
             real = mask[:, 0, 0]
             real = real if real.shape[0] == q.shape[0] else real.repeat_interleave(group, 0)
         decoding = cache is not None
-        state = cache.attention_state() if decoding else None
+        carried = inputs.alignment
+        if decoding and carried is None:
+            raise AttnkitError(
+                "location-aware and monotonic attention carry each step's alignment to the next, "
+                "so decode on the state that the model's new_cache makes (DecodingState)"
+            )
+        state = carried.get(cache.index) if decoding else None
         if state is None:
             state = self.initial_state(real, decoding)
         weights, state = self.align(x, q, k, real, state, decoding)
         if decoding:
-            cache.keep_attention_state(state)
+            carried.keep(cache.index, state)
         dropout_p = self.dropout if self.training else 0.0
         out = F.dropout(weights, dropout_p) @ v if dropout_p else weights @ v
         asked = need_weights or inputs.path is AttentionPath.WEIGHTS

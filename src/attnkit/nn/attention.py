@@ -24,13 +24,14 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.errors import AttnkitError
 from attnkit.kernels import step_attention
+from attnkit.nn.alignment_state import AlignmentState
 from attnkit.nn.kv_cache import HeldKV, LayerKV
 from attnkit.nn.linear import Linear
 from attnkit.nn.local_attention import local_attention
@@ -78,8 +79,9 @@ class AttentionInputs:
     """What each attention layer of a stack reads in one forward pass, shared by all layers.
 
     Self-attention reads `path`, `causal`, `mask`, `bias`, `positions`,
-    `key_mask` and `window`; cross-attention reads `memory` and `memory_mask`,
-    and of `path` only whether the weights are wanted (`AttentionPath.WEIGHTS`).
+    `key_mask` and `window`; cross-attention reads `memory`, `memory_mask`,
+    `memory_window` and `alignment`, and of `path` only whether the weights are
+    wanted (`AttentionPath.WEIGHTS`).
 
     path: how self-attention runs (`AttentionPath.choose`).
     causal: whether a query may not see later keys; when `mask` and `bias`
@@ -101,6 +103,9 @@ class AttentionInputs:
         cross-attention may see at this decoding step (a monotonic window,
         `nn/monotonic.py`, real tokens only), in place of `memory_mask`; one row
         per row of the batch even where rows share a memory row. None: no window.
+    alignment: when decoding, what location-aware and monotonic cross-attention
+        carry from step to step, each layer its own (`AlignmentState`); None
+        for a model without them, and in a teacher-forced pass.
     """
 
     path: AttentionPath = AttentionPath.FUSED
@@ -113,6 +118,23 @@ class AttentionInputs:
     memory: Tensor | None = None
     memory_mask: Tensor | None = None
     memory_window: Tensor | None = None
+    alignment: AlignmentState | None = None
+
+
+class CrossQKV(NamedTuple):
+    """Cross-attention's operands (`MultiHeadAttention.cross_qkv`).
+
+    q: (batch, heads, queries, d_head); k, v: (batch / group, kv_heads, source, d_head);
+    mask: over the memory, the padding mask (batch / group, 1, 1, source) or a monotonic
+    window (batch, 1, 1, source), or None; group: rows of the batch per memory row (the
+    beams of a sentence, `KVCache.group`).
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Tensor | None
+    group: int
 
 
 # Every key, nothing masked, the fused path: what a layer called on its own reads. Frozen,
@@ -202,22 +224,17 @@ class MultiHeadAttention(nn.Module):
         the attention weights (batch, heads, queries, keys).
         """
         if self.cross:
-            q, k, v = self._cross_qkv(x, inputs, cache)
+            q, k, v, mask, group = self.cross_qkv(x, inputs, cache)
             rows, bias, is_causal = None, None, False
-            # A monotonic window replaces the memory's padding mask, which it includes, by one
-            # of each row's own.
-            window = inputs.memory_window
-            mask = inputs.memory_mask if window is None else window
         else:
             q, k, v, rows = self._self_qkv(x, inputs, cache)
-            mask, bias, window = inputs.mask, inputs.bias, None
+            mask, bias, group = inputs.mask, inputs.bias, 1
             is_causal = inputs.causal and mask is None and bias is None
-        # Beams of one sentence share its cached memory (`KVCache.group`): their queries
-        # attend together, as more query positions over one copy of the keys and values.
-        group = q.shape[0] // k.shape[0] if self.cross else 1
+        # The beams of one sentence attend together, as more query positions over one copy
+        # of their memory's keys and values.
         if group > 1:
-            if window is not None:  # each row's own window goes with its queries
-                mask = _group_rows(window.expand(-1, -1, q.shape[2], -1), group)
+            if inputs.memory_window is not None:  # each row's own window goes with its queries
+                mask = _group_rows(mask.expand(-1, -1, q.shape[2], -1), group)
             q = _group_rows(q, group)
         dropout_p = self.dropout if self.training else 0.0
         kernel = Kernel.choose(
@@ -252,17 +269,23 @@ class MultiHeadAttention(nn.Module):
                 weights = weights.unflatten(2, (group, -1)).transpose(1, 2).flatten(0, 1)
         return self.out_proj(out.transpose(1, 2).flatten(2)), weights
 
-    def _cross_qkv(
-        self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries from `x`; keys and values over the memory, from the cache or projected."""
+    def cross_qkv(self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None) -> CrossQKV:
+        """What cross-attention from `x` reads: queries, the memory's keys and values (from the
+        cache, or projected from `inputs.memory`), its mask, and the rows per memory row."""
         q = self.scaled(self._heads(self.q_proj(x), self.n_heads))
         cached = None if cache is None else cache.memory()
         if cached is not None:
-            return q, *cached
-        if inputs.memory is None:
+            k, v = cached
+        elif inputs.memory is None:
             raise AttnkitError("cross-attention needs the encoder memory")
-        return q, *self.memory_kv(inputs.memory)
+        else:
+            k, v = self.memory_kv(inputs.memory)
+        # A monotonic window replaces the memory's padding mask, which it includes, by one of
+        # each row's own.
+        window = inputs.memory_window
+        mask = inputs.memory_mask if window is None else window
+        # Beams of one sentence share its cached memory (`KVCache.group`).
+        return CrossQKV(q, k, v, mask, q.shape[0] // k.shape[0])
 
     def _self_qkv(
         self, x: Tensor, inputs: AttentionInputs, cache: LayerKV | None

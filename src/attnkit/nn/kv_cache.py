@@ -27,8 +27,9 @@ order of its keys, and the masks and ALiBi's bias are built from the position
 held in each slot (`distance`).
 
 The cache holds keys and values and what masks them, nothing of a decoding
-policy: the monotonic window (`nn/monotonic.py`) and what a pointer-generator
-copies from are the decode's (`attnkit.models.decoding_state`).
+policy: the monotonic window (`nn/monotonic.py`), what a pointer-generator copies
+from and the alignment that location-aware and monotonic attention carry
+(`nn/alignment_state.py`) are the decode's (`attnkit.models.decoding_state`).
 """
 
 from __future__ import annotations
@@ -115,16 +116,6 @@ class LayerKV:
         memory_kv = self.cache.memory_kv
         return None if memory_kv is None else (memory_kv[self.index, 0], memory_kv[self.index, 1])
 
-    # Issue 43's hook: what a location-aware or monotonic cross-attention carries from one
-    # step to the next (`nn/alignment_attention.py`), kept per layer and reordered with the rows.
-    def attention_state(self) -> Tensor | None:
-        """This layer's cross-attention state after the last step (None before the first)."""
-        return self.cache.attention_states.get(self.index)
-
-    def keep_attention_state(self, state: Tensor) -> None:
-        """Keep `state` (batch, ...) for this layer's next step."""
-        self.cache.attention_states[self.index] = state
-
 
 class KVCache:
     """Preallocated self-attention keys and values of every layer, plus cross-attention ones.
@@ -141,8 +132,6 @@ class KVCache:
     memory_mask: (batch / group, 1, 1, source length) over the memory, or None.
     group: rows of the batch per row of the memory; beam search makes it the
         number of beams, rows being sentence * beams + beam (`repeat_rows`).
-    attention_states: per layer, what an alignment-carrying cross-attention
-        (location-aware, monotonic) keeps from its last step, (batch, ...).
     """
 
     def __init__(
@@ -176,7 +165,6 @@ class KVCache:
         self.memory_mask: Tensor | None = None
         self.mask: Tensor | None = None
         self.group = 1
-        self.attention_states: dict[int, Tensor] = {}
         self.layers = [LayerKV(self, i) for i in range(n_layers)]
 
     @property
@@ -318,10 +306,6 @@ class KVCache:
             self._copy_rows(index)
         self.key_mask = self.key_mask.index_select(0, index)
         self.n_real = self.n_real.index_select(0, index)
-        # Each row's alignment state goes with it, as its keys do.
-        self.attention_states = {
-            layer: state.index_select(0, index) for layer, state in self.attention_states.items()
-        }
         if memory and self.memory_kv is not None:
             rows = self.memory_rows(index)
             self.memory_kv = self.memory_kv.index_select(2, rows)

@@ -20,8 +20,9 @@ for the next step, doubling its capacity up to the model's `max_len` as it needs
 A row leaves through the cache's own `reorder`.
 
 These functions know `KVCache`'s layout (`attnkit.nn.kv_cache`): the cache of a
-sliding window (a ring), a pointer-generator's copy source, a monotonic window and
-beam groups are not supported here (`joinable` tells the models whose are not).
+sliding window (a ring), a pointer-generator's copy source, the alignments that
+location-aware and monotonic attention carry, a monotonic window and beam groups
+are not supported here (`joinable` tells the models whose are not).
 """
 
 from __future__ import annotations
@@ -36,8 +37,14 @@ from attnkit.nn.masks import padding_mask
 
 def joinable(config: ModelConfig) -> bool:
     """Whether a model's decoding caches can take rows mid-way: not a window's (a ring, or
-    a strided pattern over slots), not a pointer-generator's (a copy source)."""
-    return not config.attention_window and config.copy_attention == "none"
+    a strided pattern over slots), not a pointer-generator's (a copy source), not one whose
+    cross-attention carries each row's alignment over its own source (location-aware or
+    monotonic attention)."""
+    return (
+        not config.attention_window
+        and config.copy_attention == "none"
+        and config.attention_kind not in ("location-aware", "monotonic")
+    )
 
 
 def held(cache: KVCache) -> tuple[Tensor, Tensor]:

@@ -17,10 +17,10 @@ One thread does all the model's work (torch uses its own threads inside each
 operation): the steps, and between steps the jobs handed to it as to an executor
 (`submit`: embeddings, beam search, attention views), so no two computations
 compete for the cores. Tokens reach the event loop through each output's `emit`.
-A model whose cache cannot take rows mid-way (a sliding window's ring,
-`cache_rows.joinable`) decodes in cohorts: the outputs admitted together, each
-leaving when it ends. A pointer-generator's copied words need the source's own
-vocabulary (`inference.translate`), so it is not decoded here.
+A model whose cache cannot take rows mid-way (a sliding window's ring, alignments
+carried beside it: `cache_rows.joinable`) decodes in cohorts: the outputs admitted
+together, each leaving when it ends. A pointer-generator's copied words need the
+source's own vocabulary (`inference.translate`), so it is not decoded here.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import torch
 from attnkit.data.batch import pad
 from attnkit.generation import left_pad
 from attnkit.models.decoding_state import DecodingState
+from attnkit.nn.alignment_state import AlignmentState
 from attnkit.nn.kv_cache import KVCache
 from attnkit.serve import cache_rows
 from attnkit.serve.sampler import choose
@@ -50,12 +51,14 @@ class _Batch:
     """Running rows of one model: their cache and the token each feeds next.
 
     A shared batch takes new rows at any step (`cache_rows.join`); a cohort, for a
-    model whose cache cannot (`cache_rows.joinable`), keeps the rows it started with.
+    model whose cache cannot (`cache_rows.joinable`), keeps the rows it started with,
+    and the alignments its location-aware or monotonic attention carries (`alignment`).
     """
 
     def __init__(self, served: Any, shared: bool) -> None:
         self.served, self.shared = served, shared
         self.cache: KVCache | None = None
+        self.alignment: AlignmentState | None = None
         self.rows: list[Sequence] = []  # in cache order
         self.cropped: list[Sequence] = []  # decoders whose context is full: no cache
         self.last: list[int] = []  # each cached row's token to feed at the next step
@@ -180,10 +183,12 @@ class Scheduler(Executor):
         new = max(s.sampling.max_tokens for s in sequences)
         if model.config.shape == "encoder-decoder":
             capacity = 1 if batch.shared else min(1 + new, model.config.max_len)
-            cache = model.new_cache(ids, mask, capacity).kv_cache
+            state = model.new_cache(ids, mask, capacity)
+            cache, alignment = state.kv_cache, state.alignment
             start = torch.full((len(sequences), 1), model.config.decoder_start_id)
-            logits = _decode_step(model, start.to(model.device), cache)
+            logits = _decode_step(model, start.to(model.device), cache, alignment)
         else:
+            alignment = None
             ids, mask = left_pad(ids, mask)
             capacity = ids.shape[1] + (0 if batch.shared else new)
             cache = model.new_cache(ids, mask, min(capacity, model.config.max_len))
@@ -193,11 +198,11 @@ class Scheduler(Executor):
             return
         keep = [i for i, s in enumerate(sequences) if s in going]
         if len(keep) < len(sequences):
-            cache.reorder(torch.tensor(keep, device=model.device), memory=True)
+            _keep_rows(cache, alignment, keep)
         if batch.shared:
             caches = [cache] if batch.cache is None else [batch.cache, cache]
             cache = cache_rows.join(caches, model.config.max_len)
-        batch.cache = cache
+        batch.cache, batch.alignment = cache, alignment
         batch.rows += going
         batch.last += [s.output[-1] for s in going]
 
@@ -213,12 +218,12 @@ class Scheduler(Executor):
                 if batch.shared:
                     batch.cache = cache_rows.compact(batch.cache, model.config.max_len)
                 last = torch.tensor(batch.last, device=device)[:, None]
-                logits = _decode_step(model, last, batch.cache)
+                logits = _decode_step(model, last, batch.cache, batch.alignment)
                 going = self._choose(batch.rows, logits)
                 if len(going) < len(batch.rows):
                     keep = [i for i, s in enumerate(batch.rows) if s in going]
                     if keep:
-                        batch.cache.reorder(torch.tensor(keep, device=device), memory=True)
+                        _keep_rows(batch.cache, batch.alignment, keep)
                     batch.rows = going
                 batch.last = [s.output[-1] for s in going]
                 if not going:
@@ -259,7 +264,7 @@ class Scheduler(Executor):
         batch.rows = [batch.rows[i] for i in keep]
         batch.last = [batch.last[i] for i in keep]
         if keep:
-            batch.cache.reorder(torch.tensor(keep, device=model.device), memory=True)
+            _keep_rows(batch.cache, batch.alignment, keep)
         else:
             batch.cache = None
 
@@ -293,13 +298,24 @@ class Scheduler(Executor):
             future.cancel()
 
 
-def _decode_step(model: Any, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    """`decode_step` on a joinable model's keys and values (`cache_rows.joinable`): an
-    encoder-decoder's are its `DecodingState`'s whole, as it copies nothing and has no
-    monotonic window, so the rows are joined and compacted on the `KVCache` alone."""
+def _decode_step(
+    model: Any, ids: torch.Tensor, cache: KVCache, alignment: AlignmentState | None = None
+) -> torch.Tensor:
+    """`decode_step` on a served model's keys and values: an encoder-decoder's are its
+    `DecodingState`'s whole but for the alignments of location-aware or monotonic attention,
+    kept beside them (a served model copies nothing and has no monotonic window), so the rows
+    are joined and compacted on the `KVCache` alone."""
     if model.config.shape == "encoder-decoder":
-        return model.decode_step(ids, DecodingState(cache))
+        return model.decode_step(ids, DecodingState(cache, alignment=alignment))
     return model.decode_step(ids, cache)
+
+
+def _keep_rows(cache: KVCache, alignment: AlignmentState | None, keep: list[int]) -> None:
+    """Keep the rows `keep` of a cache, in that order, and of the alignments beside it."""
+    index = torch.tensor(keep, device=cache.kv.device)
+    cache.reorder(index, memory=True)
+    if alignment is not None:
+        alignment.reorder(index)
 
 
 def _run_job(future: Future, fn: Callable, arguments: tuple) -> None:

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
+from attnkit.data.section import DataSection
+from attnkit.data.span_corruption import sentinel_tokens, sentinels_needed
 from attnkit.errors import AttnkitError
 from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder
@@ -61,8 +63,20 @@ def _make_tokenizer(config: RunConfig, texts: Iterable[str], saved: Path) -> Tok
     d = config.data
     pretokenizer = Pretokenizer(config.pretokenize) if config.pretokenize.on else None
     return Tokenizer.train(
-        d.tokenizer, texts=texts, vocab_size=d.vocab_size, pretokenizer=pretokenizer
+        d.tokenizer,
+        texts=texts,
+        vocab_size=d.vocab_size,
+        pretokenizer=pretokenizer,
+        extra_specials=_task_specials(d),
     )
+
+
+def _task_specials(d: DataSection) -> list[str]:
+    """The special tokens a task adds to the five: span corruption's sentinels, as many as its
+    longest sentence can use."""
+    if d.task != "span-corruption":
+        return []
+    return sentinel_tokens(sentinels_needed(d.max_len, d.noise_density, d.mean_span_length))
 
 
 def record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) -> None:

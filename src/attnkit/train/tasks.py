@@ -6,6 +6,8 @@ Each `data.task` pairs a model shape with a data pipeline and an objective:
                                       (PER and WER for cmudict or eval.metric per/wer)
     language-model  decoder           blocks of block_size + 1 tokens of running text
     masked-lm       encoder           sentences, 15% of tokens masked (BERT)
+    span-corruption encoder-decoder   sentences, 15% of tokens dropped in spans for the
+                                      decoder to restore (T5's pre-training)
     reverse         encoder-decoder   the built-in digit-reversal demo
     preference      decoder or        (prompt, chosen, rejected) pairs, DPO against train.init_from
                     encoder-decoder   frozen; reward margin and accuracy on validation
@@ -20,10 +22,10 @@ for the other tasks one text file whose last `valid_fraction` is held out) or fr
 your Hugging Face dataset (`attnkit.data.hf_datasets`). The tokenizer is trained
 on the training text (one joint vocabulary for both languages, as the paper's
 shared BPE) unless the run folder already holds one, as on resume
-(`attnkit.train.run_tokenizer`). With `train.init_from` the model
-and tokenizer are those of another run (fine-tuning), and with `lora.rank` the model trains
-through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut by a token budget
-(`TokenBudgetSampler`), sharded per rank (`attnkit.train.loaders`).
+(`attnkit.train.run_tokenizer`). With `train.init_from` the model and tokenizer are
+those of another run (fine-tuning), and with `lora.rank` the model trains through LoRA
+adapters, with `adapters.size` through Houlsby's (`attnkit.train.run_model`). Batches are
+cut by a token budget (`TokenBudgetSampler`), sharded per rank (`attnkit.train.loaders`).
 """
 
 from __future__ import annotations
@@ -48,14 +50,12 @@ from attnkit.data.preference import PreferenceDataset, read_pairs
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.data.sources import corpus_text, text_lines
+from attnkit.data.span_corruption import SpanCorruptionDataset, sentinel_ids, sentinels_needed
 from attnkit.devices import resolve_device
-from attnkit.embeddings.pretrained import init_embeddings
-from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
-from attnkit.models import EncoderDecoder, TransformerModel, build_model
-from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
-from attnkit.tokenizer import Tokenizer
+from attnkit.models import EncoderDecoder, TransformerModel
+from attnkit.run import RunFolder
 from attnkit.train import distributed as dist
 from attnkit.train import glove_task, lock, new_run, word2vec_task
 from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
@@ -66,6 +66,7 @@ from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, TrainingObjective, objective_for
 from attnkit.train.preference import DPO, preference_metric
 from attnkit.train.run_config import RunConfig
+from attnkit.train.run_model import run_model
 from attnkit.train.run_tokenizer import keep_vocabulary, record_vocabulary, run_tokenizer
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.sequence_level import SequenceLevel
@@ -196,42 +197,6 @@ def _objective(config: RunConfig, setup: TaskSetup) -> TrainingObjective | None:
     return SequenceLevel(base, config.sequence_loss, setup.tokenizer)
 
 
-# -- the model ---------------------------------------------------------------------------------
-
-
-def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
-    """The model of [model] sized to `tokenizer`, or train.init_from's (of the task's shape,
-    which `validate` checked), under the LoRA updates or adapters of [lora] and [adapters]."""
-    model = _base_model(config, tokenizer, **resolved)
-    # Before the task's objective is made: DPO's reference is the model with LoRA switched off.
-    fine_tune(model, config.lora, config.adapters, config.train.seed)
-    return model
-
-
-def _base_model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
-    """The model before fine-tuning: new, or train.init_from's."""
-    if config.train.init_from:
-        if config.model.preset or config.model.overrides:
-            log.warning("the [model] section is not used: the model is train.init_from's")
-        # A base run saved before models recorded their decoding ids takes them from its
-        # tokenizer, the one this run trains with (`load_pretrained`), so this run records them.
-        return load_pretrained(config.train.init_from, tokenizer=tokenizer).train()
-    model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
-    model_config = with_decoding_ids(model_config, tokenizer)
-    torch.manual_seed(config.train.seed)
-    model = build_model(model_config)
-    if config.train.init_embeddings:
-        vectors = load_vectors(_vector_file(config.train.init_embeddings))
-        coverage = init_embeddings(model, tokenizer, vectors)
-        log.info("train.init_embeddings: %s", coverage.describe())
-    return model
-
-
-def _vector_file(path: str) -> Path:
-    """A vector file, or the vectors.bin of a word2vec or GloVe run folder."""
-    return RunFolder(path).vectors if Path(path).is_dir() else Path(path)
-
-
 # -- the tasks ----------------------------------------------------------------------------------
 
 
@@ -241,7 +206,7 @@ def _translation(config: RunConfig) -> TaskSetup:
     src, tgt = corpus_text(config.data, d.train_split, langs)
     val_src, val_tgt = corpus_text(config.data, d.valid_split, langs)
     tokenizer = run_tokenizer(config, [*src, *tgt])
-    model = _model(config, tokenizer)
+    model = run_model(config, tokenizer)
     max_len = min(d.max_len, model.config.max_len)
     # A pointer-generator reads the source's unknown words as ids of their own.
     copy = model.config.copy_attention != "none"
@@ -265,7 +230,7 @@ def _language_model(config: RunConfig) -> TaskSetup:
     d = config.data
     # A character vocabulary learns the newline, as `Tokenizer.train` does from files.
     tokenizer = run_tokenizer(config, text_lines(d, keepends=d.tokenizer == "char"))
-    model = _model(config, tokenizer)
+    model = run_model(config, tokenizer)
     train, val = (
         LanguageModelDataset.from_lines(
             text_lines(d, keepends=True),
@@ -292,19 +257,27 @@ def _language_model(config: RunConfig) -> TaskSetup:
     return TaskSetup(model, *run_loaders(config, train, val, d.batch_size), [], tokenizer)
 
 
+def _sentences(config: RunConfig, langs: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Training and validation sentences, one a line: of a corpus of languages (a known one or
+    a folder of `{split}.{lang}` files), the splits' sides in `langs`; of one text, its last
+    `data.valid_fraction` held out."""
+    d = config.data
+    if (d.corpus in CORPORA and CORPORA[d.corpus].langs) or Path(d.corpus).is_dir():
+        train = corpus_text(config.data, d.train_split, langs)
+        val = corpus_text(config.data, d.valid_split, langs)
+        return [line for side in train for line in side], [line for side in val for line in side]
+    text = list(text_lines(d))
+    cut = int(len(text) * (1 - d.valid_fraction))
+    return text[:cut], text[cut:]
+
+
 def _masked_lm(config: RunConfig) -> TaskSetup:
     d = config.data
-    if d.corpus in CORPORA and CORPORA[d.corpus].langs:
-        lines = corpus_text(config.data, d.train_split, [d.src_lang])[0]
-        val_lines = corpus_text(config.data, d.valid_split, [d.src_lang])[0]
-    else:
-        text = list(text_lines(d))
-        cut = int(len(text) * (1 - d.valid_fraction))
-        lines, val_lines = text[:cut], text[cut:]
+    lines, val_lines = _sentences(config, [d.src_lang])
     tokenizer = run_tokenizer(config, lines)
     if not tokenizer.has("mask"):
         raise AttnkitError("the masked-LM task needs a tokenizer with a <mask> token")
-    model = _model(config, tokenizer)
+    model = run_model(config, tokenizer)
     max_len = min(d.max_len, model.config.max_len)
     train = SentenceDataset(lines, tokenizer, max_len=max_len, name="train")
     val = SentenceDataset(val_lines, tokenizer, max_len=max_len, name="validation")
@@ -322,7 +295,7 @@ def _preference(config: RunConfig) -> TaskSetup:
     `validate` asked for), tuned by DPO against itself as it starts."""
     d = config.data
     tokenizer = run_tokenizer(config, ())  # train.init_from's
-    model = _model(config, tokenizer)
+    model = run_model(config, tokenizer)
     # An encoder-decoder reads the prompt as its source, each response after its start id.
     encoder_decoder = model.config.shape == "encoder-decoder"
     train, val = (
@@ -340,6 +313,31 @@ def _preference(config: RunConfig) -> TaskSetup:
     val_data = run_loader(config, val, False, shard=False)
     metric = preference_metric(dpo, val_data, config.eval.max_batches)
     return TaskSetup(model, run_loader(config, train, True), None, [metric], tokenizer, dpo)
+
+
+def _span_corruption(config: RunConfig) -> TaskSetup:
+    """T5's pre-training on sentences (of a corpus of languages, both sides': the text of the
+    translation the model will be fine-tuned for)."""
+    d = config.data
+    lines, val_lines = _sentences(config, [d.src_lang, d.tgt_lang])
+    tokenizer = run_tokenizer(config, lines)
+    model = run_model(config, tokenizer)
+    max_len = min(d.max_len, model.config.max_len)
+    noise = {"noise_density": d.noise_density, "mean_span_length": d.mean_span_length}
+    sentinels = sentinel_ids(tokenizer, sentinels_needed(max_len, **noise))
+    train, val = (
+        SpanCorruptionDataset(
+            text,
+            tokenizer,
+            sentinels=sentinels,
+            max_len=max_len,
+            seed=config.train.seed,
+            name=name,
+            **noise,
+        )
+        for text, name in ((lines, "train"), (val_lines, "validation"))
+    )
+    return TaskSetup(model, *run_loaders(config, train, val), [], tokenizer)
 
 
 def _reverse(config: RunConfig) -> TaskSetup:
@@ -380,6 +378,7 @@ BUILDERS: dict[str, Callable[[RunConfig], TaskSetup]] = {
     "translation": _translation,
     "language-model": _language_model,
     "masked-lm": _masked_lm,
+    "span-corruption": _span_corruption,
     "reverse": _reverse,
     "preference": _preference,
 }

@@ -30,6 +30,7 @@ SHAPES_OF_TASK = {
     "translation": ("encoder-decoder",),
     "language-model": ("decoder",),
     "masked-lm": ("encoder",),
+    "span-corruption": ("encoder-decoder",),
     "reverse": ("encoder-decoder",),
     "preference": ("decoder", "encoder-decoder"),
 }
@@ -39,6 +40,7 @@ METRICS_OF_TASK = {
     "translation": ("val_loss", "val_ppl", "bleu", "per", "wer"),
     "language-model": ("val_loss", "val_ppl"),
     "masked-lm": ("val_loss", "val_ppl"),
+    "span-corruption": ("val_loss", "val_ppl"),
     "reverse": ("exact_match",),
     "preference": ("val_loss", "reward_margin", "reward_accuracy"),
 }
