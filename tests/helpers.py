@@ -6,6 +6,7 @@ sizes a test module needs passed to it (`WIDE`, `DECODING`, or its own fields).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -110,6 +111,30 @@ def write_corpus(folder: Path, split: str, n: int, seed: int) -> None:
     folder.mkdir(exist_ok=True)
     (folder / f"{split}.de").write_text("\n".join(de) + "\n")
     (folder / f"{split}.en").write_text("\n".join(en) + "\n")
+
+
+def preference_rows(n: int, seed: int, alphabet: str) -> list[dict[str, str]]:
+    """`n` preference pairs over `alphabet`: a prompt of 3 to 5 symbols, a chosen response
+    that goes on through the alphabet from the prompt's last symbol (a rule a model can learn
+    and generalise) and a random rejected one, both of 4 symbols."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        prompt = "".join(rng.choice(alphabet) for _ in range(rng.randint(3, 5)))
+        start = alphabet.index(prompt[-1])
+        chosen = "".join(alphabet[(start + k) % len(alphabet)] for k in range(1, 5))
+        rejected = "".join(rng.choice(alphabet) for _ in range(4))
+        rows.append({"prompt": prompt, "chosen": chosen, "rejected": rejected})
+    return rows
+
+
+def write_preference_pairs(folder: Path, alphabet: str, train: int = 48, val: int = 24) -> Path:
+    """A preference corpus at `folder`: train.jsonl and val.jsonl of `preference_rows`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n, seed in (("train", train, 0), ("val", val, 1)):
+        lines = [json.dumps(row) for row in preference_rows(n, seed, alphabet)]
+        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
 
 
 def translation_config(tmp_path: Path) -> str:

@@ -149,6 +149,9 @@ def test_the_reverse_demos_run_and_one_language_twice_are_refused_before_any_dow
     RunFolder(run_dir).write_run_config('[data]\ntask = "span-corruption"\ncorpus = "multi30k"\n')
     with pytest.raises(AttnkitError, match="pre-trained by span corruption.*train.init_from"):
         read_eval_set(load_run(run_dir))  # not scored as a German->English translation
+    RunFolder(run_dir).write_run_config('[data]\ntask = "preference"\ncorpus = "pairs"\n')
+    with pytest.raises(AttnkitError, match=r"tuned on preference pairs, .* pass --corpus"):
+        read_eval_set(load_run(run_dir))
     with pytest.raises(AttnkitError, match="the source and target languages are both 'en'"):
         read_eval_set(load_run(mt_run), src_lang="en", tgt_lang="en")
     assert main(["eval", str(mt_run), "--src-lang", "de", "--tgt-lang", "de"]) == 2

@@ -30,6 +30,7 @@ TASKS = (
     "masked-lm",
     "span-corruption",
     "reverse",
+    "preference",
     "word2vec",
     "glove",
 )
@@ -42,11 +43,13 @@ class DataSection:
 
     task: `translation` (encoder-decoder), `language-model` (decoder),
         `masked-lm` (encoder), `span-corruption` (encoder-decoder: T5's pre-training),
-        `reverse` (the built-in digit-reversal demo),
-        `word2vec` or `glove` (word vectors, no Transformer).
+        `reverse` (the built-in digit-reversal demo), `preference` (DPO on preference pairs,
+        fine-tuning `train.init_from`: a decoder or an encoder-decoder), `word2vec` or `glove`
+        (word vectors, no Transformer).
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
-        Face dataset (`attnkit.data.hf_datasets`); no default, so that no run learns from a
-        corpus its config does not name.
+        Face dataset (`attnkit.data.hf_datasets`), for `preference` a folder of
+        `{split}.jsonl` pairs (`attnkit.data.preference`); no default, so that no run learns
+        from a corpus its config does not name.
     data_dir: a folder holding known corpora as `<corpus>/<file>`, searched before
         `$ATTNKIT_DATA` and the download cache (`attnkit.data.corpora`); unset, only those.
     src_lang, tgt_lang: the languages (file suffixes, or a dataset's columns) of a
@@ -61,7 +64,8 @@ class DataSection:
     lowercase: learn from lowercased text; a trained run's input is then lowercased too
         (`prepare_sources`: `attnkit translate`, `eval`, `serve` and the Python API).
     max_len: the longest example kept, in tokens a side; longer ones are skipped and counted.
-    max_tokens: the token budget of one batch for sentence tasks.
+    max_tokens: the token budget of one batch for sentence tasks (for preference pairs, of
+        each side: the prompts, the chosen rows, the rejected rows).
     batch_size: sequences per batch for the language model and the demo.
     block_size: tokens of context per language-model example.
     windows: where a language model's training examples lie in the text each epoch

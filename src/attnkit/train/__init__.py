@@ -9,6 +9,7 @@ from attnkit.train.objectives import (
     LanguageModelObjective,
     MaskedLMObjective,
     Objective,
+    TrainingObjective,
     TranslationObjective,
     objective_for,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "RunConfig",
     "TrainResult",
     "Trainer",
+    "TrainingObjective",
     "TranslationObjective",
     "label_smoothed_cross_entropy",
     "linear_cross_entropy",

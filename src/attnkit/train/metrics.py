@@ -32,7 +32,7 @@ from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 from attnkit.train import distributed as dist
-from attnkit.train.objectives import Objective
+from attnkit.train.objectives import TrainingObjective
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,10 @@ class EvalSection:
     every: steps between evaluations (validation loss and perplexity).
     metric: what picks the best checkpoint and drives early stopping: `val_loss`,
         `val_ppl`, or a metric a task adds (`bleu`, or the phoneme and word error
-        rates `per` and `wer`, for translation; `exact_match` for the demo). The
-        validation loss and perplexity and the error rates are better lower
-        (`LOWER_IS_BETTER`), the rest higher.
+        rates `per` and `wer`, for translation; `exact_match` for the demo;
+        `reward_margin` and `reward_accuracy` for preference, whose `val_loss` is
+        DPO's). The validation loss and perplexity and the error rates are better
+        lower (`LOWER_IS_BETTER`), the rest higher.
     patience: evaluations without improvement before stopping; 0 never stops.
     decode_examples: held-out examples decoded greedily for the task's metric
         (BLEU on validation pairs for translation, or WER and PER on validation
@@ -130,7 +131,7 @@ class Interval:
 @torch.no_grad()
 def validate(
     model: TransformerModel,
-    objective: Objective,
+    objective: TrainingObjective,
     val_data: Iterable[Batch] | None,
     metrics: Sequence[Metric],
     *,

@@ -14,6 +14,9 @@ loss (`nn/moe.py`), in `LossTerms.aux`.
 - language model: the same without an encoder.
 - masked LM (BERT): 15% of real tokens are chosen; of those 80% become <mask>,
   10% a random token and 10% stay; only the chosen ones are predicted.
+
+`TrainingObjective` is what the Trainer takes: `Objective`, these cross-entropies,
+or another loss, as DPO's over preference pairs (`train/preference.py`).
 """
 
 from __future__ import annotations
@@ -41,10 +44,12 @@ def _need(batch: Batch, *names: str, task: str) -> None:
             raise AttnkitError(f"a {task} batch needs `{name}`; check that the data fits the task")
 
 
-class Objective(ABC):
-    """Base: `objective(model, batch) -> LossTerms`; subclasses compute hidden states and targets.
+class TrainingObjective(ABC):
+    """What the Trainer minimises: `objective(model, batch) -> LossTerms`, sums over the
+    batch's units (its target tokens; DPO's pairs) and their count, which the Trainer divides
+    by over the whole global batch.
 
-    `model` may be wrapped (DDP, torch.compile); the head is read from the plain model.
+    `model` may be wrapped (DDP, torch.compile).
     """
 
     task = ""
@@ -52,13 +57,25 @@ class Objective(ABC):
     # DistributedDataParallel can synchronise (the Trainer refuses the others under torchrun).
     one_forward = True
 
-    def __init__(self, label_smoothing: float = 0.0) -> None:
-        self.label_smoothing = label_smoothing
+    def __init__(self) -> None:
         self.step = 0  # optimizer steps done, set by the Trainer; schedules read it
 
     def start_step(self, step: int) -> None:
         """The Trainer calls this before each optimizer step with the steps done so far."""
         self.step = step
+
+    @abstractmethod
+    def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
+        """The sums of one batch."""
+
+
+class Objective(TrainingObjective):
+    """The cross-entropy of the tokens a model predicts; subclasses compute hidden states and
+    targets, and the head is read from the plain model."""
+
+    def __init__(self, label_smoothing: float = 0.0) -> None:
+        super().__init__()
+        self.label_smoothing = label_smoothing
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
         hidden, targets = self.predict(model, batch)

@@ -9,6 +9,7 @@
     [scheduled_sampling]  mixing the decoder's own predictions into its inputs
     [sequence_loss]       training on a sentence reward (BLEU, chrF): self-critical, minimum risk
     [guided_attention]    a loss keeping cross-attention near the diagonal (monotonic tasks)
+    [dpo]                 direct preference optimisation (`data.task = "preference"`)
     [word2vec]            skip-gram or CBOW word vectors (`data.task = "word2vec"`)
     [glove]               GloVe word vectors (`data.task = "glove"`)
     [pretokenize]         words before tokens: a rule, jieba, phrases, stop words, stems
@@ -61,6 +62,7 @@ from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.loggers import LOGGERS
 from attnkit.train.metrics import EvalSection
+from attnkit.train.preference import DPOSection
 from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
@@ -253,6 +255,7 @@ SECTIONS: dict[str, type] = {
     "scheduled_sampling": ScheduledSamplingSection,
     "sequence_loss": SequenceLossSection,
     "guided_attention": GuidedAttentionSection,
+    "dpo": DPOSection,
     "word2vec": Word2VecConfig,
     "glove": GloveConfig,
     "pretokenize": PretokenizeConfig,
@@ -280,6 +283,7 @@ class RunConfig:
     scheduled_sampling: ScheduledSamplingSection = field(default_factory=ScheduledSamplingSection)
     sequence_loss: SequenceLossSection = field(default_factory=SequenceLossSection)
     guided_attention: GuidedAttentionSection = field(default_factory=GuidedAttentionSection)
+    dpo: DPOSection = field(default_factory=DPOSection)
     word2vec: Word2VecConfig = field(default_factory=Word2VecConfig)
     glove: GloveConfig = field(default_factory=GloveConfig)
     pretokenize: PretokenizeConfig = field(default_factory=PretokenizeConfig)

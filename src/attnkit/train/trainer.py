@@ -57,7 +57,7 @@ from attnkit.train.compilation import compile_mode
 from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.loss_watch import LossWatch
 from attnkit.train.metrics import Interval, Metric, validate
-from attnkit.train.objectives import Objective, objective_for
+from attnkit.train.objectives import TrainingObjective, objective_for
 from attnkit.train.optim import optimization
 from attnkit.train.parallel import Parallel
 from attnkit.train.precision import training_precision
@@ -88,7 +88,7 @@ class Trainer:
         *,
         train: TrainSection | None = None,
         eval: EvalSection | None = None,
-        objective: Objective | None = None,
+        objective: TrainingObjective | None = None,
         val_data: Iterable[Batch] | None = None,
         metrics: Sequence[Metric] = (),
         run_dir: str | Path | None = None,

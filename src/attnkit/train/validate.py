@@ -25,12 +25,14 @@ from attnkit.tokenizer_training import PHRASE_KINDS
 from attnkit.train.loggers import check_installed
 from attnkit.train.run_config import RunConfig
 
-SHAPE_OF_TASK = {
-    "translation": "encoder-decoder",
-    "language-model": "decoder",
-    "masked-lm": "encoder",
-    "span-corruption": "encoder-decoder",
-    "reverse": "encoder-decoder",
+# The model shapes each task trains.
+SHAPES_OF_TASK = {
+    "translation": ("encoder-decoder",),
+    "language-model": ("decoder",),
+    "masked-lm": ("encoder",),
+    "span-corruption": ("encoder-decoder",),
+    "reverse": ("encoder-decoder",),
+    "preference": ("decoder", "encoder-decoder"),
 }
 # What each task's evaluation measures: the validation loss and perplexity where it has
 # validation data, and the names its own metric returns (`attnkit.train.tasks`).
@@ -40,6 +42,7 @@ METRICS_OF_TASK = {
     "masked-lm": ("val_loss", "val_ppl"),
     "span-corruption": ("val_loss", "val_ppl"),
     "reverse": ("exact_match",),
+    "preference": ("val_loss", "reward_margin", "reward_accuracy"),
 }
 
 
@@ -50,6 +53,17 @@ def validate(config: RunConfig) -> None:
         check(
             not config.train.init_from,
             "the reverse demo trains from scratch; unset train.init_from",
+        )
+    elif task == "preference":
+        check(
+            bool(config.train.init_from),
+            "data.task 'preference' fine-tunes a trained run against itself, frozen; set "
+            "train.init_from to that run's folder",
+        )
+        check(
+            bool(d.corpus),
+            "data.task 'preference' reads its pairs from a folder of {split}.jsonl files; set "
+            "data.corpus to that folder",
         )
     else:
         check(
@@ -194,11 +208,16 @@ def _check_model(config: RunConfig) -> None:
             ids = {"vocab_size": len(VOCAB), "eos_id": EOS, "decoder_start_id": BOS}
         model = config.model.build(**ids)
         where, fix = "the [model] section describes", "set model.shape or choose another preset"
-    shape = SHAPE_OF_TASK[task]
+    shapes = SHAPES_OF_TASK[task]
     check(
-        model.shape == shape,
-        f"data.task {task!r} trains {with_article(shape)} model, but {where} "
-        f"{with_article(model.shape)} one; {fix}",
+        model.shape in shapes,
+        f"data.task {task!r} trains {' or '.join(map(with_article, shapes))} model, but "
+        f"{where} {with_article(model.shape)} one; {fix}",
+    )
+    check(
+        task != "preference" or model.copy_attention == "none",
+        "data.task 'preference' scores responses through the plain output layer, which a "
+        "pointer-generator (model.copy_attention) replaces; fine-tune a run without one",
     )
     guided = config.guided_attention
     if guided.on:
