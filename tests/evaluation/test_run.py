@@ -147,7 +147,7 @@ def test_the_reverse_demos_run_and_one_language_twice_are_refused_before_any_dow
     with pytest.raises(AttnkitError, match="trained on the reverse demo's random digit strings"):
         read_eval_set(load_run(run_dir))
     RunFolder(run_dir).write_run_config('[data]\ntask = "span-corruption"\ncorpus = "multi30k"\n')
-    with pytest.raises(AttnkitError, match="pre-trained by span corruption.*train.init_from"):
+    with pytest.raises(AttnkitError, match=r"pre-trained by span corruption.*train.init_from"):
         read_eval_set(load_run(run_dir))  # not scored as a German->English translation
     RunFolder(run_dir).write_run_config('[data]\ntask = "preference"\ncorpus = "pairs"\n')
     with pytest.raises(AttnkitError, match=r"tuned on preference pairs, .* pass --corpus"):

@@ -138,7 +138,8 @@ def test_a_translation_model_starts_from_a_word2vec_runs_vectors(
             "train": {"out_dir": str(tmp_path / "mt"), "init_embeddings": str(tmp_path / "w2v")},
         }
     )  # fmt: skip
-    with caplog.at_level(logging.INFO, logger="attnkit.train.run_model"):  # the demo quiets its parent
+    # the demo quiets its parent logger
+    with caplog.at_level(logging.INFO, logger="attnkit.train.run_model"):
         setup = build_task(config)
     assert "init_embeddings: 10 of 10 tokens found" in caplog.text  # every word of the text
     (table,) = {m.weight for m in setup.model.modules() if isinstance(m, TokenEmbedding)}  # tied
