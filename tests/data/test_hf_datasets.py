@@ -263,3 +263,16 @@ def test_fields_set_for_a_corpus_that_is_no_dataset_are_refused(tmp_path):
     )
     with pytest.raises(AttnkitError, match=r"data\.text_field name columns of a dataset"):
         build_task(config)
+
+
+def test_a_masked_lm_reads_a_saved_datasets_text_as_it_reads_a_text_file(tmp_path, data_dir):
+    """A dataset folder is no folder of {split}.{lang} files: its text field is the text."""
+    lines = head(data_dir / "multi30k" / "train.en.gz", 200)
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"{line}\n" for line in lines))
+    corpus = lm_saved(tmp_path / "dataset", lines)
+    model = {"preset": "bert-mini", **TINY, "n_encoder_layers": 1}
+    data = {"task": "masked-lm", "tokenizer": "char", "vocab_size": 300}
+    expected = setup_of(tmp_path / "a", model, {**data, "corpus": str(text)})
+    got = setup_of(tmp_path / "b", model, {**data, "corpus": str(corpus)})
+    assert_same_batches(got, expected)

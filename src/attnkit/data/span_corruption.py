@@ -26,6 +26,7 @@ alone, so the lengths the token budget batches by are known before any draw.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from functools import partial
 from itertools import pairwise
@@ -38,6 +39,8 @@ from attnkit.data.collate import collate_translation
 from attnkit.data.datasets import SentenceDataset
 from attnkit.errors import AttnkitError
 from attnkit.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
 
 SENTINEL = "<extra_id_{}>"  # T5's spelling, so an exported vocabulary reads as T5's
 
@@ -138,7 +141,7 @@ class SpanCorruptionDataset(Dataset):
     """Sentences as (input ids ending in </s>, target ids <s> sentinel span ... </s>) pairs,
     each corrupted afresh every epoch (`set_epoch`), for an encoder-decoder.
 
-    max_len: the most ids a sentence may have with <s> and </s>, which bounds both sides;
+    max_len: the most ids a sentence may have with <s> and </s>, and either side of its pair;
         longer ones are skipped and counted, and so are sentences of one token.
     sentinels: the sentinel ids in order, at least `sentinels_needed(max_len, ...)`.
     """
@@ -161,15 +164,25 @@ class SpanCorruptionDataset(Dataset):
         self.bos, self.eos = tokenizer.bos_id, tokenizer.eos_id
         # Each kept sentence's ids lie between its <s> and </s>: at least 2 to corrupt.
         inner = self.sentences.lengths[:, 0] - 2
-        self.index = np.flatnonzero(inner >= 2)
-        if len(self.index) == 0:
-            raise AttnkitError(f"{name} has no sentence of 2 tokens or more to corrupt")
-        counts = np.array([span_counts(int(n), *self.noise) for n in inner[self.index]])
+        candidates = np.flatnonzero(inner >= 2)
+        n = inner[candidates]
+        counts = np.array([span_counts(int(k), *self.noise) for k in n]).reshape(-1, 2)
         dropped, spans = counts[:, 0], counts[:, 1]
-        n = inner[self.index]
         # Input: the kept tokens, a sentinel a span, </s>; target: <s>, a sentinel a span and
         # the closing one, the dropped tokens, </s>.
-        self._lengths = np.stack([n - dropped + spans + 1, dropped + spans + 3], axis=1)
+        lengths = np.stack([n - dropped + spans + 1, dropped + spans + 3], axis=1)
+        fits = lengths.max(axis=1) <= max_len  # a very short sentence's target can be longer
+        self.index, self._lengths = candidates[fits], lengths[fits]
+        if len(self.index) == 0:
+            raise AttnkitError(f"{name} has no sentence of 2 tokens or more to corrupt")
+        skipped = len(inner) - len(self.index)
+        if skipped:
+            logger.warning(
+                "%s: skipped %d sentences of one token or whose target would pass max_len %d",
+                name,
+                skipped,
+                max_len,
+            )
         self.collate = partial(
             collate_translation, src_pad_id=tokenizer.pad_id, tgt_pad_id=tokenizer.pad_id
         )

@@ -44,6 +44,7 @@ from attnkit.data import (
     LanguageModelDataset,
     ParallelDataset,
     SentenceDataset,
+    hf_datasets,
 )
 from attnkit.data.batch import Batch
 from attnkit.data.preference import PreferenceDataset, read_pairs
@@ -262,7 +263,8 @@ def _sentences(config: RunConfig, langs: Sequence[str]) -> tuple[list[str], list
     a folder of `{split}.{lang}` files), the splits' sides in `langs`; of one text, its last
     `data.valid_fraction` held out."""
     d = config.data
-    if (d.corpus in CORPORA and CORPORA[d.corpus].langs) or Path(d.corpus).is_dir():
+    languages = Path(d.corpus).is_dir() and not hf_datasets.is_dataset(d)
+    if (d.corpus in CORPORA and CORPORA[d.corpus].langs) or languages:
         train = corpus_text(config.data, d.train_split, langs)
         val = corpus_text(config.data, d.valid_split, langs)
         return [line for side in train for line in side], [line for side in val for line in side]
