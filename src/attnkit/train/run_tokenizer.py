@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from attnkit.data.section import DataSection
-from attnkit.data.span_corruption import sentinel_tokens, sentinels_needed
 from attnkit.errors import AttnkitError
 from attnkit.pretokenize import Pretokenizer
 from attnkit.run import RunFolder
@@ -27,17 +25,21 @@ from attnkit.train.run_config import RunConfig
 log = logging.getLogger(__name__)
 
 
-def run_tokenizer(config: RunConfig, texts: Iterable[str]) -> Tokenizer:
+def run_tokenizer(
+    config: RunConfig, texts: Iterable[str], extra_specials: Sequence[str] = ()
+) -> Tokenizer:
     """The run's tokenizer; under torchrun rank 0 makes it and writes it into the run folder
-    (`check_shared_folder` made sure every rank sees it), where the other ranks load it."""
+    (`check_shared_folder` made sure every rank sees it), where the other ranks load it.
+    A newly trained one has the task's `extra_specials` after the five (span corruption's
+    sentinels)."""
     saved = RunFolder(config.train.out_dir).tokenizer
     info = dist.from_env()
     if not info.active:
-        return _make_tokenizer(config, texts, saved)
+        return _make_tokenizer(config, texts, saved, extra_specials)
     made: list[Tokenizer] = []
 
     def make() -> None:
-        made.append(_make_tokenizer(config, texts, saved))
+        made.append(_make_tokenizer(config, texts, saved, extra_specials))
         if not saved.is_file():
             made[0].save(saved)
 
@@ -48,7 +50,9 @@ def run_tokenizer(config: RunConfig, texts: Iterable[str]) -> Tokenizer:
     return Tokenizer.load(saved)
 
 
-def _make_tokenizer(config: RunConfig, texts: Iterable[str], saved: Path) -> Tokenizer:
+def _make_tokenizer(
+    config: RunConfig, texts: Iterable[str], saved: Path, extra_specials: Sequence[str]
+) -> Tokenizer:
     if saved.is_file():
         log.info("using the tokenizer of the run folder, %s", saved)
         return Tokenizer.load(saved)
@@ -67,16 +71,8 @@ def _make_tokenizer(config: RunConfig, texts: Iterable[str], saved: Path) -> Tok
         texts=texts,
         vocab_size=d.vocab_size,
         pretokenizer=pretokenizer,
-        extra_specials=_task_specials(d),
+        extra_specials=extra_specials,
     )
-
-
-def _task_specials(d: DataSection) -> list[str]:
-    """The special tokens a task adds to the five: span corruption's sentinels, as many as its
-    longest sentence can use."""
-    if d.task != "span-corruption":
-        return []
-    return sentinel_tokens(sentinels_needed(d.max_len, d.noise_density, d.mean_span_length))
 
 
 def record_vocabulary(folder: RunFolder, tokenizer: Tokenizer, resume: bool) -> None:

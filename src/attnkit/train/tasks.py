@@ -51,7 +51,12 @@ from attnkit.data.preference import PreferenceDataset, read_pairs
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.data.sources import corpus_text, text_lines
-from attnkit.data.span_corruption import SpanCorruptionDataset, sentinel_ids, sentinels_needed
+from attnkit.data.span_corruption import (
+    SpanCorruptionDataset,
+    sentinel_ids,
+    sentinel_tokens,
+    sentinels_needed,
+)
 from attnkit.devices import resolve_device
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
@@ -322,10 +327,12 @@ def _span_corruption(config: RunConfig) -> TaskSetup:
     translation the model will be fine-tuned for)."""
     d = config.data
     lines, val_lines = _sentences(config, [d.src_lang, d.tgt_lang])
-    tokenizer = run_tokenizer(config, lines)
+    noise = {"noise_density": d.noise_density, "mean_span_length": d.mean_span_length}
+    # As many sentinels as the longest sentence can use, in a tokenizer trained here.
+    specials = sentinel_tokens(sentinels_needed(d.max_len, **noise))
+    tokenizer = run_tokenizer(config, lines, specials)
     model = run_model(config, tokenizer)
     max_len = min(d.max_len, model.config.max_len)
-    noise = {"noise_density": d.noise_density, "mean_span_length": d.mean_span_length}
     sentinels = sentinel_ids(tokenizer, sentinels_needed(max_len, **noise))
     train, val = (
         SpanCorruptionDataset(
