@@ -1,8 +1,10 @@
 """Scoring a run folder on a corpus split from Python, as `attnkit eval` does."""
 
 import gzip
+import json
 import math
 
+import datasets
 import pytest
 import torch
 
@@ -136,6 +138,43 @@ def test_a_translation_trained_on_a_folder_is_scored_on_its_files(tmp_path) -> N
     assert test.description == f"{corpus} test de->en, 3 sentences"
     with pytest.raises(AttnkitError, match=r"a folder holding val\.de nor a dataset; .*--split"):
         read_eval_set(load_run(run_dir), split="val")
+
+
+def test_a_translation_trained_on_a_dataset_is_scored_on_its_split(tmp_path) -> None:
+    """eval said the corpus was neither known, a folder of text files nor a dataset for a run
+    trained on a folder of `{split}.jsonl` files; it must read the split training would."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    rows = "".join(json.dumps({"de": de, "en": en}) + "\n" for de, en in zip(DE, EN, strict=True))
+    for split in ("train", "test"):
+        (corpus / f"{split}.jsonl").write_text(rows)
+    run_dir = tiny_run(tmp_path / "run", "encoder-decoder")
+    RunFolder(run_dir).write_run_config(f'[data]\ncorpus = "{corpus}"\n')
+    test = read_eval_set(load_run(run_dir))
+    assert (test.sources, test.references) == (DE, EN)
+    assert test.description == f"{corpus} test de->en, 3 sentences"
+    with pytest.raises(AttnkitError, match=r"no split 'dev'.*\btest\b.*\btrain\b"):
+        read_eval_set(load_run(run_dir), split="dev")
+
+
+def test_a_language_model_trained_on_a_dataset_is_scored_on_the_text_it_held_out(
+    tmp_path,
+) -> None:
+    """A saved dataset's text is cut where training cut it: the same blocks as its lines in a
+    text file."""
+    lines = RUN_LINES * 10
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"{line}\n" for line in lines))
+    datasets.Dataset.from_dict({"text": lines}).save_to_disk(str(tmp_path / "saved"))
+    run_dir = tiny_run(tmp_path / "run", "decoder")
+    got, expected = (
+        read_eval_set(load_run(run_dir), corpus=str(corpus), block_size=8, batch_size=2)
+        for corpus in (tmp_path / "saved", text)
+    )
+    assert got.split == expected.split == "val"
+    assert len(got.batches) == len(expected.batches) > 0
+    for a, b in zip(got.batches, expected.batches, strict=True):
+        assert torch.equal(a.tgt, b.tgt)
 
 
 def test_the_reverse_demos_run_and_one_language_twice_are_refused_before_any_download(

@@ -12,7 +12,9 @@ names the corpus, the languages, the data_dir and whether text was lowercased;
 without one, the model's shape picks multi30k de->en or tinyshakespeare (and a
 known corpus's first two languages are the default pair). A corpus of your
 own is read as training read it: a folder's `{split}.{lang}` files, a text
-file cut at the run's `data.valid_fraction` into its train and val splits. The
+file cut at the run's `data.valid_fraction` into its train and val splits, a
+Hugging Face dataset's splits through the run's fields (`attnkit.data.hf_datasets`),
+with the rows or the text training held out where it has no split of that name. The
 split defaults to the corpus's test split, or val where it has none. The
 sources are read as the run reads its input (`prepare_sources`: lowercased for
 a run trained on lowercased text); the references stay as they are, which is
@@ -21,6 +23,7 @@ why BLEU is given both cased and lowercased.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable
@@ -36,6 +39,7 @@ from attnkit.data import (
     corpus_files,
     corpus_pairs,
     group_by_source,
+    hf_datasets,
     load_corpus,
     read_lines,
     split_name,
@@ -43,7 +47,7 @@ from attnkit.data import (
 from attnkit.data.batch import Batch
 from attnkit.data.datasets import LanguageModelDataset
 from attnkit.data.section import lowered, prepare_sources
-from attnkit.data.sources import folder_files
+from attnkit.data.sources import folder_files, text_lines
 from attnkit.errors import AttnkitError
 from attnkit.evaluation.metrics import (
     Score,
@@ -139,9 +143,12 @@ def read_eval_set(
         )
     corpus = corpus or saved.get("corpus") or ("multi30k" if translation else "tinyshakespeare")
     data_dir = data_dir or saved.get("data_dir")
-    own_text = corpus not in CORPORA and Path(corpus).is_file()  # a language model's own text
-    split = split_name(corpus, split or ("val" if own_text else None))
     known = CORPORA.get(corpus)
+    # Read as training read it: the run's [data] section with the corpus asked for.
+    section = dataclasses.replace(run.folder.data_section(), corpus=corpus)
+    dataset = known is None and hf_datasets.is_dataset(section)
+    own_text = known is None and (dataset or Path(corpus).is_file())  # a model's own text
+    split = split_name(corpus, split or ("val" if own_text and not translation else None))
     if translation and known is not None and known.pairs is not None:
         return _grouped_set(run, corpus, split, (src_lang, tgt_lang), limit)
     if translation:
@@ -154,12 +161,15 @@ def read_eval_set(
                 f"the source and target languages are both {langs[0]!r}; a translation is "
                 "scored from one language into another: give --src-lang and --tgt-lang"
             )
-        src_path, ref_path = (
-            corpus_files(corpus, split, langs=langs, data_dir=data_dir)
-            if known is not None
-            else folder_files(corpus, split, langs)
-        )
-        sources, references = list(read_lines(src_path)), list(read_lines(ref_path))
+        if dataset:
+            sources, references = hf_datasets.split_text(section, split, langs)
+        else:
+            src_path, ref_path = (
+                corpus_files(corpus, split, langs=langs, data_dir=data_dir)
+                if known is not None
+                else folder_files(corpus, split, langs)
+            )
+            sources, references = list(read_lines(src_path)), list(read_lines(ref_path))
         if limit:
             sources, references = sources[:limit], references[:limit]
         sources = prepare_sources(run.data, sources)
@@ -172,20 +182,20 @@ def read_eval_set(
         )
     block = min(model.config.max_len - 1, block_size)
     if own_text:  # cut at the fraction training held out, so val is the text it validated on
-        dataset = LanguageModelDataset.from_lines(
-            read_lines(corpus, keepends=True, pieces=True),
+        blocks = LanguageModelDataset.from_lines(
+            text_lines(section, keepends=True),
             tokenizer=run.tokenizer,
             block_size=block,
             split=split,
-            val_fraction=saved.get("valid_fraction", 0.1),
+            val_fraction=section.valid_fraction,
             name=corpus,
             option_names=("--block-size", "data.valid_fraction"),
         )
     else:
-        dataset = load_corpus(
+        blocks = load_corpus(
             corpus, split, tokenizer=run.tokenizer, data_dir=data_dir, block_size=block
         )
-    loader = DataLoader(dataset, batch_size=batch_size, collate_fn=dataset.collate)
+    loader = DataLoader(blocks, batch_size=batch_size, collate_fn=blocks.collate)
     batches = list(itertools.islice(loader, limit or None))  # collate no more than asked
     what = f"{corpus} {split}, {len(batches)} batches of {block + 1}-token blocks"
     return EvalSet(corpus, split, what, batches=batches)
