@@ -126,35 +126,40 @@ def test_a_language_model_trained_on_a_text_file_is_scored_on_what_training_held
         read_eval_set(run, split="test", block_size=8)
 
 
-def test_a_translation_trained_on_a_folder_is_scored_on_its_files(tmp_path) -> None:
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
+def text_files(corpus) -> None:
+    """A folder of `{split}.{lang}` files: the test split only."""
     (corpus / "test.de").write_text("".join(f"{line}\n" for line in DE))
     (corpus / "test.en").write_text("".join(f"{line}\n" for line in EN))
-    run_dir = tiny_run(tmp_path / "run", "encoder-decoder")
-    RunFolder(run_dir).write_run_config(f'[data]\ncorpus = "{corpus}"\n')
-    test = read_eval_set(load_run(run_dir))
-    assert (test.sources, test.references) == (DE, EN)
-    assert test.description == f"{corpus} test de->en, 3 sentences"
-    with pytest.raises(AttnkitError, match=r"a folder holding val\.de nor a dataset; .*--split"):
-        read_eval_set(load_run(run_dir), split="val")
 
 
-def test_a_translation_trained_on_a_dataset_is_scored_on_its_split(tmp_path) -> None:
-    """eval said the corpus was neither known, a folder of text files nor a dataset for a run
-    trained on a folder of `{split}.jsonl` files; it must read the split training would."""
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
+def jsonl_dataset(corpus) -> None:
+    """A dataset of `{split}.jsonl` files, columns named like the languages; eval once called
+    it neither a known corpus, a folder of text files nor a dataset."""
     rows = "".join(json.dumps({"de": de, "en": en}) + "\n" for de, en in zip(DE, EN, strict=True))
     for split in ("train", "test"):
         (corpus / f"{split}.jsonl").write_text(rows)
+
+
+@pytest.mark.parametrize(
+    ("write", "missing"),
+    [
+        (text_files, r"a folder holding val\.de nor a dataset; .*--split"),
+        (jsonl_dataset, r"no split 'val' \(it has test, train\)"),
+    ],
+)
+def test_a_translation_trained_on_its_own_corpus_is_scored_on_its_split(
+    tmp_path, write, missing
+) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write(corpus)
     run_dir = tiny_run(tmp_path / "run", "encoder-decoder")
     RunFolder(run_dir).write_run_config(f'[data]\ncorpus = "{corpus}"\n')
     test = read_eval_set(load_run(run_dir))
     assert (test.sources, test.references) == (DE, EN)
     assert test.description == f"{corpus} test de->en, 3 sentences"
-    with pytest.raises(AttnkitError, match=r"no split 'dev'.*\btest\b.*\btrain\b"):
-        read_eval_set(load_run(run_dir), split="dev")
+    with pytest.raises(AttnkitError, match=missing):
+        read_eval_set(load_run(run_dir), split="val")
 
 
 def test_a_language_model_trained_on_a_dataset_is_scored_on_the_text_it_held_out(
