@@ -174,7 +174,10 @@ class SpanCorruptionDataset(Dataset):
         fits = lengths.max(axis=1) <= max_len  # a very short sentence's target can be longer
         self.index, self._lengths = candidates[fits], lengths[fits]
         if len(self.index) == 0:
-            raise AttnkitError(f"{name} has no sentence of 2 tokens or more to corrupt")
+            raise AttnkitError(
+                f"{name} has no sentence to corrupt: each has fewer than 2 tokens or a "
+                f"corrupted pair longer than max_len {max_len}"
+            )
         skipped = len(inner) - len(self.index)
         if skipped:
             logger.warning(

@@ -145,7 +145,7 @@ def read_eval_set(
     data_dir = data_dir or saved.get("data_dir")
     known = CORPORA.get(corpus)
     # Read as training read it: the run's [data] section with the corpus asked for.
-    section = dataclasses.replace(run.folder.data_section(), corpus=corpus)
+    section = dataclasses.replace(run.data, corpus=corpus)
     dataset = known is None and hf_datasets.is_dataset(section)
     own_text = known is None and (dataset or Path(corpus).is_file())  # a model's own text
     split = split_name(corpus, split or ("val" if own_text and not translation else None))
