@@ -36,6 +36,13 @@ INPUTS = ("src/attnkit/**/*.py", "src/attnkit/**/*.toml", "src/attnkit/**/*.c", 
           "docs/**/*.py", "bench/results/*.json")  # fmt: skip
 
 
+# What the kernels running the course pages log about themselves rather than about a page: the
+# kernel's own start-up notes, and tornado's report of a message that reached a kernel's socket
+# as it shut down (seen once in CI, on a build whose every cell ran). A cell that fails still
+# fails the build, as conf.py sets `nb_execution_raise_on_error`.
+KERNEL_CHATTER = ("[IPKernelApp]", "tornado.general:Uncaught exception in ZMQStream callback")
+
+
 def sources_hash() -> str:
     digest = hashlib.sha256()
     for pattern in INPUTS:
@@ -61,8 +68,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
                "-b", "html", str(DOCS), str(out)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1200)
     warnings = [line for line in done.stderr.splitlines() if "WARNING" in line or "ERROR" in line]
-    warnings = [w for w in warnings if "[IPKernelApp]" not in w]  # a kernel's own chatter
-    assert done.returncode == 0 and not warnings, "\n".join(warnings) or done.stderr[-3000:]
+    warnings = [w for w in warnings if not any(chatter in w for chatter in KERNEL_CHATTER)]
+    assert done.returncode == 0 and not warnings, "\n".join(warnings) + "\n" + done.stderr[-3000:]
     return out
 
 
