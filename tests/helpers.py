@@ -238,10 +238,8 @@ def parallel_model(lora: bool = False) -> TransformerModel:
 
 def parallel_settings(out_dir: Path, steps: int = 4, **changes) -> TrainSection:
     """The data-parallel tests' training: a constant rate, a record each step, a checkpoint
-    every 2."""
-    return TrainSection(
-        out_dir=str(out_dir),
-        steps=steps,
+    every 2; `changes` replace any of these."""
+    settings = dict(
         lr=3e-3,
         schedule="constant",
         warmup=0,
@@ -250,8 +248,8 @@ def parallel_settings(out_dir: Path, steps: int = 4, **changes) -> TrainSection:
         device="cpu",
         log_every=1,
         save_every=2,
-        **changes,
     )
+    return TrainSection(out_dir=str(out_dir), steps=steps, **(settings | changes))
 
 
 def run_worker(args: list[str], out: Path, check: bool = True) -> subprocess.CompletedProcess:

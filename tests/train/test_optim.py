@@ -101,27 +101,16 @@ def test_linear_and_constant_schedules():
     assert constant(1) == constant(100) == 1.0
 
 
-class Clock:
-    """A stand-in for time.perf_counter that moves only when told."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_time_budget_ends_a_linear_decay_when_the_time_runs_out():
     # 2 s per step and a 100 s budget: 50 steps fit, though `steps` would allow 1,000.
-    clock = Clock()
-    budget = TimeBudget(100.0, 1000, clock=clock)
+    budget = TimeBudget(100.0, 1000)
     f = schedule_factor("linear", lr=1.0, warmup=0, steps=1000)
-    assert budget.last_step(5) == 1000  # no clock yet: the decay follows the steps
     budget.begin(0)
+    assert budget.last_step(1) == 1000  # no step observed yet: the decay follows the steps
     rates = []
     for step in range(1, 51):
         rates.append(f(step, budget.last_step(step)))
-        clock.now += 2.0
+        budget.observe(step, 2.0 * step)
     # From the second step on, the rate is 1 - (the budget spent after this step).
     assert rates[0] == pytest.approx(1 - 1 / 1000)
     assert rates[1:] == pytest.approx([1 - step / 50 for step in range(2, 51)])
@@ -130,14 +119,13 @@ def test_time_budget_ends_a_linear_decay_when_the_time_runs_out():
 
 def test_time_budget_after_a_slow_start_and_on_resume():
     # Warmup of 5, a 20 s first step then 2 s per step: the budget of 100 s ends after 41 steps.
-    clock = Clock()
-    budget = TimeBudget(100.0, 10_000, clock=clock)
+    budget = TimeBudget(100.0, 10_000)
     f = schedule_factor("cosine", lr=1e-3, warmup=5, steps=10_000, min_lr=1e-4)
     budget.begin(0)
     rates = []
     for step in range(1, 43):
         rates.append(f(step, budget.last_step(step)))
-        clock.now += 20.0 if step == 1 else 2.0
+        budget.observe(step, 20.0 + 2.0 * (step - 1))
     assert rates[:5] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
     assert all(a >= b for a, b in itertools.pairwise(rates[4:]))
     assert rates[30] > 0.2  # still well above the floor with a quarter of the time left
@@ -146,22 +134,23 @@ def test_time_budget_after_a_slow_start_and_on_resume():
     # A session resumed after step 300 measures its own pace: 1 s per step, 100 s, so the
     # decay ends at step 400.
     budget.begin(300)
+    assert budget.last_step(301) == 10_000  # the last session's pace is not carried over
     for step in range(301, 311):
         last = budget.last_step(step)
-        clock.now += 1.0
+        budget.observe(step, 1.0 * (step - 300))
     assert last == pytest.approx(400)
 
 
 def test_time_budget_never_raises_the_rate_when_the_pace_quickens():
     # Three slow steps (a loaded machine), then fast ones: the raw estimate of the end moves
     # much later, but the decay's fraction done never goes back.
-    clock = Clock()
-    budget = TimeBudget(60.0, 10_000, clock=clock)
+    budget = TimeBudget(60.0, 10_000)
     f = schedule_factor("linear", lr=1.0, warmup=0, steps=10_000)
     budget.begin(0)
-    rates = []
+    rates, now = [], 0.0
     for step in range(1, 200):
         rates.append(f(step, budget.last_step(step)))
-        clock.now += 5.0 if step <= 3 else 0.1
+        now += 5.0 if step <= 3 else 0.1
+        budget.observe(step, now)
     assert all(a >= b for a, b in itertools.pairwise(rates))
     assert rates[-1] < 0.5  # and it still decays: 199 steps of the 60 s budget's ~460

@@ -292,9 +292,26 @@ def test_decay_over_minutes_reaches_the_floor_when_the_budget_ends(tmp_path):
     result = trainer.fit()
     assert result.stopped == "time-limit" and 10 < result.step < 100_000
     assert all(a >= b for a, b in itertools.pairwise(rates))
-    # The first rate is read after the first step, whose time (longer on a loaded machine)
-    # the decay has already spent.
-    assert rates[0] > 0.75 * lr and rates[-1] < 0.1 * lr
+    # The first step's rate is set before any step is timed: by `train.steps`.
+    assert rates[0] == pytest.approx(lr * (1 - 1 / 100_000)) and rates[-1] < 0.1 * lr
+
+
+def test_a_resumed_session_sets_its_second_rate_by_its_own_pace(tmp_path):
+    """Each step's rate is set once the step before it is timed: the second step of a resumed
+    session already decays over the new session's budget."""
+    lr = 1e-3
+    budget = {"schedule": "linear", "decay_over": "minutes", "max_minutes": 0.05, "warmup": 0}
+    first = settings(tmp_path, steps=2, lr=lr, **budget)
+    Trainer(tiny_model(), translation_batches(4), train=first).fit()
+    rates: list[float] = []
+    longer = settings(tmp_path, steps=100_000, lr=lr, **budget)
+    trainer = Trainer(tiny_model(), translation_batches(4), train=longer)
+    trainer.callbacks.append(lambda info: rates.append(info["lr"]))
+    trainer.fit(resume=True)
+    # Step 3's rate is set as the run resumes, before this session timed a step: by
+    # `train.steps`. Step 4's by the pace of step 3, which puts the end of 3 s far before it.
+    assert rates[0] == pytest.approx(lr * (1 - 3 / 100_000))
+    assert rates[1] < lr * (1 - 10 / 100_000)
 
 
 def test_objectives_of_several_backward_passes_are_refused_under_ddp(tmp_path, monkeypatch):

@@ -88,6 +88,11 @@ def is_active() -> bool:
     return dist.is_initialized() and dist.get_world_size() > 1
 
 
+def world_size() -> int:
+    """How many ranks train together (1 for one process)."""
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     """Sum over ranks, in place; identity for one process."""
     if is_active():

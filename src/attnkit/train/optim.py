@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable
 
 import torch
@@ -137,33 +136,41 @@ def schedule_factor(
 class TimeBudget:
     """The last step of a decay that should end when `seconds` of wall time are spent.
 
-    Before step s, t seconds into the session that began after step s0, the
-    s - 1 - s0 steps done so far put the budget's end at step
-    s0 + (s - 1 - s0) * seconds / t, capped by `steps`. Without warmup the
+    After step k, t seconds into the session that began after step s0 (`observe`),
+    the k - s0 steps done put the budget's end at step s0 + (k - s0) * seconds / t,
+    capped by `steps`: the pace of the steps observed so far. Without warmup the
     decay's progress is then the fraction of the budget spent; evaluations and
     a slow start count as spent time, so the rate is never late to reach its
     floor. The session's fraction done, (s - s0) / (end - s0), never goes back:
     when the pace quickens (a slow first step, a machine that frees up) the end
     moves later at most in proportion to the steps taken, so the rate never
-    rises again. A resumed run
-    gets a fresh budget: its decay stretches over the new session.
+    rises again. A resumed run gets a fresh budget: its decay stretches over the
+    new session.
+
+    The seconds come from the trainer's `Stopping`, agreed by all ranks, so every rank of a
+    data-parallel run sets the same rate and the replicas stay equal.
     """
 
-    def __init__(self, seconds: float, steps: int, clock: Callable[[], float] = time.perf_counter):
-        self.seconds, self.steps, self.clock = seconds, steps, clock
-        self.start: float | None = None
+    def __init__(self, seconds: float, steps: int):
+        self.seconds, self.steps = seconds, steps
         self.first_step = 0
+        self.observed: tuple[int, float] | None = None  # (step, seconds into the session)
         self.previous: tuple[int, float] | None = None  # (step, the end it was given)
 
     def begin(self, step: int) -> None:
-        """Start the session's clock at optimizer step `step` (0 for a new run)."""
-        self.start, self.first_step, self.previous = self.clock(), step, None
+        """Start a session at optimizer step `step` (0 for a new run)."""
+        self.first_step, self.observed, self.previous = step, None, None
+
+    def observe(self, step: int, seconds: float) -> None:
+        """Step `step` ended `seconds` into the session."""
+        self.observed = (step, seconds)
 
     def last_step(self, step: int) -> float:
-        """The step the budget ends at, at the pace of the steps before `step`."""
-        if self.start is None:
+        """The step the budget ends at, for the rate of step `step`."""
+        if self.observed is None:
             return self.steps
-        spent, done = self.clock() - self.start, step - 1 - self.first_step
+        observed, spent = self.observed
+        done = observed - self.first_step
         if spent <= 0 or done <= 0:
             return self.steps
         last = min(self.steps, self.first_step + done * self.seconds / spent)

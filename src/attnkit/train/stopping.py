@@ -13,8 +13,11 @@ options it was started with.
 
 Early stopping (`eval.patience`) is decided by the evaluation, on the `BestMetric` it keeps;
 a request to stop overrides it.
-Every rank must stop at the same step, whichever of them was asked to or ran out of time
-first, so the ranks' reasons are summed before any of them acts on them.
+Every rank must stop at the same step, whichever of them was asked to, so the ranks'
+reasons are summed before any of them acts on them. The session's clock is agreed in the
+same all-reduce (the ranks' mean), and the time limit is read on it: so is the time budget
+that sets the rate (`attnkit.train.optim.TimeBudget`), since ranks that read their own
+clocks would set rates that differ a little, and their replicas would drift apart.
 """
 
 from __future__ import annotations
@@ -123,10 +126,13 @@ class Stopping:
         self.requested = False
         self.terminated = False
         self.start = time.perf_counter()
+        self.seconds = 0.0
+        """Seconds into the session when the last step ended (`after`), the same on every rank."""
 
     def begin(self) -> None:
         """Start the session's clock."""
         self.start = time.perf_counter()
+        self.seconds = 0.0
 
     @contextlib.contextmanager
     def on_signals(self, step: Callable[[], int]) -> Iterator[None]:
@@ -164,11 +170,16 @@ class Stopping:
         """How the run ends after `step` (None: it goes on), the same on every rank; `early` is
         the evaluation's 'early-stopped' or None."""
         seconds = time.perf_counter() - self.start
-        time_up = self.max_minutes > 0 and seconds > 60 * self.max_minutes
         stop, terminated = self.requested, self.terminated
-        if dist.is_active():  # every rank stops at the same step (one all-reduce; NCCL: on device)
-            flags = torch.tensor([float(stop), float(terminated), float(time_up)], device=device)
-            stop, terminated, time_up = (dist.all_reduce_sum(flags) > 0).tolist()
+        if dist.is_active():  # one all-reduce (NCCL: on device): the reasons and the clock
+            flags = torch.tensor(
+                [float(stop), float(terminated), seconds], dtype=torch.float64, device=device
+            )
+            summed = dist.all_reduce_sum(flags).tolist()
+            stop, terminated = summed[0] > 0, summed[1] > 0
+            seconds = summed[2] / dist.world_size()
+        self.seconds = seconds
+        time_up = self.max_minutes > 0 and seconds > 60 * self.max_minutes
         if stop:
             stopped = "terminated" if terminated else "interrupted"
             log.info(

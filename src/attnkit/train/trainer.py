@@ -332,11 +332,16 @@ class Trainer:
             for callback in self.callbacks:
                 callback(info)
             stopped = self.stopping.after(self.step, self.device, early=self._maybe_evaluate())
+            if stopped and interval.steps:
+                self._log(interval)  # the curves end where the run ends
+            if self.budget is not None:
+                self.budget.observe(self.step, self.stopping.seconds)
+            # The next step's rate, once this step's time is known (a time budget's pace); a
+            # checkpoint holds it, so a resumed run goes on at that rate.
+            self.scheduler.step()
             if stopped or self.step % c.save_every == 0 or self.step == c.steps:
                 self._save()
             if stopped:
-                if interval.steps:
-                    self._log(interval)  # the curves end where the run ends
                 return stopped
         return "finished"
 
@@ -374,7 +379,6 @@ class Trainer:
             self.optimizer.found_inf = skip
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
 
     def _log(self, interval: Interval) -> dict[str, Any]:
