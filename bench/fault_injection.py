@@ -42,6 +42,7 @@ from tqdm import tqdm
 
 from attnkit import cli
 from attnkit.errors import AttnkitError
+from attnkit.files import is_partial
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.train import checkpoint
 from bench.harness import opening
@@ -168,8 +169,8 @@ def run(work: Path, iterations: int, seed: int = 0, report=None) -> Tally:
             verified,
             verified + 2,
         )
-    # `attnkit.files.atomic_write` writes each file as .NAME.XXXXXXXX.tmp, then renames it.
-    tally.leftovers = len(list(folder.root.rglob(".*.tmp")))
+    # What `attnkit.files.atomic_write` and safetensors' own save stage a file in.
+    tally.leftovers = sum(is_partial(path.name) for path in folder.root.rglob(".*"))
     return tally
 
 

@@ -245,6 +245,24 @@ def open_binary(path: Path) -> IO[bytes]:
 _PARTIAL = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 
 
+# A library may stage its own save as well: safetensors (0.8 here) writes through Rust's
+# `tempfile`, `.tmpXXXXXX` (six letters and digits) beside the file, and renames it onto the
+# file, so a kill inside `atomic_write` of weights can leave that file beside ours.
+_LIBRARY_PARTIAL = re.compile(r"\.tmp[A-Za-z0-9]{6}")
+
+
+def is_partial(name: str) -> bool:
+    """Whether a file or folder named `name` is what a write cut short leaves: the hidden
+    `.tmp` of `atomic_write` or `replace_folder`, or the staging file of a safetensors save."""
+    ours = name.startswith(".") and name.endswith(".tmp")
+    return ours or _LIBRARY_PARTIAL.fullmatch(name) is not None
+
+
+def library_partial(path: Path) -> bool:
+    """Whether `path` is the staging file a safetensors save left when it was cut short."""
+    return _LIBRARY_PARTIAL.fullmatch(path.name) is not None and path.is_file()
+
+
 def partial_of(path: Path) -> Path | None:
     """The file whose `atomic_write` was cut short leaving `path`, or None if `path` is no such."""
     found = _PARTIAL.fullmatch(path.name)

@@ -57,7 +57,7 @@ from attnkit.config import ModelConfig
 from attnkit.data.section import DataSection
 from attnkit.devices import check_device
 from attnkit.errors import AttnkitError
-from attnkit.files import WriteError, append_line, atomic_write
+from attnkit.files import WriteError, append_line, atomic_write, is_partial
 from attnkit.loading import overridden
 from attnkit.models import TransformerModel, build_model
 from attnkit.nn.adapters import adapter_state_dict
@@ -132,10 +132,9 @@ class RunFolder:
 
     def owns(self, entry: Path) -> bool:
         """Whether `entry` of the folder is one attnkit writes there, or the leftover of a
-        write it did not finish (a hidden `.tmp` of `atomic_write` or `replace_folder`)."""
+        write it did not finish (`attnkit.files.is_partial`)."""
         mine = (*self.files, self.checkpoints, self.lock, self.tensorboard, self.wandb)
-        name = entry.name
-        return name in {p.name for p in mine} or (name.startswith(".") and name.endswith(".tmp"))
+        return entry.name in {p.name for p in mine} or is_partial(entry.name)
 
     def step_dir(self, step: int) -> Path:
         return self.checkpoints / f"{_STEP}{step:07d}"

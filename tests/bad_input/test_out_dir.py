@@ -38,7 +38,10 @@ def test_resume_removes_only_the_temporary_files_of_attnkit_saves_not_the_users(
         folder.step_dir(2) / ".model.safetensors.ab_9cd0e.tmp",
     ]
     users = [folder.root / ".x.tmp", folder.root / "sub" / ".notes.tmp"]
-    users += [folder.root / "sub" / ".model.safetensors.k2j4x9q1.tmp"]
+    users += [
+        folder.root / "sub" / ".model.safetensors.k2j4x9q1.tmp",
+        folder.root / "sub" / ".tmp0IQnAE",
+    ]
     for path in cut + users:
         path.parent.mkdir(exist_ok=True)
         path.write_text("kept?")

@@ -110,3 +110,16 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again(tmp_path):
     (run / "metrics.jsonl").write_text('{"step": 1, "train_loss": 3.0}\n')
     (run / "tokenizer.json").write_text("{}")
     new_run.check_new_run(RunFolder(run))  # no weights yet: nothing of worth to lose
+
+
+def test_a_run_killed_inside_its_first_checkpoint_starts_again_whatever_the_save_staged(tmp_path):
+    """Killed inside its first save, a run leaves the files the save staged: attnkit's own,
+    and the one safetensors stages beneath it (`.tmpXXXXXX`); neither bars a new start."""
+    folder = RunFolder(tmp_path / "run")
+    folder.step_dir(1).mkdir(parents=True)
+    folder.step_weights(1).write_bytes(b"a model")
+    folder.run_config.write_text("[train]\n")
+    for name in (".model.safetensors.k2j4x9q1.tmp", ".tmp0IQnAE"):
+        (folder.root / name).write_bytes(b"half a model")
+    new_run.check_new_run(folder, lock_left=True)
+    assert list(folder.root.iterdir()) == []

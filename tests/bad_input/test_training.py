@@ -213,19 +213,22 @@ def test_the_lock_is_held_while_training_and_released_after_an_end_an_error_and_
 
 
 def test_temporary_files_of_saves_cut_short_by_a_kill_are_removed_on_resume(tmp_path, caplog):
-    """kill -9 mid-save leaves .NAME.XXXXXXXX.tmp files, each as large as the model."""
+    """kill -9 mid-save leaves .NAME.XXXXXXXX.tmp files, each as large as the model, and
+    under a weights file's the .tmpXXXXXX that safetensors stages its own save in."""
     trained(tmp_path)
     folder = RunFolder(tmp_path)
     cut = [
         folder.root / ".model.safetensors.k2j4x9q1.tmp",
         folder.step_dir(2) / ".model.safetensors.z_80ab1c.tmp",
+        folder.root / ".tmp0IQnAE",
+        folder.step_dir(2) / ".tmpBFGXe6",
     ]
     for path in cut:
         path.write_bytes(b"half a model")
     with caplog.at_level(logging.INFO, logger="attnkit.train"):
         Trainer(tiny_model(), translation_batches(3), train=section(tmp_path)).fit(resume=True)
     assert not any(path.exists() for path in cut)
-    assert "removed 2 temporary files of saves cut short" in caplog.text
+    assert "removed 4 temporary files of saves cut short" in caplog.text
 
 
 # -- SIGTERM and the resume hint ------------------------------------------------------------------

@@ -32,7 +32,7 @@ import torch
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.files import atomic_write, replace_folder
+from attnkit.files import atomic_write, is_partial, replace_folder
 from attnkit.generation.state import evaluating
 from attnkit.interop.folder import tokenizer_file
 from attnkit.interop.onnx_graphs import Graph, graphs
@@ -181,8 +181,7 @@ def _new_folder(path: Path, overwrite: bool) -> Path:
             f"{path} is not empty; choose a new folder, or pass --overwrite (overwrite=True) "
             "to replace an earlier export there"
         )
-    # A hidden `.tmp` is what an interrupted `replace_folder` or `atomic_write` left.
-    foreign = [e for e in entries if e not in EXPORTED and not (e[0] == "." and e.endswith(".tmp"))]
+    foreign = [e for e in entries if e not in EXPORTED and not is_partial(e)]
     if foreign:
         raise AttnkitError(
             f"{path} holds {', '.join(foreign[:5])}, which an ONNX export does not write, so "

@@ -54,7 +54,7 @@ from torch import Tensor
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.files import WriteError, atomic_write, partial_of
+from attnkit.files import WriteError, atomic_write, library_partial, partial_of
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import merge_lora_tensors, merged_copy
 from attnkit.run import SHARDS, WEIGHTS_FILE, RunFolder, save_pretrained
@@ -140,7 +140,8 @@ def remove_cut_writes(folder: RunFolder) -> int:
     Only a training holding the folder's lock calls this, so no write of theirs is under
     way; each can be as large as the model. Only a folder that is a run (it has a trainer
     state) is cleaned, and only the names `atomic_write` gives the files a training writes
-    there: a user's own files, beside or below, are not attnkit's to remove.
+    there, and the staging files safetensors leaves beside them: a user's own files, beside
+    or below, are not attnkit's to remove.
     """
     if not folder.trainer_state.is_file():
         return 0
@@ -152,8 +153,9 @@ def remove_cut_writes(folder: RunFolder) -> int:
     cut = [
         path
         for place, files in written.items()
-        for path in place.glob(".*.tmp")
-        if partial_of(path) in files and (path.is_file() or path.name.startswith(f".{SHARDS}."))
+        for path in place.glob(".*")
+        if library_partial(path)
+        or (partial_of(path) in files and (path.is_file() or path.name.startswith(f".{SHARDS}.")))
     ]
     for path in cut:
         if path.is_dir():
