@@ -15,8 +15,29 @@ from tests.helpers import gpt2_folder, tiny_g2p_run, tiny_run
 
 
 def pytest_configure() -> None:
-    # Tiny models gain nothing from threads; one thread keeps runs steady on a shared machine.
+    # Tiny models gain nothing from threads; one thread keeps runs steady on a shared machine,
+    # and the cores go to pytest-xdist's workers instead.
     torch.set_num_threads(1)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker for each core this process may use, at most 4. Some tests start
+    processes of their own (torchrun's ranks, servers, a browser, the docs' kernels), so more
+    workers than cores would slow them all; the cap is what was measured (2 cores) plus room."""
+    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
+# The documentation's build, with its course pages, is the longest fixture (about 2 minutes):
+# started first, it runs beside the other files rather than on one worker after them.
+LONGEST_FIRST = ("test_docs.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)  # stable: else as found
 
 
 @pytest.fixture(autouse=True)
