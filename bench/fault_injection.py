@@ -170,7 +170,7 @@ def run(work: Path, iterations: int, seed: int = 0, report=None) -> Tally:
             verified + 2,
         )
     # What `attnkit.files.atomic_write` and safetensors' own save stage a file in.
-    tally.leftovers = sum(is_partial(path.name) for path in folder.root.rglob(".*"))
+    tally.leftovers = sum(is_partial(path) for path in folder.root.rglob(".*"))
     return tally
 
 

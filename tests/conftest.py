@@ -20,10 +20,14 @@ def pytest_configure() -> None:
     torch.set_num_threads(1)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `-p no:xdist` runs without it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: a worker for each core this process may use, at most 4. Some tests start
-    processes of their own (torchrun's ranks, servers, a browser, the docs' kernels), so more
-    workers than cores would slow them all; the cap is what was measured (2 cores) plus room."""
+    """`-n auto`: $PYTEST_XDIST_AUTO_NUM_WORKERS if set, else a worker for each core this
+    process may use, at most 4. Some tests start processes of their own (torchrun's ranks,
+    servers, a browser, the docs' kernels), so more workers than cores would slow them all;
+    the cap is what was measured (2 cores) plus room."""
+    if chosen := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(chosen)
     if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may run on
         cores = len(os.sched_getaffinity(0))
     else:

@@ -251,16 +251,24 @@ _PARTIAL = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 _LIBRARY_PARTIAL = re.compile(r"\.tmp[A-Za-z0-9]{6}")
 
 
-def is_partial(name: str) -> bool:
-    """Whether a file or folder named `name` is what a write cut short leaves: the hidden
-    `.tmp` of `atomic_write` or `replace_folder`, or the staging file of a safetensors save."""
-    ours = name.startswith(".") and name.endswith(".tmp")
-    return ours or _LIBRARY_PARTIAL.fullmatch(name) is not None
-
-
 def library_partial(path: Path) -> bool:
-    """Whether `path` is the staging file a safetensors save left when it was cut short."""
-    return _LIBRARY_PARTIAL.fullmatch(path.name) is not None and path.is_file()
+    """Whether `path` is the staging file of a safetensors save cut short: by its name, and by
+    its bytes so far: none, or those of a safetensors file (the header's 8-byte length, then
+    `{`), so that a user's file of that name is not taken for one. A kill in the instant
+    between the length and the header leaves 8 bytes, not recognised: the next start names
+    the file rather than remove it."""
+    if _LIBRARY_PARTIAL.fullmatch(path.name) is None or path.is_symlink() or not path.is_file():
+        return False
+    with path.open("rb") as handle:
+        start = handle.read(9)
+    return start == b"" or start[8:9] == b"{"
+
+
+def is_partial(path: Path) -> bool:
+    """Whether `path` is what a write cut short leaves: the hidden `.tmp` file or folder of
+    `atomic_write` or `replace_folder`, or the staging file of a safetensors save."""
+    ours = path.name.startswith(".") and path.name.endswith(".tmp")
+    return ours or library_partial(path)
 
 
 def partial_of(path: Path) -> Path | None:

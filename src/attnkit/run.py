@@ -134,7 +134,7 @@ class RunFolder:
         """Whether `entry` of the folder is one attnkit writes there, or the leftover of a
         write it did not finish (`attnkit.files.is_partial`)."""
         mine = (*self.files, self.checkpoints, self.lock, self.tensorboard, self.wandb)
-        return entry.name in {p.name for p in mine} or is_partial(entry.name)
+        return entry.name in {p.name for p in mine} or is_partial(entry)
 
     def step_dir(self, step: int) -> Path:
         return self.checkpoints / f"{_STEP}{step:07d}"

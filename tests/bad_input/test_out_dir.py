@@ -41,6 +41,7 @@ def test_resume_removes_only_the_temporary_files_of_attnkit_saves_not_the_users(
     users += [
         folder.root / "sub" / ".model.safetensors.k2j4x9q1.tmp",
         folder.root / "sub" / ".tmp0IQnAE",
+        folder.root / ".tmpAbC123",  # safetensors' staging name, but not its bytes
     ]
     for path in cut + users:
         path.parent.mkdir(exist_ok=True)

@@ -15,7 +15,7 @@ from attnkit.cli import main
 from attnkit.run import RunFolder
 from attnkit.train import Trainer, new_run
 from attnkit.train.run_config import TrainSection
-from tests.helpers import tiny_model, translation_batches, translation_config
+from tests.helpers import cut_safetensors_save, tiny_model, translation_batches, translation_config
 
 
 def contents(folder: Path) -> dict[str, bytes]:
@@ -119,7 +119,18 @@ def test_a_run_killed_inside_its_first_checkpoint_starts_again_whatever_the_save
     folder.step_dir(1).mkdir(parents=True)
     folder.step_weights(1).write_bytes(b"a model")
     folder.run_config.write_text("[train]\n")
-    for name in (".model.safetensors.k2j4x9q1.tmp", ".tmp0IQnAE"):
-        (folder.root / name).write_bytes(b"half a model")
+    (folder.root / ".model.safetensors.k2j4x9q1.tmp").write_bytes(b"half a model")
+    cut_safetensors_save(folder.root / ".tmp0IQnAE")
     new_run.check_new_run(folder, lock_left=True)
     assert list(folder.root.iterdir()) == []
+
+
+def test_a_start_killed_while_it_wrote_its_tokenizer_starts_again(tmp_path):
+    folder = RunFolder(tmp_path / "run")
+    folder.root.mkdir()
+    folder.fingerprint.write_text("{}")
+    (folder.root / f".{folder.tokenizer.name}.k2j4x9q1.tmp").write_text('{"half": ')
+    new_run.check_new_run(folder, lock_left=True)
+    (folder.root / ".tmpnotes1").write_text("a user's notes")  # a name alone is not enough
+    with pytest.raises(AttnkitError, match="not an attnkit run"):
+        new_run.check_new_run(folder, lock_left=True)

@@ -181,7 +181,7 @@ def _new_folder(path: Path, overwrite: bool) -> Path:
             f"{path} is not empty; choose a new folder, or pass --overwrite (overwrite=True) "
             "to replace an earlier export there"
         )
-    foreign = [e for e in entries if e not in EXPORTED and not is_partial(e)]
+    foreign = [e for e in entries if e not in EXPORTED and not is_partial(path / e)]
     if foreign:
         raise AttnkitError(
             f"{path} holds {', '.join(foreign[:5])}, which an ONNX export does not write, so "

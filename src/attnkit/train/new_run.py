@@ -12,6 +12,7 @@ import logging
 import shutil
 
 from attnkit.errors import AttnkitError
+from attnkit.files import is_partial
 from attnkit.run import RunFolder
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,10 @@ def check_new_run(folder: RunFolder, lock_left: bool = False) -> None:
         )
     if folder.run_config.exists():
         return
-    # What a start leaves before it writes the run config: the lock, the fingerprint, and
-    # under torchrun the tokenizer that rank 0 made for the other ranks.
+    # What a start leaves before it writes the run config: the lock, the fingerprint, under
+    # torchrun the tokenizer that rank 0 made for the other ranks, and a kill's partial files.
     own = {folder.lock.name, folder.fingerprint.name, folder.tokenizer.name}
-    if any(path.name not in own for path in folder.root.iterdir()):
+    if any(path.name not in own and not is_partial(path) for path in folder.root.iterdir()):
         raise AttnkitError(
             f"train.out_dir {folder.root} holds files that are not an attnkit run; choose an "
             "empty or new folder"
