@@ -143,6 +143,13 @@ def test_every_run_config_key_has_its_sentence() -> None:
     assert not missing, f"add a `name: ...` entry to the section's docstring for {missing}"
 
 
+def test_the_run_folder_table_keeps_each_descriptions_wrapped_lines() -> None:
+    rows = dict(attnkit_reference.run_folder_files())
+    assert set(rows) >= {"config.json", "checkpoints/best/", "wandb/"}
+    assert rows["model.safetensors"].endswith("binds them to their tokenizer's fingerprint")
+    assert rows["checkpoints/step-0000500/sharded/"].endswith("in one slice per rank")
+
+
 def test_the_choices_of_a_key_are_the_ones_its_check_accepts() -> None:
     keys = {k.name: k for k in attnkit_reference.section_keys("train")}
     assert keys["schedule"].allowed == ("inverse-sqrt", "cosine", "linear", "constant")

@@ -280,11 +280,19 @@ class RunConfigDirective(SphinxDirective):
 def run_folder_files() -> list[tuple[str, str]]:
     """The (path, what it holds) rows of the table in `attnkit.run`'s docstring."""
     module = importlib.import_module("attnkit.run")
-    rows = []
+    rows: list[tuple[str, str]] = []
+    indent = None  # a row's path's; a line indented deeper goes on with its description
     for line in textwrap.dedent(module.__doc__ or "").splitlines():
+        depth = len(line) - len(line.lstrip())
         match = re.match(r"^RUN_DIR/(\S.*?)\s{2,}(.*)$", line.strip())
         if match:
             rows.append((match.group(1), match.group(2)))
+            indent = depth
+        elif indent is not None and line.strip() and depth > indent:
+            path, text = rows[-1]
+            rows[-1] = (path, f"{text} {line.strip()}")
+        else:
+            indent = None
     return rows
 
 

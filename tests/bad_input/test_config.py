@@ -378,7 +378,8 @@ def test_missing_corpus_files_of_a_run_name_data_data_dir_not_a_flag_train_lacks
     )
     message = refused(capsys, "train", str(path), started=True)
     assert message.endswith(
-        f"put them in {empty / 'multi30k'}/ and set data.data_dir to {empty} (or set $ATTNKIT_DATA)"
+        f"put them in {empty / 'multi30k'}/ and set data.data_dir to {empty} "
+        "(or set $ATTNKIT_DATA to the folder holding multi30k/)"
     )
     assert "--data-dir" not in message
 
@@ -402,7 +403,8 @@ def test_a_run_without_data_dir_searches_no_developer_folder_and_names_the_key(
     message = refused(capsys, "train", str(path), started=True)
     assert message.startswith("multi30k needs train.de.gz, train.en.gz, which are not in ")
     assert message.endswith(
-        "put them in DIR/multi30k/ and set data.data_dir to DIR (or set $ATTNKIT_DATA)"
+        "put them in DIR/multi30k/ and set data.data_dir to DIR "
+        "(or set $ATTNKIT_DATA to the folder holding multi30k/)"
     )
 
 
@@ -491,3 +493,18 @@ def test_a_seed_out_of_range_is_one_sentence_before_torch_or_numpy_sees_it(value
     args = ["generate", str(lm_run), "--prompt", "a", "--temperature", "0.8"]
     assert main([*args, "--seed", str(value)]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"attnkit: error: seed {sentence}"
+
+
+def test_a_relative_data_dir_is_named_as_the_folder_it_was_read_from(
+    tmp_path, capsys, offline, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    path = write(
+        tmp_path,
+        '[data]\ntask = "translation"\ncorpus = "multi30k"\ndata_dir = "../shared/data"\n'
+        f'[train]\nout_dir = "{tmp_path / "run"}"\n',
+    )
+    message = refused(capsys, "train", str(path), started=True)
+    where = tmp_path / ".." / "shared" / "data"
+    assert f"which are not in {where}," in message
+    assert f"put them in {where / 'multi30k'}/ and set data.data_dir to {where} " in message

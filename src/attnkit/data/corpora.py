@@ -203,12 +203,15 @@ def corpus_files(
             break
     missing = [file for file, path in found.items() if not path.is_file()]
     if missing:
-        where = Path(data_dir) if data_dir is not None else Path("DIR")
+        # Absolute: a relative data_dir is read from the folder the command runs in.
+        where = Path(data_dir).absolute() if data_dir is not None else Path("DIR")
+        searched = ", ".join(str(Path(d).absolute()) for d in dirs)
         flag = data_dir_option.startswith("-")
         point = f"pass {data_dir_option} {where}" if flag else f"set {data_dir_option} to {where}"
         raise AttnkitError(
-            f"{name} needs {', '.join(missing)}, which are not in {', '.join(map(str, dirs))} "
-            f"and {reason}; put them in {where / name}/ and {point} (or set $ATTNKIT_DATA)"
+            f"{name} needs {', '.join(missing)}, which are not in {searched} and {reason}; put "
+            f"them in {where / name}/ and {point} (or set $ATTNKIT_DATA to the folder holding "
+            f"{name}/)"
         )
     return [found[file] for file in found]
 
