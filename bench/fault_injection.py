@@ -41,8 +41,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from attnkit import cli
+from attnkit.cut_writes import is_partial
 from attnkit.errors import AttnkitError
-from attnkit.files import is_partial
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.train import checkpoint
 from bench.harness import opening

@@ -54,10 +54,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file, save_model
 
 from attnkit.config import ModelConfig
+from attnkit.cut_writes import is_partial
 from attnkit.data.section import DataSection
 from attnkit.devices import check_device
 from attnkit.errors import AttnkitError
-from attnkit.files import WriteError, append_line, atomic_write, is_partial
+from attnkit.files import WriteError, append_line, atomic_write
 from attnkit.loading import overridden
 from attnkit.models import TransformerModel, build_model
 from attnkit.nn.adapters import adapter_state_dict
@@ -132,7 +133,7 @@ class RunFolder:
 
     def owns(self, entry: Path) -> bool:
         """Whether `entry` of the folder is one attnkit writes there, or the leftover of a
-        write it did not finish (`attnkit.files.is_partial`)."""
+        write it did not finish (`attnkit.cut_writes.is_partial`)."""
         mine = (*self.files, self.checkpoints, self.lock, self.tensorboard, self.wandb)
         return entry.name in {p.name for p in mine} or is_partial(entry)
 

@@ -31,8 +31,9 @@ from pathlib import Path
 import torch
 
 from attnkit.config import ModelConfig
+from attnkit.cut_writes import is_partial
 from attnkit.errors import AttnkitError
-from attnkit.files import atomic_write, is_partial, replace_folder
+from attnkit.files import atomic_write, replace_folder
 from attnkit.generation.state import evaluating
 from attnkit.interop.folder import tokenizer_file
 from attnkit.interop.onnx_graphs import Graph, graphs

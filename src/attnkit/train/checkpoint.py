@@ -53,8 +53,9 @@ from safetensors.torch import load_file, save_file, save_model
 from torch import Tensor
 
 from attnkit.config import ModelConfig
+from attnkit.cut_writes import library_partial, partial_of
 from attnkit.errors import AttnkitError
-from attnkit.files import WriteError, atomic_write, library_partial, partial_of
+from attnkit.files import WriteError, atomic_write
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import merge_lora_tensors, merged_copy
 from attnkit.run import SHARDS, WEIGHTS_FILE, RunFolder, save_pretrained

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import shutil
 
+from attnkit.cut_writes import is_partial
 from attnkit.errors import AttnkitError
-from attnkit.files import is_partial
 from attnkit.run import RunFolder
 
 log = logging.getLogger(__name__)
