@@ -4,7 +4,11 @@
 # decoding against transformers' generate. Run from the repository root with the Tiny
 # Shakespeare text under DATA (default ../shared/data); results and logs go to OUT.
 #
-#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode]
+#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p]
+#
+# `g2p` trains the CMUdict recipe on the GPU for G2P_MINUTES (default 4) with G2P_TOKENS
+# (default 4096) tokens a batch, decodes validation greedily and with beam 4, and decodes test
+# once, with the one better on validation (PER, then WER). It needs the `cmudict` package.
 set -uo pipefail
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attnkit-gpu}
@@ -56,6 +60,27 @@ PY
     decode)
         python -m bench generate --device cuda --reps 2 --out "$OUT/generate_gpu" 2>&1 \
             | grep -v "Writing model" | tail -20 ;;
+    g2p)
+        run="$OUT/g2p"
+        python -m attnkit train cmudict_g2p --set train.device=cuda --set train.steps=1000000 \
+            --set "train.max_minutes=${G2P_MINUTES:-4}" --set "data.max_tokens=${G2P_TOKENS:-4096}" \
+            --set train.save_every=500 --set train.log_every=500 --set eval.every=2000 \
+            --set "train.out_dir=$run" > "$OUT/g2p.log" 2>&1 || { tail -20 "$OUT/g2p.log"; continue; }
+        grep -E "val_|spent|mean of|best" "$OUT/g2p.log" | tail -14
+        decode=(--device cuda --batch-size 256 --no-progress)
+        for beam in 1 4; do
+            python -m attnkit eval "$run" --split val --beam $beam "${decode[@]}" \
+                > "$OUT/g2p_val_beam$beam.txt" 2>&1
+            echo "val, beam $beam:" $(grep -E "^(WER|PER) " "$OUT/g2p_val_beam$beam.txt")
+        done
+        # The better on validation by PER (the recipe's metric), then WER, decodes test once.
+        beam=$(for b in 1 4; do
+            printf '%s %s %s\n' "$(awk '$1 == "PER" {print $2}' "$OUT/g2p_val_beam$b.txt")" \
+                "$(awk '$1 == "WER" {print $2}' "$OUT/g2p_val_beam$b.txt")" "$b"
+        done | sort -n -k1,1 -k2,2 | head -1 | cut -d' ' -f3)
+        python -m attnkit eval "$run" --split test --beam "$beam" "${decode[@]}" \
+            > "$OUT/g2p_test.txt" 2>&1
+        echo "test, beam $beam (chosen on val):" $(grep -E "^(WER|PER) " "$OUT/g2p_test.txt") ;;
     esac
     echo "[$step took $(( $(date +%s) - start )) s]"
 done

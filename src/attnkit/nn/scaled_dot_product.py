@@ -167,7 +167,9 @@ def _blind_queries(mask: Tensor | None, bias: Tensor | None) -> Tensor | None:
     if sees is None:
         return None
     blind = ~sees.any(-1, keepdim=True)
-    return blind if bool(blind.any()) else None
+    # Compiled (a static-cache decoding step), reading the check's value would end the graph,
+    # so there the masking always runs; it gives the same weights either way.
+    return blind if torch.compiler.is_compiling() or bool(blind.any()) else None
 
 
 # A decoding step of many rows (sentences x beams x heads) with a few queries each: there the
@@ -179,9 +181,10 @@ FEW_QUERIES, MANY_ROWS = 4, 128
 
 def _fused_pays(q: Tensor, backend: str, dropout_p: float) -> bool:
     """Whether the fused kernel runs (else the plain products, which compute the same)."""
-    few_queries_many_rows = q.shape[-2] <= FEW_QUERIES and q.shape[0] * q.shape[1] >= MANY_ROWS
-    plain = backend == "auto" and q.device.type == "cpu" and dropout_p == 0
-    return not (plain and few_queries_many_rows and not torch.is_grad_enabled())
+    if backend != "auto" or q.device.type != "cpu" or dropout_p > 0 or torch.is_grad_enabled():
+        return True
+    # The shapes are read last: compiled, each read is a guard that can force a recompile.
+    return not (q.shape[-2] <= FEW_QUERIES and q.shape[0] * q.shape[1] >= MANY_ROWS)
 
 
 def _one_mask_for_all_heads(mask: Tensor | None) -> bool:
