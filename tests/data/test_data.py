@@ -29,6 +29,7 @@ from attnkit.data import (
     read_lines,
     read_parallel,
 )
+from attnkit.data.batch import pad
 from attnkit.errors import AttnkitError
 from attnkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 
@@ -148,6 +149,22 @@ def test_translation_batches_have_both_sides_padded_and_masked(tok: Tokenizer) -
     assert batch.src_mask.sum(1).tolist() == data.lengths[:, 0].tolist()
     assert batch.tgt_mask.sum(1).tolist() == data.lengths[:, 1].tolist()
     assert (batch.src[~batch.src_mask] == PAD_ID).all() and (batch.tgt[:, 0] == BOS_ID).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.integers(0, 2**40), max_size=9), max_size=7),
+    kind=st.sampled_from(["list", "int32", "int64"]),
+)
+def test_pad_puts_each_row_first_and_padding_after_it(rows: list[list[int]], kind: str) -> None:
+    if kind == "int32":
+        rows = [[i % 2**31 for i in row] for row in rows]
+    given_rows = rows if kind == "list" else [np.array(r, dtype=kind) for r in rows]
+    ids, real = pad(given_rows, 7)
+    longest = max(map(len, rows), default=0)
+    assert ids.dtype == torch.long and ids.shape == real.shape == (len(rows), longest)
+    assert ids.tolist() == [row + [7] * (longest - len(row)) for row in rows]
+    assert real.tolist() == [[j < len(row) for j in range(longest)] for row in rows]
 
 
 def test_sentence_dataset_makes_encoder_batches(tok: Tokenizer) -> None:

@@ -17,7 +17,11 @@ count of real tokens). Rows never leave: a finished row decodes on, and its
 tokens are set to padding by the caller. Beam search reorders the rows in
 place between steps (each beam copies its parent's keys), so the buffers keep
 their addresses; they are marked as static addresses, so torch.compile's CUDA
-graphs may write them in place.
+graphs may write them in place. Each layer's keys and values are tensors of their
+own, not slices of one buffer: compiled, a write into a slice rewrote the whole
+buffer at every layer, which made a step cost the cache's size times the layers
+(on an H100, GPT-2 small at batch 64 ran 0.47x transformers; on a CPU, 4 layers
+of 128 MiB took 260 ms a step against 16 ms with one tensor each).
 
 It answers the same calls as `attnkit.nn.kv_cache.KVCache` (`extend`, each
 layer's `update` and `memory`), for the models without a ring window, and for
@@ -65,10 +69,10 @@ class StaticLayerKV:
 
     def update(self, k: Tensor, v: Tensor) -> HeldKV:
         """Write the new positions' keys and values at their slots; return every slot's."""
-        kv = self.cache.kv[self.index]
-        kv[0].index_copy_(2, self.cache.slots_written, k)
-        kv[1].index_copy_(2, self.cache.slots_written, v)
-        return HeldKV(kv[0], kv[1])
+        keys, values = self.cache.keys[self.index], self.cache.values[self.index]
+        keys.index_copy_(2, self.cache.slots_written, k)
+        values.index_copy_(2, self.cache.slots_written, v)
+        return HeldKV(keys, values)
 
     def memory(self) -> tuple[Tensor, Tensor] | None:
         memory_kv = self.cache.memory_kv
@@ -78,8 +82,9 @@ class StaticLayerKV:
 class StaticKVCache:
     """Self-attention keys and values of every layer in fixed buffers, and cross-attention's.
 
-    kv: (layers, 2, batch, kv_heads, capacity, d_head), slot p holding position p of the
-        (left-padded) sequence; read whole at every step, under `mask`.
+    keys, values: a tensor (batch, kv_heads, capacity, d_head) for each layer, slot p
+        holding position p of the (left-padded) sequence; read whole at every step, under
+        `mask`.
     key_mask: (batch, capacity) True where a real token's key has been written.
     n_real: (batch,) real tokens so far: the next token's position.
     slot: () the next slot to write.
@@ -100,8 +105,9 @@ class StaticKVCache:
         device: torch.device | str = "cpu",
     ) -> None:
         self.capacity = capacity
-        shape = (n_layers, 2, batch_size, n_kv_heads, capacity, d_head)
-        self.kv = torch.zeros(shape, dtype=dtype, device=device)
+        shape = (batch_size, n_kv_heads, capacity, d_head)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.key_mask = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
         self.n_real = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.slot = torch.zeros((), dtype=torch.long, device=device)
@@ -115,7 +121,7 @@ class StaticKVCache:
         self._mark_static()
 
     def _mark_static(self) -> None:
-        for buffer in (self.kv, self.key_mask, self.n_real, self.slot):
+        for buffer in (*self.keys, *self.values, self.key_mask, self.n_real, self.slot):
             torch._dynamo.mark_static_address(buffer)
 
     @classmethod
@@ -159,8 +165,9 @@ class StaticKVCache:
 
         New buffers: beam search calls it once, after the prefix and before any compiled step.
         """
-        index = torch.arange(self.batch_size, device=self.kv.device).repeat_interleave(n)
-        self.kv = self.kv.index_select(2, index)
+        index = torch.arange(self.batch_size, device=self.slot.device).repeat_interleave(n)
+        self.keys = [keys.index_select(0, index) for keys in self.keys]
+        self.values = [values.index_select(0, index) for values in self.values]
         self.key_mask = self.key_mask.index_select(0, index)
         self.n_real = self.n_real.index_select(0, index)
         self.group *= n
@@ -174,7 +181,8 @@ class StaticKVCache:
         """
         if memory or len(index) != self.batch_size:
             raise ValueError("rows never leave a static cache: reorder all of them, in place")
-        self.kv.copy_(self.kv.index_select(2, index))
+        for held in (*self.keys, *self.values):
+            held.copy_(held.index_select(0, index))
         self.key_mask.copy_(self.key_mask.index_select(0, index))
         self.n_real.copy_(self.n_real.index_select(0, index))
 
