@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import json
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,12 +40,6 @@ from bench.harness import Result, finish, opening
 
 WARMUP_S = 5.0
 RSS_EVERY_S = 5.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mib(pid: int) -> float:
@@ -140,15 +133,28 @@ def _cuts(values: list[float]) -> list[float]:
     return statistics.quantiles(values, n=100)
 
 
-def serve(run: str, port: int, threads: int, extra: list[str]) -> subprocess.Popen:
-    command = [sys.executable, "-m", "attnkit", "serve", f"bench={run}", "--port", str(port),
+def announced_url(server: subprocess.Popen) -> str:
+    """The address a server started with `--port 0` took, from its first line ("serving NAMES
+    on URL (Ctrl-C stops)"): the system picks a free port, so no other process can take it
+    between a look for a free one and the server's start."""
+    line = server.stdout.readline()
+    if " on http://" not in line:
+        server.kill()
+        raise SystemExit(f"the server did not start: {line or server.communicate()[1]}")
+    return line.split(" on ", 1)[1].split()[0]
+
+
+def serve(run: str, threads: int, extra: list[str]) -> tuple[subprocess.Popen, str]:
+    """`attnkit serve` of `run` on a free port, once it is ready; the process and its URL."""
+    command = [sys.executable, "-m", "attnkit", "serve", f"bench={run}", "--port", "0",
                "--threads", str(threads), "--no-access-log", *extra]  # fmt: skip
-    server = subprocess.Popen(command)
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    url = announced_url(server)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
-                return server
+            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                return server, url
         except httpx.HTTPError:
             time.sleep(0.2)
     server.kill()
@@ -195,10 +201,8 @@ def main(argv: list[str] | None = None) -> None:
                          "tinyshakespeare_char_5min recipe first")  # fmt: skip
     measured = {}
     for name, batch in (("batched", args.max_batch), ("alone", 1)):
-        port = free_port()
-        server = serve(args.run, port, args.threads, ["--max-batch", str(batch)])
+        server, url = serve(args.run, args.threads, ["--max-batch", str(batch)])
         try:
-            url = f"http://127.0.0.1:{port}"
             measured[name] = asyncio.run(load(url, "bench", prompts, args, server.pid))
         finally:
             server.terminate()

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import httpx
 
-from bench.bench_serve import free_port, rss_mib
+from bench.bench_serve import announced_url, rss_mib
 from tests.helpers import tiny_run
 
 
-def _serve(run: Path, port: int) -> subprocess.Popen:
+def _serve(run: Path, port: int = 0) -> subprocess.Popen:
     command = [sys.executable, "-m", "attnkit", "serve", f"shakespeare={run}",
                "--port", str(port), "--threads", "1", "--max-body-bytes", "100000"]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -26,9 +26,10 @@ def _serve(run: Path, port: int) -> subprocess.Popen:
 
 def test_the_command_serves_refuses_big_bodies_and_a_busy_port(tmp_path: Path) -> None:
     run = tiny_run(tmp_path / "run", "decoder")
-    port = free_port()
-    server = _serve(run, port)
-    url = f"http://127.0.0.1:{port}"
+    server = _serve(run)  # port 0: the system's choice, which no other test can take first
+    url = announced_url(server)  # its first line: "serving shakespeare on URL (Ctrl-C stops)"
+    port = int(url.rsplit(":", 1)[1])
+    assert url == f"http://127.0.0.1:{port}" and port > 0
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -68,10 +69,9 @@ def test_the_command_serves_refuses_big_bodies_and_a_busy_port(tmp_path: Path) -
         assert '"completion_tokens": 300' in rest[-2]
     finally:
         server.send_signal(signal.SIGTERM)
-        out, err = server.communicate(timeout=60)
+        _, err = server.communicate(timeout=60)
     # uvicorn shuts down gracefully, then ends by the signal it was sent, as a shell expects
     assert server.returncode == -signal.SIGTERM and "Traceback" not in err
-    assert out.startswith(f"serving shakespeare on http://127.0.0.1:{port}")
     assert '"GET /health" 200' in err and '"POST /v1/completions" 413' in err
 
 
