@@ -44,6 +44,10 @@ BENCHMARKS = {
         "decoding tokens/s and memory against transformers' generate",
         gpu_module="bench.generate_gpu",
     ),
+    "static-step": Benchmark(
+        "bench.bench_static_step",
+        "a decoding step on the static KV cache, compiled by torch.compile vs eager (CPU)",
+    ),
     "onnx": Benchmark(
         "bench.bench_onnx", "greedy decoding of the exported ONNX graphs in ONNX Runtime vs attnkit"
     ),
