@@ -22,11 +22,12 @@ for step in $steps; do
     start=$(date +%s)
     case $step in
     tests)
-        python -m pytest -q -x -p no:cacheprovider -n 4 tests/models/test_models.py \
+        python -m pytest -x -p no:cacheprovider -n 4 tests/models/test_models.py \
             tests/train/test_trainer.py tests/nn/test_lora.py tests/data/test_lm_windows.py \
             tests/train/test_loss_watch.py tests/train/test_trainer_cuda.py tests/generation \
             tests/train/test_activation_checkpointing.py \
-            2>&1 | tail -15 ;;
+            2>&1 | tail -15
+        echo "pytest exit status ${PIPESTATUS[0]}" ;;
     train)
         python -m bench train --device cuda --data-dir "$DATA" --steps 300 --warmup 100 \
             --window 50 --modes ${MODES:-auto default} --profile "$OUT" --out "$OUT/train_gpu" 2>&1 \
