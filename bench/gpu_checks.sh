@@ -6,8 +6,8 @@
 #
 #     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p]
 #
-# `g2p` trains the CMUdict recipe on the GPU for G2P_MINUTES (default 4) with G2P_TOKENS
-# (default 4096) tokens a batch, decodes validation greedily and with beam 4, and decodes test
+# `g2p` trains the CMUdict recipe on the GPU for G2P_MINUTES (default 7.5) with G2P_TOKENS
+# (default 8192) tokens a batch, decodes validation greedily and with beam 4, and decodes test
 # once, with the one better on validation (PER, then WER). It needs the `cmudict` package.
 set -uo pipefail
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -64,7 +64,7 @@ PY
     g2p)
         run="$OUT/g2p"
         python -m attnkit train cmudict_g2p --set train.device=cuda --set train.steps=1000000 \
-            --set "train.max_minutes=${G2P_MINUTES:-4}" --set "data.max_tokens=${G2P_TOKENS:-4096}" \
+            --set "train.max_minutes=${G2P_MINUTES:-7.5}" --set "data.max_tokens=${G2P_TOKENS:-8192}" \
             --set train.save_every=500 --set train.log_every=500 --set eval.every=2000 \
             --set "train.out_dir=$run" > "$OUT/g2p.log" 2>&1 || { tail -20 "$OUT/g2p.log"; continue; }
         grep -E "val_|spent|mean of|best" "$OUT/g2p.log" | tail -14
