@@ -25,6 +25,14 @@ VARIANTS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def nothing_kept():
+    """Each test starts and ends without buffers kept from another test's decodings."""
+    static_cache.release_all()
+    yield
+    static_cache.release_all()
+
+
 @pytest.fixture
 def eager_step(monkeypatch) -> list[int]:
     """The static cache without compilation: what the compiled step computes, quickly. Lists
@@ -38,6 +46,64 @@ def eager_step(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(static_cache.StaticKVCache, "from_cache", classmethod(counted))
     return made
+
+
+def stepped_keys(monkeypatch) -> list[torch.Tensor]:
+    """The first layer's keys tensor of every step a static cache takes, in order."""
+    keys, update = [], static_cache.StaticLayerKV.update
+
+    def recorded(layer, k, v):
+        if layer.index == 0:
+            keys.append(layer.cache.keys[0])
+        return update(layer, k, v)
+
+    monkeypatch.setattr(static_cache.StaticLayerKV, "update", recorded)
+    return keys
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
+def test_the_next_decoding_of_a_shape_steps_on_the_last_ones_buffers(
+    eager_step, shape, num_beams, monkeypatch
+):
+    # A CUDA graph replays on the addresses it was recorded on: new buffers at every call would
+    # record a graph a call. The second prompts differ: nothing of the first decoding leaks.
+    model = peaked(shape)
+    ids, mask = source_batch()
+    prompts = [(ids, mask), ((ids.flip(0) + 1) % model.config.vocab_size, mask.flip(0))]
+    options = {"max_new_tokens": 8, "num_beams": num_beams}
+    keys, last = stepped_keys(monkeypatch), []
+    for x, x_mask in prompts:
+        dynamic = generate(model, x, x_mask, **options)
+        static = generate(model, x, x_mask, cache_implementation="static", **options)
+        assert torch.equal(static.sequences, dynamic.sequences)
+        last.append(keys[-1])  # what the last step ran on: the beams' own rows for a search
+    assert len(eager_step) == 2 and len(keys) > 4
+    assert last[0] is last[1]
+
+
+def test_buffers_go_to_one_decoding_at_a_time_zeroed_and_only_the_last_shapes_stay():
+    shape = {"n_layers": 2, "batch_size": 3, "n_kv_heads": 2, "d_head": 4, "capacity": 5}
+    first, second = (static_cache.StaticKVCache(**shape) for _ in range(2))
+    assert first.keys[0] is not second.keys[0]  # both in use: each has its own
+    first.keys[1].fill_(7.0)
+    first.key_mask.fill_(True)
+    first.slot += 3
+    first.release()
+    first.release()  # once only: a second release keeps nothing twice
+    third = static_cache.StaticKVCache(**shape)
+    assert third.keys[1] is first.keys[1] and not third.keys[1].any()
+    assert not third.key_mask.any() and int(third.slot) == 0
+    assert static_cache.StaticKVCache(**shape).keys[0] is not first.keys[0]  # taken: not twice
+    third.release()
+    for batch in (4, 5):  # two other shapes, released after: the first is let go
+        static_cache.StaticKVCache(**{**shape, "batch_size": batch}).release()
+    assert static_cache.KEEP == 2
+    assert static_cache.StaticKVCache(**shape).keys[0] is not first.keys[0]
+    kept = static_cache.StaticKVCache(**{**shape, "batch_size": 5})
+    kept.release()
+    static_cache.release_all()
+    assert static_cache.StaticKVCache(**{**shape, "batch_size": 5}).keys[0] is not kept.keys[0]
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -137,6 +137,7 @@ def _beam_search(
         active = active[keep]
         state.reorder(rows, memory=dropping)
         logits = state.step(run_seq[active][:, :, cur].flatten()[:, None])
+    state.close()  # a static cache's buffers go to the next decoding of their shape
 
     n_ret = cfg.num_return_sequences
     length = start + int(fin_len[:, :n_ret].max())

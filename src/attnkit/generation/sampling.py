@@ -54,47 +54,51 @@ def _token_steps(
     active = torch.arange(batch, device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     logits = state.logits
-    for step in range(max_new):
-        cur = start + step
-        ctx = (seqs[active, :cur], real[active, :cur]) if history else (None, None)
-        scores = process(logits.float(), *ctx, step, max_new, cfg)
-        if cfg.do_sample:
-            probs = warp(scores, cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)
-            next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        else:
-            next_ids = scores.argmax(-1)
-        if history:
-            seqs[active, cur] = next_ids
-        if state.static:  # rows never leave a static cache: a finished row yields padding
-            next_ids = next_ids.masked_fill_(done, pad)
-            yield next_ids
-            done |= torch.isin(next_ids, eos)
-            # Reading `done` waits for the device, so a graph-replayed loop looks now and then.
-            if step == max_new - 1 or (step % STATIC_CHECK == 0 and bool(done.all())):
+    try:
+        for step in range(max_new):
+            cur = start + step
+            ctx = (seqs[active, :cur], real[active, :cur]) if history else (None, None)
+            scores = process(logits.float(), *ctx, step, max_new, cfg)
+            if cfg.do_sample:
+                probs = warp(scores, cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)
+                next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            else:
+                next_ids = scores.argmax(-1)
+            if history:
+                seqs[active, cur] = next_ids
+            if state.static:  # rows never leave a static cache: a finished row yields padding
+                next_ids = next_ids.masked_fill_(done, pad)
+                yield next_ids
+                done |= torch.isin(next_ids, eos)
+                # Reading `done` waits for the device, so a graph-replayed loop looks now and then.
+                if step == max_new - 1 or (step % STATIC_CHECK == 0 and bool(done.all())):
+                    return
+                logits = state.step(next_ids[:, None])
+                continue
+            out = torch.full((batch,), pad, dtype=torch.long, device=device)
+            out[active] = next_ids
+            yield out
+            if step == max_new - 1:
                 return
-            logits = state.step(next_ids[:, None])
-            continue
-        out = torch.full((batch,), pad, dtype=torch.long, device=device)
-        out[active] = next_ids
-        yield out
-        if step == max_new - 1:
-            return
-        finished = torch.isin(next_ids, eos)
-        if bool(finished.any()):
-            keep = (~finished).nonzero().flatten()
-            if keep.numel() == 0:
-                return
-            active, next_ids = active[keep], next_ids[keep]
-            state.reorder(keep, memory=True)
-        if cur + 1 > max_len:
-            # The cache is full: rerun the last max_len tokens, as nanoGPT does at every step.
-            # Learned positions stop at max_len, so the cache cannot simply roll on.
-            lo = cur + 1 - max_len
-            ids, mask = seqs[active, lo : cur + 1], real[active, lo : cur + 1]
-            state = type(state)(model, ids, mask, ids, mask, max_len)
-            logits = state.logits
-        else:
-            logits = state.step(next_ids[:, None])
+            finished = torch.isin(next_ids, eos)
+            if bool(finished.any()):
+                keep = (~finished).nonzero().flatten()
+                if keep.numel() == 0:
+                    return
+                active, next_ids = active[keep], next_ids[keep]
+                state.reorder(keep, memory=True)
+            if cur + 1 > max_len:
+                # The cache is full: rerun the last max_len tokens, as nanoGPT does at every step.
+                # Learned positions stop at max_len, so the cache cannot simply roll on.
+                lo = cur + 1 - max_len
+                ids, mask = seqs[active, lo : cur + 1], real[active, lo : cur + 1]
+                state = type(state)(model, ids, mask, ids, mask, max_len)
+                logits = state.logits
+            else:
+                logits = state.step(next_ids[:, None])
+
+    finally:  # a static cache's buffers go to the next decoding of their shape
+        state.close()
 
 
 def stream(

@@ -86,6 +86,11 @@ class Cached:
     def repeat_rows(self, n: int) -> None:
         self.cache.repeat_rows(n)
 
+    def close(self) -> None:
+        """The decoding has ended: a static cache keeps its buffers for the next one."""
+        if self.static:
+            static_cache.release(self.cache)
+
 
 class Uncached:
     """Decoding without a cache: every step reruns the decoder over all positions."""
@@ -119,6 +124,9 @@ class Uncached:
 
     def repeat_rows(self, n: int) -> None:
         self.reorder(torch.arange(len(self.ids), device=self.ids.device).repeat_interleave(n), True)
+
+    def close(self) -> None:
+        """Nothing is kept between decodings without a cache."""
 
     def reorder(self, index: Tensor, memory: bool) -> None:
         self.ids, self.mask = self.ids.index_select(0, index), self.mask.index_select(0, index)

@@ -20,9 +20,17 @@ their addresses; they are marked as static addresses, so torch.compile's CUDA
 graphs may write them in place. Each layer's keys and values are tensors of their
 own, not slices of one buffer: compiled, a write into a slice rewrote the whole
 buffer at every layer, which made a step cost the cache's size times the layers
-(on an H100, GPT-2 small at batch 64 ran 0.47x transformers; `python -m bench
+(on an H100, GPT-2 small at batch 64 ran 0.47x transformers, 6.22x since; `python -m bench
 static-step`, a 4-layer decoder with 128 MiB of keys and values on a 2-core CPU:
 277 ms a compiled step, against 12 ms with a tensor for each).
+
+The buffers also outlive the decoding: `release` (the decoding state calls it at
+the end of `generate`) keeps them for the next decoding of the same shape, which
+takes them zeroed, so a CUDA graph recorded on them replays. Fresh buffers each
+call would have torch.compile's CUDA graph trees record one more graph a call,
+each kept with its own output memory and checked at every later step (and, in
+torch versions that count them, past 128 re-recordings the step runs without a
+graph). `release_all` frees what is kept: at most `KEEP` shapes, the last used.
 
 It answers the same calls as `attnkit.nn.kv_cache.KVCache` (`extend`, each
 layer's `update` and `memory`), for the models without a ring window, and for
@@ -34,7 +42,10 @@ carried from step to step (location-aware or monotonic attention: `supports`);
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
+import threading
 from collections.abc import Callable
 
 import torch
@@ -60,6 +71,11 @@ def static_like(cache: KVCache | DecodingState) -> StaticKVCache | DecodingState
     if isinstance(cache, DecodingState):
         return DecodingState(StaticKVCache.from_cache(cache.kv_cache))
     return StaticKVCache.from_cache(cache)
+
+
+def release(cache: StaticKVCache | DecodingState) -> None:
+    """`StaticKVCache.release` of `cache`, or of the one a `DecodingState` holds."""
+    (cache.kv_cache if isinstance(cache, DecodingState) else cache).release()
 
 
 class StaticLayerKV:
@@ -106,12 +122,8 @@ class StaticKVCache:
         device: torch.device | str = "cpu",
     ) -> None:
         self.capacity = capacity
-        shape = (batch_size, n_kv_heads, capacity, d_head)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.key_mask = torch.zeros(batch_size, capacity, dtype=torch.bool, device=device)
-        self.n_real = torch.zeros(batch_size, dtype=torch.long, device=device)
-        self.slot = torch.zeros((), dtype=torch.long, device=device)
+        device = torch.device(device)
+        self._use(_take(Shape(n_layers, batch_size, n_kv_heads, capacity, d_head, dtype, device)))
         self.slots = torch.arange(capacity, device=device)
         self.slots_written = self.slot[None]
         self.mask: Tensor | None = None
@@ -119,11 +131,17 @@ class StaticKVCache:
         self.memory_mask: Tensor | None = None
         self.group = 1
         self.layers = [StaticLayerKV(self, i) for i in range(n_layers)]
-        self._mark_static()
 
-    def _mark_static(self) -> None:
-        for buffer in (*self.keys, *self.values, self.key_mask, self.n_real, self.slot):
-            torch._dynamo.mark_static_address(buffer)
+    def _use(self, held: Buffers) -> None:
+        self._held: Buffers | None = held
+        self.keys, self.values = held.keys, held.values
+        self.key_mask, self.n_real, self.slot = held.key_mask, held.n_real, held.slot
+
+    def release(self) -> None:
+        """Keep the buffers for the next decoding of this shape; this cache is done with."""
+        if self._held is not None:
+            _give_back(self._held)
+            self._held = None
 
     @classmethod
     def from_cache(cls, cache: KVCache) -> StaticKVCache:
@@ -164,15 +182,18 @@ class StaticKVCache:
     def repeat_rows(self, n: int) -> None:
         """Each row becomes `n` consecutive rows (the beams of a sentence) sharing its memory.
 
-        New buffers: beam search calls it once, after the prefix and before any compiled step.
+        Buffers of the new row count (those a decoding of that shape left, if any), and the
+        old ones kept: beam search calls it once, after the prefix and before any compiled step.
         """
         index = torch.arange(self.batch_size, device=self.slot.device).repeat_interleave(n)
-        self.keys = [keys.index_select(0, index) for keys in self.keys]
-        self.values = [values.index_select(0, index) for values in self.values]
-        self.key_mask = self.key_mask.index_select(0, index)
-        self.n_real = self.n_real.index_select(0, index)
+        rows, held = self._held, _take(dataclasses.replace(self._held.shape, batch=len(index)))
+        *by_row, slot = rows.tensors()  # keys, values, key_mask and n_real have a row each
+        for old, new in zip(by_row, held.tensors()[:-1], strict=True):
+            new.copy_(old.index_select(0, index))
+        held.slot.copy_(slot)
+        self._use(held)
+        _give_back(rows)
         self.group *= n
-        self._mark_static()
 
     def reorder(self, index: Tensor, memory: bool = False) -> None:
         """Row b takes row index[b]'s keys and values (a beam its parent's), in place.
@@ -190,6 +211,81 @@ class StaticKVCache:
     def distance(self) -> Tensor:
         """(new queries, capacity) distance from each new query's slot to each slot."""
         return self.slots_written[:, None] - self.slots[None, :]
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """What makes two decodings' buffers interchangeable."""
+
+    layers: int
+    batch: int
+    kv_heads: int
+    capacity: int
+    d_head: int
+    dtype: torch.dtype
+    device: torch.device
+
+
+@dataclasses.dataclass
+class Buffers:
+    """A decoding's keys and values of each layer, `key_mask`, `n_real` and `slot`: the
+    tensors a compiled step writes in place (`StaticKVCache` names them)."""
+
+    shape: Shape
+    keys: list[Tensor]
+    values: list[Tensor]
+    key_mask: Tensor
+    n_real: Tensor
+    slot: Tensor
+
+    @classmethod
+    def new(cls, shape: Shape) -> Buffers:
+        held = shape.batch, shape.kv_heads, shape.capacity, shape.d_head
+        made = functools.partial(torch.zeros, dtype=shape.dtype, device=shape.device)
+        buffers = cls(
+            shape,
+            [made(held) for _ in range(shape.layers)],
+            [made(held) for _ in range(shape.layers)],
+            torch.zeros(shape.batch, shape.capacity, dtype=torch.bool, device=shape.device),
+            torch.zeros(shape.batch, dtype=torch.long, device=shape.device),
+            torch.zeros((), dtype=torch.long, device=shape.device),
+        )
+        for buffer in buffers.tensors():
+            torch._dynamo.mark_static_address(buffer)
+        return buffers
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return (*self.keys, *self.values, self.key_mask, self.n_real, self.slot)
+
+
+KEEP = 2  # shapes kept: a beam search uses two (its sentences', then its beams')
+_kept: collections.OrderedDict[Shape, Buffers] = collections.OrderedDict()
+_lock = threading.Lock()  # decodings in several threads each take buffers of their own
+
+
+def _take(shape: Shape) -> Buffers:
+    """Buffers of `shape`, zeroed: those an ended decoding left, else new ones."""
+    with _lock:
+        held = _kept.pop(shape, None)
+    if held is None:
+        return Buffers.new(shape)
+    for buffer in held.tensors():
+        buffer.zero_()
+    return held
+
+
+def _give_back(held: Buffers) -> None:
+    with _lock:
+        _kept[held.shape] = held
+        _kept.move_to_end(held.shape)
+        while len(_kept) > KEEP:
+            _kept.popitem(last=False)
+
+
+def release_all() -> None:
+    """Free the buffers kept for later decodings (their memory goes back to the device)."""
+    with _lock:
+        _kept.clear()
 
 
 def compiled_step(model: nn.Module) -> Callable[[Tensor, StaticKVCache], Tensor]:
