@@ -48,6 +48,13 @@ def eager_step(monkeypatch) -> list[int]:
     return made
 
 
+@pytest.fixture
+def reused_here(monkeypatch) -> None:
+    """Buffers kept on the CPU too, as on a GPU, where a CUDA graph replays on them."""
+    monkeypatch.setattr(static_cache, "REUSED_ON", frozenset({"cpu", "cuda"}))
+
+
+@pytest.fixture
 def stepped_keys(monkeypatch) -> list[torch.Tensor]:
     """The first layer's keys tensor of every step a static cache takes, in order."""
     keys, update = [], static_cache.StaticLayerKV.update
@@ -61,49 +68,88 @@ def stepped_keys(monkeypatch) -> list[torch.Tensor]:
     return keys
 
 
+@pytest.mark.parametrize("inference_mode", [False, True])
 @pytest.mark.parametrize("num_beams", [1, 3])
 @pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
 def test_the_next_decoding_of_a_shape_steps_on_the_last_ones_buffers(
-    eager_step, shape, num_beams, monkeypatch
+    eager_step, reused_here, stepped_keys, shape, num_beams, inference_mode
 ):
     # A CUDA graph replays on the addresses it was recorded on: new buffers at every call would
-    # record a graph a call. The second prompts differ: nothing of the first decoding leaks.
+    # record a graph a call. The other prompts differ: nothing of one decoding leaks into the
+    # next. Buffers made under inference_mode serve a decoding outside it, and the reverse.
     model = peaked(shape)
     ids, mask = source_batch()
-    prompts = [(ids, mask), ((ids.flip(0) + 1) % model.config.vocab_size, mask.flip(0))]
+    prompts = [(ids, mask), ((ids.flip(0) + 1) % model.config.vocab_size, mask.flip(0))] * 2
     options = {"max_new_tokens": 8, "num_beams": num_beams}
-    keys, last = stepped_keys(monkeypatch), []
-    for x, x_mask in prompts:
+    last = []
+    for i, (x, x_mask) in enumerate(prompts):
         dynamic = generate(model, x, x_mask, **options)
-        static = generate(model, x, x_mask, cache_implementation="static", **options)
+        with torch.inference_mode(inference_mode == (i % 2 == 0)):
+            static = generate(model, x, x_mask, cache_implementation="static", **options)
         assert torch.equal(static.sequences, dynamic.sequences)
-        last.append(keys[-1])  # what the last step ran on: the beams' own rows for a search
-    assert len(eager_step) == 2 and len(keys) > 4
-    assert last[0] is last[1]
+        last.append(stepped_keys[-1])  # what the last step ran on: for a search, the beams'
+    assert len(eager_step) == len(prompts) and len(stepped_keys) > 4 * len(prompts)
+    assert all(keys is last[0] for keys in last)
 
 
-def test_buffers_go_to_one_decoding_at_a_time_zeroed_and_only_the_last_shapes_stay():
-    shape = {"n_layers": 2, "batch_size": 3, "n_kv_heads": 2, "d_head": 4, "capacity": 5}
-    first, second = (static_cache.StaticKVCache(**shape) for _ in range(2))
+def test_greedy_and_beam_decodings_taking_turns_each_keep_their_buffers(
+    eager_step, reused_here, stepped_keys
+):
+    model = peaked("decoder")
+    ids, mask = source_batch()
+    last = {1: [], 3: []}
+    # Three shapes: the greedy rows, the search's sentence rows (another length), its beams.
+    for num_beams in (1, 3) * 3:
+        options = {"num_beams": num_beams, "max_new_tokens": 4 + num_beams}
+        generate(model, ids, mask, cache_implementation="static", **options)
+        last[num_beams].append(stepped_keys[-1])
+    for keys in last.values():
+        assert all(k is keys[0] for k in keys)
+    assert last[1][0] is not last[3][0]
+
+
+SIZES = {"n_layers": 2, "batch_size": 3, "n_kv_heads": 2, "d_head": 4, "capacity": 5}
+
+
+def test_buffers_go_to_one_decoding_at_a_time_zeroed_and_only_the_last_shapes_stay(reused_here):
+    first, second = (static_cache.StaticKVCache(**SIZES) for _ in range(2))
     assert first.keys[0] is not second.keys[0]  # both in use: each has its own
-    first.keys[1].fill_(7.0)
+    keys = first.keys
+    keys[1].fill_(7.0)
     first.key_mask.fill_(True)
     first.slot += 3
     first.release()
     first.release()  # once only: a second release keeps nothing twice
-    third = static_cache.StaticKVCache(**shape)
-    assert third.keys[1] is first.keys[1] and not third.keys[1].any()
+    assert first.keys == []  # a released cache can no longer write into kept buffers
+    with pytest.raises(AttributeError):
+        first.extend(None, 1)
+    third = static_cache.StaticKVCache(**SIZES)
+    assert third.keys[1] is keys[1] and not third.keys[1].any()
     assert not third.key_mask.any() and int(third.slot) == 0
-    assert static_cache.StaticKVCache(**shape).keys[0] is not first.keys[0]  # taken: not twice
+    assert static_cache.StaticKVCache(**SIZES).keys[0] is not keys[0]  # taken: not twice
     third.release()
-    for batch in (4, 5):  # two other shapes, released after: the first is let go
-        static_cache.StaticKVCache(**{**shape, "batch_size": batch}).release()
-    assert static_cache.KEEP == 2
-    assert static_cache.StaticKVCache(**shape).keys[0] is not first.keys[0]
-    kept = static_cache.StaticKVCache(**{**shape, "batch_size": 5})
+    for batch in (4, 5, 6):  # three other shapes, released after: the first is let go
+        static_cache.StaticKVCache(**{**SIZES, "batch_size": batch}).release()
+    assert static_cache.KEEP == 3
+    assert static_cache.StaticKVCache(**SIZES).keys[0] is not keys[0]
+    kept = static_cache.StaticKVCache(**{**SIZES, "batch_size": 5})
+    kept_keys = kept.keys
     kept.release()
     static_cache.release_all()
-    assert static_cache.StaticKVCache(**{**shape, "batch_size": 5}).keys[0] is not kept.keys[0]
+    assert static_cache.StaticKVCache(**{**SIZES, "batch_size": 5}).keys[0] is not kept_keys[0]
+
+
+def test_nothing_is_kept_on_a_cpu_nor_from_a_decoding_under_autograd(reused_here, monkeypatch):
+    cache = static_cache.StaticKVCache(**SIZES)
+    keys = cache.keys
+    keys[0].index_copy_(2, torch.tensor([0]), torch.ones(3, 2, 1, 4, requires_grad=True))
+    cache.release()  # its buffers hold an autograd graph
+    assert static_cache.StaticKVCache(**SIZES).keys[0] is not keys[0]
+    monkeypatch.setattr(static_cache, "REUSED_ON", frozenset({"cuda"}))  # as shipped
+    cache = static_cache.StaticKVCache(**SIZES)
+    keys = cache.keys
+    cache.release()  # no CUDA graph replays on a CPU: nothing to keep the memory for
+    assert static_cache.StaticKVCache(**SIZES).keys[0] is not keys[0]
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -57,8 +57,9 @@ class GenerationConfig:
         replayed as one CUDA graph on a GPU (`generation/static_cache.py`): much faster where
         a step is bound by kernel launches, after a compilation on first use. Greedy,
         sampled and beam decoding of models without a ring window, monotonic window or
-        copying; others decode on the dynamic cache. The next call of the same shapes
-        decodes on the same buffers (`static_cache.release_all` frees them).
+        copying; others decode on the dynamic cache. On a GPU the next call of the same
+        shapes decodes on the same buffers, which stay allocated between calls
+        (`static_cache.release_all` frees them).
     crop_context: a decoder-only model that greedy-decodes or samples past its
         max_len goes on conditioned on the last max_len tokens (nanoGPT's crop);
         False stops it at max_len. Beam search and encoder-decoders always stop.

@@ -24,13 +24,15 @@ buffer at every layer, which made a step cost the cache's size times the layers
 static-step`, a 4-layer decoder with 128 MiB of keys and values on a 2-core CPU:
 277 ms a compiled step, against 12 ms with a tensor for each).
 
-The buffers also outlive the decoding: `release` (the decoding state calls it at
-the end of `generate`) keeps them for the next decoding of the same shape, which
-takes them zeroed, so a CUDA graph recorded on them replays. Fresh buffers each
-call would have torch.compile's CUDA graph trees record one more graph a call,
-each kept with its own output memory and checked at every later step (and, in
-torch versions that count them, past 128 re-recordings the step runs without a
-graph). `release_all` frees what is kept: at most `KEEP` shapes, the last used.
+On a GPU the buffers also outlive the decoding: `release` (the decoding state
+calls it at the end of `generate`) keeps them for the next decoding of the same
+shape, which takes them zeroed, so the CUDA graph recorded on their addresses
+replays. Fresh buffers each call would have torch.compile's CUDA graph trees
+record one more graph a call (a capture and a device synchronisation), keep it,
+and check it at every later step; some torch versions also count these
+re-recordings toward a limit (128), past which the step runs without a graph.
+`release_all` frees what is kept: at most `KEEP` shapes, the last used. On a CPU,
+where no graph is replayed, nothing is kept.
 
 It answers the same calls as `attnkit.nn.kv_cache.KVCache` (`extend`, each
 layer's `update` and `memory`), for the models without a ring window, and for
@@ -122,7 +124,7 @@ class StaticKVCache:
         device: torch.device | str = "cpu",
     ) -> None:
         self.capacity = capacity
-        device = torch.device(device)
+        device = torch.empty(0, device=device).device  # "cuda" as "cuda:0": one key a device
         self._use(_take(Shape(n_layers, batch_size, n_kv_heads, capacity, d_head, dtype, device)))
         self.slots = torch.arange(capacity, device=device)
         self.slots_written = self.slot[None]
@@ -138,10 +140,16 @@ class StaticKVCache:
         self.key_mask, self.n_real, self.slot = held.key_mask, held.n_real, held.slot
 
     def release(self) -> None:
-        """Keep the buffers for the next decoding of this shape; this cache is done with."""
+        """This cache is done with: its buffers go to the next decoding of its shape.
+
+        Its fields are emptied, so that a step after the release fails rather than write
+        into another decoding's buffers.
+        """
         if self._held is not None:
             _give_back(self._held)
             self._held = None
+            self.keys, self.values = [], []
+            self.key_mask = self.n_real = self.slot = None
 
     @classmethod
     def from_cache(cls, cache: KVCache) -> StaticKVCache:
@@ -183,16 +191,18 @@ class StaticKVCache:
         """Each row becomes `n` consecutive rows (the beams of a sentence) sharing its memory.
 
         Buffers of the new row count (those a decoding of that shape left, if any), and the
-        old ones kept: beam search calls it once, after the prefix and before any compiled step.
+        sentences' kept (they may be a greedy decoding's of that shape): beam search calls it
+        once, after the prefix and before any compiled step.
         """
         index = torch.arange(self.batch_size, device=self.slot.device).repeat_interleave(n)
-        rows, held = self._held, _take(dataclasses.replace(self._held.shape, batch=len(index)))
-        *by_row, slot = rows.tensors()  # keys, values, key_mask and n_real have a row each
-        for old, new in zip(by_row, held.tensors()[:-1], strict=True):
+        before = self._held
+        after = _take(dataclasses.replace(before.shape, batch=len(index)))
+        *by_row, slot = before.tensors()  # keys, values, key_mask and n_real have a row each
+        for old, new in zip(by_row, after.tensors()[:-1], strict=True):
             new.copy_(old.index_select(0, index))
-        held.slot.copy_(slot)
-        self._use(held)
-        _give_back(rows)
+        after.slot.copy_(slot)
+        self._use(after)
+        _give_back(before)
         self.group *= n
 
     def reorder(self, index: Tensor, memory: bool = False) -> None:
@@ -240,16 +250,19 @@ class Buffers:
 
     @classmethod
     def new(cls, shape: Shape) -> Buffers:
-        held = shape.batch, shape.kv_heads, shape.capacity, shape.d_head
+        size = shape.batch, shape.kv_heads, shape.capacity, shape.d_head
         made = functools.partial(torch.zeros, dtype=shape.dtype, device=shape.device)
-        buffers = cls(
-            shape,
-            [made(held) for _ in range(shape.layers)],
-            [made(held) for _ in range(shape.layers)],
-            torch.zeros(shape.batch, shape.capacity, dtype=torch.bool, device=shape.device),
-            torch.zeros(shape.batch, dtype=torch.long, device=shape.device),
-            torch.zeros((), dtype=torch.long, device=shape.device),
-        )
+        # Never inference tensors, which a later decoding outside inference_mode could not
+        # write; ordinary tensors are written in place under inference_mode too.
+        with torch.inference_mode(False):
+            buffers = cls(
+                shape,
+                [made(size) for _ in range(shape.layers)],
+                [made(size) for _ in range(shape.layers)],
+                torch.zeros(shape.batch, shape.capacity, dtype=torch.bool, device=shape.device),
+                torch.zeros(shape.batch, dtype=torch.long, device=shape.device),
+                torch.zeros((), dtype=torch.long, device=shape.device),
+            )
         for buffer in buffers.tensors():
             torch._dynamo.mark_static_address(buffer)
         return buffers
@@ -258,9 +271,14 @@ class Buffers:
         return (*self.keys, *self.values, self.key_mask, self.n_real, self.slot)
 
 
-KEEP = 2  # shapes kept: a beam search uses two (its sentences', then its beams')
+# Shapes kept, the last released: a greedy decoding and a beam search (its sentences' rows
+# for the prefix, then its beams') may take turns.
+KEEP = 3
+REUSED_ON = frozenset({"cuda"})  # device types where a step replays a graph on the buffers
 _kept: collections.OrderedDict[Shape, Buffers] = collections.OrderedDict()
-_lock = threading.Lock()  # decodings in several threads each take buffers of their own
+# Decodings in several threads each take buffers of their own. Reentrant: an abandoned
+# stream's release may run in a garbage collection that starts while the lock is held.
+_lock = threading.RLock()
 
 
 def _take(shape: Shape) -> Buffers:
@@ -275,6 +293,10 @@ def _take(shape: Shape) -> Buffers:
 
 
 def _give_back(held: Buffers) -> None:
+    if held.shape.device.type not in REUSED_ON:
+        return
+    if any(buffer.requires_grad for buffer in held.tensors()):
+        return  # a decoding under autograd: keeping its buffers would keep its graph alive
     with _lock:
         _kept[held.shape] = held
         _kept.move_to_end(held.shape)
