@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from attnkit.checks import with_article
 from attnkit.data import extended
 from attnkit.data.batch import pad
 from attnkit.data.section import prepare_sources
@@ -124,8 +125,8 @@ def translate(
     """One output line per input line, in order; `progress(n)` is told of each n lines done."""
     if model.config.shape != "encoder-decoder":
         raise AttnkitError(
-            f"translation needs an encoder-decoder model, but this one is a {model.config.shape} "
-            "model; use `attnkit generate` for a language model"
+            f"translation needs an encoder-decoder model, but this one is "
+            f"{with_article(model.config.shape)} model; use `attnkit generate` for a language model"
         )
     if batch_size < 1:
         raise AttnkitError(f"batch_size must be at least 1, got {batch_size}")
@@ -204,8 +205,8 @@ def complete(
     """
     if model.config.shape != "decoder":
         raise AttnkitError(
-            f"text completion needs a decoder (language) model, but this one is a "
-            f"{model.config.shape} model; use `attnkit translate` for translation"
+            f"text completion needs a decoder (language) model, but this one is "
+            f"{with_article(model.config.shape)} model; use `attnkit translate` for translation"
         )
     ids = _warn_unknown(tokenizer, [tokenizer.encode(check_utf8(prompt, "the prompt"))])[0]
     ids = ids or [tokenizer.bos_id]

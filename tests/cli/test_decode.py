@@ -80,9 +80,13 @@ def test_wrong_shape_is_a_clear_error(lm_run, mt_run, tmp_path, capsys):
     source = tmp_path / "in.txt"
     source.write_text("a dog\n")
     assert main(["translate", str(lm_run), "--input", str(source)]) == 2
-    assert "translation needs an encoder-decoder model" in capsys.readouterr().err
+    assert "translation needs an encoder-decoder model, but this one is a decoder model" in (
+        capsys.readouterr().err
+    )
     assert main(["generate", str(mt_run), "--prompt", "x"]) == 2
-    assert "needs a decoder (language) model" in capsys.readouterr().err
+    assert "needs a decoder (language) model, but this one is an encoder-decoder model" in (
+        capsys.readouterr().err
+    )
 
 
 def test_eval_translation_prints_bleu_and_chrf_with_signatures(mt_run, data_dir, capsys):

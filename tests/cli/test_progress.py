@@ -1,8 +1,9 @@
-"""Training progress: a bar on a terminal, one log line every `train.log_every` steps elsewhere.
+"""Progress: a bar on a terminal, one log line every `train.log_every` steps elsewhere.
 
 A bar written into a log file is hundreds of carriage-return updates in one line (the demo's
 log was one 52 KB line); a log, a pipe or CI gets the training's log lines instead, one every
-`train.log_every` steps and one at the last step, and no bar.
+`train.log_every` steps and one at the last step, and no bar. `translate` and `eval` draw
+their bar on a terminal only, too.
 """
 
 import fcntl
@@ -40,6 +41,15 @@ def test_the_demo_off_a_terminal_logs_its_progress_too(tmp_path, capsys, caplog)
     assert "\r" not in capsys.readouterr().err
     steps = [r.getMessage().split()[1] for r in caplog.records if "loss" in r.getMessage()]
     assert steps == ["50/100", "100/100"]  # the demo recipe's train.log_every is 50
+
+
+def test_translate_off_a_terminal_draws_no_bar(tmp_path, capsys, mt_run):
+    source = tmp_path / "in.txt"
+    source.write_text("abc\n" * 80)  # more lines than the 64 below which no bar is drawn
+    assert main(["translate", str(mt_run), "--input", str(source), "--max-new-tokens", "3"]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 80
+    assert "\r" not in captured.err and "translating" not in captured.err
 
 
 def test_on_a_terminal_progress_is_a_bar(tmp_path):

@@ -91,9 +91,12 @@ def test_the_runs_saved_data_section_chooses_corpus_languages_and_case(tmp_path,
     assert test.references == DE  # only the model's input is lowercased
 
 
-def test_a_language_model_is_not_scored_on_a_parallel_corpus(lm_run, data):
+def test_a_language_model_is_not_scored_on_a_parallel_corpus(lm_run, data, tmp_path):
     with pytest.raises(AttnkitError, match="multi30k is a parallel corpus, but a decoder model"):
         evaluate_run(lm_run, corpus="multi30k", data_dir=data)
+    encoder = tiny_run(tmp_path / "encoder", "encoder")
+    with pytest.raises(AttnkitError, match="but an encoder model is scored by perplexity"):
+        evaluate_run(encoder, corpus="multi30k", data_dir=data)
 
 
 def test_a_language_model_trained_on_a_text_file_is_scored_on_what_training_held_out(

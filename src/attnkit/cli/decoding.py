@@ -53,7 +53,7 @@ def model_overrides(items: list[str]) -> dict:
 
 def generation_config(args: argparse.Namespace, model):
     """GenerationConfig from the decoding options common to translate, generate and eval."""
-    from attnkit.checks import check
+    from attnkit.checks import check, with_article
     from attnkit.generation import GenerationConfig
 
     most = args.max_new_tokens  # None: as many as max_len allows; 0 is refused like -5
@@ -69,7 +69,7 @@ def generation_config(args: argparse.Namespace, model):
         check(
             model.config.shape == "encoder-decoder",
             "--monotonic-window keeps cross-attention near a focus moving along the source, "
-            f"but this run is a {model.config.shape} model, which has no source",
+            f"but this run is {with_article(model.config.shape)} model, which has no source",
         )
         options["monotonic_window"] = tuple(window)
     if getattr(args, "sample", False):

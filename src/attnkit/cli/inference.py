@@ -26,7 +26,9 @@ def _progress(total: int, desc: str, enabled: bool):
         total=total,
         desc=desc,
         unit="line",
-        disable=not enabled or total < 64,
+        # Off a terminal (a log file, a pipe) a bar is carriage returns in one long line,
+        # as for `attnkit train`: draw it only where a person watches.
+        disable=not enabled or total < 64 or not sys.stderr.isatty(),
         dynamic_ncols=True,
         file=sys.stderr,
     )

@@ -203,9 +203,10 @@ def corpus_files(
             break
     missing = [file for file, path in found.items() if not path.is_file()]
     if missing:
-        # Absolute: a relative data_dir is read from the folder the command runs in.
-        where = Path(data_dir).absolute() if data_dir is not None else Path("DIR")
-        searched = ", ".join(str(Path(d).absolute()) for d in dirs)
+        # Absolute: a relative data_dir is read from the folder the command runs in; and
+        # normalized, so that a recipe's "../shared/data" reads as the folder it names.
+        where = Path(os.path.abspath(data_dir)) if data_dir is not None else Path("DIR")
+        searched = ", ".join(os.path.abspath(d) for d in dirs)
         flag = data_dir_option.startswith("-")
         point = f"pass {data_dir_option} {where}" if flag else f"set {data_dir_option} to {where}"
         raise AttnkitError(

@@ -33,7 +33,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from attnkit.checks import non_negative_int
+from attnkit.checks import non_negative_int, with_article
 from attnkit.data import (
     CORPORA,
     corpus_files,
@@ -177,8 +177,8 @@ def read_eval_set(
         return EvalSet(corpus, split, what, sources=sources, references=references)
     if corpus in CORPORA and CORPORA[corpus].langs:
         raise AttnkitError(
-            f"{corpus} is a parallel corpus, but a {model.config.shape} model is scored by "
-            "perplexity on running text; pass --corpus tinyshakespeare"
+            f"{corpus} is a parallel corpus, but {with_article(model.config.shape)} model is "
+            "scored by perplexity on running text; pass --corpus tinyshakespeare"
         )
     block = min(model.config.max_len - 1, block_size)
     if own_text:  # cut at the fraction training held out, so val is the text it validated on

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from attnkit.checks import with_article
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
 from attnkit.interop.onnx_export import NOT_INSTALLED
@@ -118,8 +119,8 @@ class OnnxModel:
         """An encoder-only model's `logits` and `last_hidden_state` of ids (batch, length)."""
         if self.config.shape != "encoder":
             raise AttnkitError(
-                f"forward runs an encoder-only model's graph; this is a {self.config.shape} "
-                "model, which decodes with `greedy`"
+                f"forward runs an encoder-only model's graph; this is "
+                f"{with_article(self.config.shape)} model, which decodes with `greedy`"
             )
         ids, mask = _ids_and_mask(input_ids, attention_mask, self.config.max_len)
         feeds = {"input_ids": ids, "attention_mask": mask}
