@@ -505,6 +505,6 @@ def test_a_relative_data_dir_is_named_as_the_folder_it_was_read_from(
         f'[train]\nout_dir = "{tmp_path / "run"}"\n',
     )
     message = refused(capsys, "train", str(path), started=True)
-    where = tmp_path / ".." / "shared" / "data"
+    where = tmp_path.parent / "shared" / "data"  # normalized: the folder "../" names
     assert f"which are not in {where}," in message
     assert f"put them in {where / 'multi30k'}/ and set data.data_dir to {where} " in message
