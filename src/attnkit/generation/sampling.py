@@ -96,7 +96,6 @@ def _token_steps(
                 logits = state.logits
             else:
                 logits = state.step(next_ids[:, None])
-
     finally:  # a static cache's buffers go to the next decoding of their shape
         state.close()
 
