@@ -34,6 +34,7 @@ from attnkit.data.section import prepare_sources
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write, check_utf8, decode_lines, read_lines
 from attnkit.generation import GenerationConfig, generate, stream
+from attnkit.generation.config import resolve
 from attnkit.models import TransformerModel
 from attnkit.run import Run
 from attnkit.tokenizer import Tokenizer
@@ -133,11 +134,7 @@ def translate(
     for line, text in enumerate(texts, start=1):
         check_utf8(text, f"input line {line}")
     config = dataclasses.replace(
-        config or GenerationConfig(),
-        eos_token_id=tokenizer.eos_id,
-        pad_token_id=tokenizer.pad_id,
-        decoder_start_token_id=tokenizer.bos_id,
-        num_return_sequences=1,
+        resolve(config, {}, model.config, tokenizer), num_return_sequences=1
     )
     outputs = [""] * len(texts)
     todo = [i for i, text in enumerate(texts) if text.strip()]
@@ -214,13 +211,8 @@ def complete(
         kept = model.config.max_len - 1
         log.warning("the prompt has %d tokens; keeping its last %d", len(ids), kept)
         ids = ids[-kept:]
-    eos = tokenizer.eos_id if tokenizer.has("eos") else None
-    config = dataclasses.replace(
-        config or GenerationConfig(),
-        eos_token_id=() if eos is None else eos,
-        pad_token_id=tokenizer.pad_id,
-    )
-    return _pieces(model, tokenizer, torch.tensor([ids], device=model.device), config, eos)
+    config = resolve(config, {}, model.config, tokenizer)
+    return _pieces(model, tokenizer, torch.tensor([ids], device=model.device), config)
 
 
 def _pieces(
@@ -228,11 +220,10 @@ def _pieces(
     tokenizer: Tokenizer,
     prompt_ids: torch.Tensor,
     config: GenerationConfig,
-    eos: int | None,
 ) -> Iterator[str]:
     """The new text of `complete`, yielded as it grows."""
     steps = (int(step[0]) for step in stream(model, prompt_ids, None, config))
-    yield from TextPieces(tokenizer, set() if eos is None else {eos}).feed(steps)
+    yield from TextPieces(tokenizer, set(config.eos_ids)).feed(steps)
 
 
 @dataclass

@@ -15,7 +15,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from attnkit.serve import scheduler as scheduler_module
+from attnkit.generation import batching as scheduler_module
 from attnkit.serve import work
 from attnkit.serve.app import create_app
 from attnkit.serve.runs import Served

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnkit.generation.config import GenerateOutput, GenerationConfig, resolve
+from attnkit.generation.config import GenerateOutput, GenerationConfig, on_ids, resolve
 from attnkit.generation.processors import needs_history, process
 from attnkit.generation.state import evaluating, prefill
 from attnkit.models import TransformerModel
@@ -36,7 +36,7 @@ def beam_search(
 
     `generate` calls it when num_beams > 1; called directly it also runs with one beam.
     """
-    cfg = resolve(config, options, model.config)
+    cfg = on_ids(resolve(config, options, model.config))
     with evaluating(model):
         return _beam_search(model, input_ids, attention_mask, cfg)
 

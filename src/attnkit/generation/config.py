@@ -1,14 +1,19 @@
 """What decoding is asked to do and what it returns: `GenerationConfig` and `GenerateOutput`.
 
 Option names follow Hugging Face `generate`, so a configuration reads the same
-in both. The special ids (EOS, padding, the decoder's first input) default to
-the model's own (`ModelConfig.eos_id`, `pad_id`, `decoder_start_id`);
-`resolve` fills them in once, before decoding starts.
+in both; the few HF lacks take vLLM's and OpenAI's (`presence_penalty`,
+`frequency_penalty`, `logit_bias`, `logprobs`). One record serves a whole
+`generate` call and each row of the batching engine (`generation/batching.py`),
+where every row decodes by its own. The special ids (EOS, padding, the
+decoder's first input) default to the tokenizer's, when one is given, else the
+model's own (`ModelConfig.eos_id`, `pad_id`, `decoder_start_id`); `resolve`
+fills them in once, before decoding starts, for every entry point.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +32,7 @@ from attnkit.checks import (
     within,
 )
 from attnkit.config import ModelConfig
+from attnkit.tokenizer import Tokenizer
 
 CACHES = ("dynamic", "static")
 
@@ -50,6 +56,13 @@ class GenerationConfig:
     decoder_start_token_id: first decoder input of an encoder-decoder; None
         is the model's `decoder_start_id` (Marian uses its pad id).
     suppress_tokens: ids never generated; forced_eos_token_id: forced at the last step.
+    presence_penalty / frequency_penalty: subtracted from the score of each token already
+        generated, once / once per time it was (OpenAI's and vLLM's names; 0 is off).
+    logit_bias: {token id: bias} (or (id, bias) pairs) added to those tokens' scores first.
+    stop_strings: texts that end an output where they begin, left out of it (the batching
+        engine's rows: `attnkit.LLM` and the server; `generate` works on ids, not text).
+    logprobs: report each chosen token's log-probability and this many most likely
+        alternatives (0: the chosen token's alone); None reports none (the batching engine).
     seed: makes sampling reproducible.
     use_cache: False recomputes every position at every step (for comparison only).
     cache_implementation: `dynamic`, the cache that grows and drops finished rows; or
@@ -93,6 +106,11 @@ class GenerationConfig:
     cache_implementation: str = "dynamic"
     crop_context: bool = True
     monotonic_window: tuple[int, int] | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    stop_strings: tuple[str, ...] = ()
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         finite_fields(self)  # NaN passes no comparison: length_penalty has none of its own
@@ -142,6 +160,51 @@ class GenerationConfig:
         if isinstance(self.eos_token_id, list):
             object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
         object.__setattr__(self, "suppress_tokens", tuple(self.suppress_tokens))
+        self._check_row_options()
+
+    def _check_row_options(self) -> None:
+        """The options beside HF's: penalties, biases, stop strings, log-probabilities; each
+        stored as a tuple, so that a config stays hashable (a key of batched work)."""
+        bias = self.logit_bias
+        pairs = list(bias.items()) if isinstance(bias, dict) else bias
+        check(
+            isinstance(pairs, list | tuple)
+            and all(isinstance(p, list | tuple) and len(p) == 2 for p in pairs)
+            and all(_is_count(i) and _is_number(b) for i, b in pairs),
+            "logit_bias must map token ids (integers of zero or more) to finite numbers, "
+            f"got {bias!r}",
+        )
+        object.__setattr__(self, "logit_bias", tuple((i, float(b)) for i, b in pairs))
+        for _, value in self.logit_bias:
+            check(math.isfinite(value), f"a logit_bias must be finite, got {value}")
+        stops = (self.stop_strings,) if isinstance(self.stop_strings, str) else self.stop_strings
+        check(
+            isinstance(stops, list | tuple) and all(isinstance(s, str) for s in stops),
+            f"stop_strings must be strings, got {self.stop_strings!r}",
+        )
+        object.__setattr__(self, "stop_strings", tuple(s for s in stops if s))
+        if self.logprobs is not None:
+            non_negative_int("logprobs", self.logprobs, zero="the chosen token's alone")
+
+    @property
+    def greedy(self) -> bool:
+        """Whether each token is the argmax (no sampling, no beams): greedy outputs of one
+        prompt are all the same."""
+        return not self.do_sample and self.num_beams == 1
+
+    @property
+    def adjusts(self) -> bool:
+        """Whether a logits processor changes the scores before a token is chosen."""
+        return bool(
+            self.repetition_penalty != 1.0
+            or self.no_repeat_ngram_size
+            or self.min_new_tokens
+            or self.suppress_tokens
+            or self.forced_eos_token_id is not None
+            or self.logit_bias
+            or self.presence_penalty
+            or self.frequency_penalty
+        )
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
@@ -154,10 +217,31 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def tokenizer_ids(tokenizer: Tokenizer, model: ModelConfig) -> dict[str, Any]:
+    """The special ids a run's tokenizer gives decoding: its end token (none: decode to
+    max_new_tokens), its padding, and for an encoder-decoder its start token (else the
+    model's `decoder_start_id`)."""
+    ids: dict[str, Any] = {
+        "eos_token_id": tokenizer.eos_id if tokenizer.has("eos") else (),
+        "pad_token_id": tokenizer.pad_id if tokenizer.has("pad") else model.pad_id,
+    }
+    if model.shape == "encoder-decoder" and tokenizer.has("bos"):
+        ids["decoder_start_token_id"] = tokenizer.bos_id
+    return ids
+
+
 def resolve(
-    config: GenerationConfig | None, options: dict[str, Any], model: ModelConfig
+    config: GenerationConfig | None,
+    options: dict[str, Any],
+    model: ModelConfig,
+    tokenizer: Tokenizer | None = None,
 ) -> GenerationConfig:
-    """`config` with `options` applied and every special id left to the model made explicit.
+    """`config` with `options` applied and every special id not given made explicit: the
+    tokenizer's when one is given (`tokenizer_ids`), else the model's.
 
     A model without `eos_id` decodes to max_new_tokens, as Hugging Face's does;
     an encoder-decoder needs a decoder start id from its config or the caller.
@@ -171,6 +255,11 @@ def resolve(
     known("option", options, names, owner="generate", otherwise="see GenerationConfig")
     config = dataclasses.replace(config, **options) if options else config
     ids: dict[str, Any] = {}
+    if tokenizer is not None:
+        given = tokenizer_ids(tokenizer, model)
+        ids = {name: value for name, value in given.items() if getattr(config, name) is None}
+        config = dataclasses.replace(config, **ids) if ids else config
+        ids = {}
     if config.eos_token_id is None:
         ids["eos_token_id"] = () if model.eos_id is None else model.eos_id
     if config.pad_token_id is None:
@@ -183,6 +272,17 @@ def resolve(
         )
         ids["decoder_start_token_id"] = model.decoder_start_id
     return dataclasses.replace(config, **ids) if ids else config
+
+
+def on_ids(config: GenerationConfig) -> GenerationConfig:
+    """`config`, refused when it asks for what only the batching engine's rows give: text
+    cut at a stop string, reported log-probabilities (`generate` returns ids)."""
+    check(
+        not config.stop_strings and config.logprobs is None,
+        "stop_strings and logprobs are options of the batching engine, which decodes text "
+        "(attnkit.LLM, attnkit serve); generate returns ids: leave them out",
+    )
+    return config
 
 
 @dataclass

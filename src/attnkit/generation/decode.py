@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from attnkit.generation.beam import beam_search
-from attnkit.generation.config import GenerateOutput, GenerationConfig, resolve
+from attnkit.generation.config import GenerateOutput, GenerationConfig, on_ids, resolve
 from attnkit.generation.sampling import stream
 from attnkit.generation.state import prefix_of
 from attnkit.models import TransformerModel
@@ -37,7 +37,7 @@ def generate(
     The special ids not given are the model's (`ModelConfig.eos_id`,
     `pad_id`, `decoder_start_id`).
     """
-    cfg = resolve(config, options, model.config)
+    cfg = on_ids(resolve(config, options, model.config))
     if cfg.num_beams > 1:
         return beam_search(model, input_ids, attention_mask, cfg)
     steps = list(stream(model, input_ids, attention_mask, cfg))

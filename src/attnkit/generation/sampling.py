@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from attnkit.errors import AttnkitError
-from attnkit.generation.config import GenerationConfig, resolve
+from attnkit.generation.config import GenerationConfig, on_ids, resolve
 from attnkit.generation.processors import needs_history, process, warp
 from attnkit.generation.state import evaluating, prefill
 from attnkit.models import TransformerModel
@@ -112,7 +112,7 @@ def stream(
     Finished rows yield padding; the iterator ends when every row is finished
     or after max_new_tokens steps. Options are those of `GenerationConfig`.
     """
-    cfg = resolve(config, options, model.config)
+    cfg = on_ids(resolve(config, options, model.config))
     if cfg.num_beams > 1:
         raise AttnkitError(
             "beam search cannot stream: its best hypothesis is known only at the end"

@@ -24,6 +24,7 @@ import numpy as np
 from attnkit.checks import with_article
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
+from attnkit.generation.config import tokenizer_ids
 from attnkit.interop.onnx_export import NOT_INSTALLED
 from attnkit.interop.onnx_graphs import kv_names
 from attnkit.run import CONFIG_FILE, TOKENIZER_FILE
@@ -208,7 +209,7 @@ class OnnxModel:
         tokenizer = self._tokenizer()
         ids = tokenizer.encode(prompt) or [tokenizer.bos_id]
         ids = ids[-(self.config.max_len - 1) :]
-        eos = tokenizer.eos_id if tokenizer.has("eos") else ()
+        eos = tokenizer_ids(tokenizer, self.config)["eos_token_id"]
         return tokenizer.decode(
             self.greedy([ids], max_new_tokens=max_new_tokens, eos_token_id=eos)[0]
         )
@@ -220,6 +221,7 @@ class OnnxModel:
         from attnkit.inference import encode_sources
 
         tokenizer = self._tokenizer()
+        special = tokenizer_ids(tokenizer, self.config)
         outputs = [""] * len(texts)
         todo = [i for i, text in enumerate(texts) if text.strip()]
         ids = encode_sources(tokenizer, [texts[i] for i in todo], self.config.max_len)
@@ -232,8 +234,8 @@ class OnnxModel:
                 src,
                 mask,
                 max_new_tokens=max_new_tokens,
-                eos_token_id=tokenizer.eos_id,
-                decoder_start_token_id=tokenizer.bos_id,
+                eos_token_id=special["eos_token_id"],
+                decoder_start_token_id=special.get("decoder_start_token_id"),
             )
             for i, text in zip(
                 todo[start : start + batch_size], tokenizer.decode_batch(new), strict=True

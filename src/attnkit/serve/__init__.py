@@ -13,14 +13,14 @@
 
 The modules, top down: `app.py` assembles the app; `routes.py` (OpenAI's routes and
 operations) and `translate.py` (attnkit's) are the routers; `protocol.py` the request
-bodies, `answers.py` the answers' shapes, `errors.py` the errors', `guard.py` the
-limits, key and access log; `server.py` the state the routes share; `runs.py` the
-models served (`served_runs`) and where request text enters a model; `chat.py` chat
-templates; `outputs.py` a request's outputs on the scheduler; `scheduler.py`
-iteration-level batching of `sequence.py`'s outputs, with `cache_rows.py` (rows
-joining and leaving a KV cache), `sampler.py` (each row's next token) and `text.py`
-(text and stop strings); `batching.py` and `work.py` the batched work beside decoding
+bodies (OpenAI's names mapped onto `GenerationConfig`'s), `answers.py` the answers'
+shapes, `errors.py` the errors', `guard.py` the limits, key and access log; `server.py`
+the state the routes share; `runs.py` the models served (`served_runs`) and where
+request text enters a model; `chat.py` chat templates; `outputs.py` a request's outputs
+on the decoding engine; `batching.py` and `work.py` the batched work beside decoding
 (sentence vectors, beam search, attention views); `metrics.py`; `page.py` the page.
-Everything but `settings`, `sampler`, `text`, `sequence` and `cache_rows` needs the
-`serve` extra.
+Decoding itself is `attnkit.generation`'s: iteration-level batching
+(`generation/batching.py`) of rows (`generation/rows.py`), each token chosen by its
+row's own `GenerationConfig` (`generation/chooser.py`), the one engine that `attnkit.LLM`
+runs too. Everything but `settings` needs the `serve` extra.
 """

@@ -21,9 +21,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnkit.generation.rows import Finish, Piece, Token
 from attnkit.serve.errors import ServeError
 from attnkit.serve.outputs import Output, Outputs
-from attnkit.serve.sequence import Finish, Piece, Token
 
 
 @dataclass

@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnkit.generation.batching import Scheduler
+from attnkit.generation.config import GenerationConfig
+from attnkit.generation.rows import Event, Failed, Finish, Piece, Sequence, Token
 from attnkit.serve.errors import ServeError
-from attnkit.serve.sampler import Sampling
-from attnkit.serve.scheduler import Scheduler
-from attnkit.serve.sequence import Event, Failed, Finish, Piece, Sequence, Token
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Outputs:
         scheduler: Scheduler,
         model: Any,
         prompts: list[list[int]],
-        sampling: Sampling,
+        sampling: GenerationConfig,
         n: int = 1,
     ) -> None:
         self.n = n

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from attnkit.generation import GenerationConfig
 from attnkit.serve.errors import ServeError, invalid
-from attnkit.serve.sampler import Sampling
 
 MAX_OUTPUTS = 16  # outputs (n, best_of), beams or n-best a request may ask for
 MAX_STOPS = 4  # stop strings, as OpenAI allows
@@ -63,8 +63,11 @@ class _Sampled(_Body):
             raise invalid("stop", f"stop takes at most {MAX_STOPS} strings, not {len(stops)}.")
         return tuple(s for s in stops if s)
 
-    def sampling(self, max_tokens: int, vocab_size: int, logprobs: int | None = None) -> Sampling:
-        """The `Sampling` of each output; `logit_bias` ids are checked against the vocabulary."""
+    def sampling(
+        self, max_tokens: int, vocab_size: int, logprobs: int | None = None
+    ) -> GenerationConfig:
+        """The `GenerationConfig` of each output, OpenAI's names mapped onto transformers'
+        (temperature 0: greedy); `logit_bias` ids are checked against the vocabulary."""
         bias = []
         for key, value in (self.logit_bias or {}).items():
             if not key.strip().isdigit() or int(key) >= vocab_size:
@@ -78,9 +81,10 @@ class _Sampled(_Body):
         if self.stream_options is not None and not self.stream:
             raise invalid("stream_options", "stream_options is only for stream: true.")
         temperature = 1.0 if self.temperature is None else self.temperature
-        return Sampling(
-            max_tokens=max_tokens,
-            temperature=temperature,
+        return GenerationConfig(
+            max_new_tokens=max(max_tokens, 1),  # 0 (an echo alone) is not decoded
+            do_sample=temperature > 0,
+            temperature=temperature or 1.0,
             top_p=1.0 if self.top_p is None else self.top_p,
             top_k=self.top_k or 0,
             presence_penalty=self.presence_penalty or 0.0,
@@ -88,7 +92,7 @@ class _Sampled(_Body):
             repetition_penalty=self.repetition_penalty or 1.0,
             logit_bias=tuple(bias),
             seed=None if self.seed is None else self.seed % 2**63,
-            stop=self.stops(),
+            stop_strings=self.stops(),
             logprobs=logprobs,
         )
 

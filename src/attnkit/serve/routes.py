@@ -22,6 +22,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from attnkit.generation.rows import Token
 from attnkit.serve import work
 from attnkit.serve.answers import (
     Head,
@@ -35,7 +36,6 @@ from attnkit.serve.errors import ServeError, invalid
 from attnkit.serve.outputs import Output, Outputs
 from attnkit.serve.protocol import ChatRequest, CompletionRequest, EmbeddingRequest
 from attnkit.serve.runs import Served
-from attnkit.serve.sequence import Token
 from attnkit.serve.server import Server, ServerDep
 
 operations = APIRouter()

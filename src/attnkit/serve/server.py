@@ -17,11 +17,11 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from attnkit.checks import with_article
+from attnkit.generation.batching import Scheduler
 from attnkit.serve.batching import Batcher
 from attnkit.serve.errors import ServeError, invalid
 from attnkit.serve.metrics import Metrics
 from attnkit.serve.runs import Served
-from attnkit.serve.scheduler import Scheduler
 from attnkit.serve.settings import ServeSettings
 
 

@@ -14,12 +14,12 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
+from attnkit.generation import GenerationConfig
+from attnkit.generation.rows import Token
 from attnkit.serve import work
 from attnkit.serve.answers import Head, Stream
 from attnkit.serve.outputs import Outputs
 from attnkit.serve.protocol import AttentionRequest, TranslationRequest
-from attnkit.serve.sampler import Sampling
-from attnkit.serve.sequence import Token
 from attnkit.serve.server import Server, ServerDep
 
 router = APIRouter(prefix="/v1")
@@ -36,9 +36,10 @@ async def translations(
     max_new = srv.new_tokens(served, body.max_new_tokens, "max_new_tokens")
     on_scheduler = body.beam == 1 and served.model.config.copy_attention == "none"
     if on_scheduler:
-        sampling = Sampling(
-            max_tokens=max_new,
-            temperature=body.temperature if body.sample else 0.0,
+        sampling = GenerationConfig(
+            max_new_tokens=max_new,
+            do_sample=body.sample,
+            temperature=body.temperature,
             top_k=body.top_k,
             top_p=body.top_p,
             seed=body.seed,

@@ -15,10 +15,10 @@ import torch
 
 from attnkit.data.batch import pad
 from attnkit.generation import GenerationConfig, generate
+from attnkit.generation.rows import Token
+from attnkit.generation.text import token_text
 from attnkit.inference import translate as translate_texts
 from attnkit.serve.runs import Served
-from attnkit.serve.sequence import Token
-from attnkit.serve.text import token_text
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
     loop:  admit waiting outputs (one batched prefill, their first tokens)
            one `decode_step` of every running row on the shared KV cache
-           each row's next token by its own parameters (`sampler.choose`)
-           rows that end (end token, stop string, max_tokens, client gone) leave
+           each row's next token by its own config (`chooser.choose`)
+           rows that end (end token, stop string, max_new_tokens, caller gone) leave
 
 (Orca, Yu et al. 2022.) A request does not wait for a batch to form nor for
 the longest output of its batch to end: it joins the rows already decoding at
@@ -16,11 +16,16 @@ decode together; several models take turns, step by step.
 One thread does all the model's work (torch uses its own threads inside each
 operation): the steps, and between steps the jobs handed to it as to an executor
 (`submit`: embeddings, beam search, attention views), so no two computations
-compete for the cores. Tokens reach the event loop through each output's `emit`.
+compete for the cores. Tokens reach their caller (the server's event loop,
+`attnkit.LLM`) through each output's `emit`. A row whose token choice fails (its
+options overflow the scores, say) is failed alone: the others of its batch go on.
 A model whose cache cannot take rows mid-way (a sliding window's ring, alignments
 carried beside it: `cache_rows.joinable`) decodes in cohorts: the outputs admitted
 together, each leaving when it ends. A pointer-generator's copied words need the
 source's own vocabulary (`inference.translate`), so it is not decoded here.
+
+This is the engine every caller that decodes many requests at once shares: the
+server's routes and `attnkit.LLM` hand it `rows.Sequence`s.
 """
 
 from __future__ import annotations
@@ -36,13 +41,13 @@ from typing import Any
 import torch
 
 from attnkit.data.batch import pad
-from attnkit.generation import left_pad
+from attnkit.generation import cache_rows
+from attnkit.generation.chooser import choose
+from attnkit.generation.rows import Failed, Sequence, end, take
+from attnkit.generation.state import left_pad
 from attnkit.models.decoding_state import DecodingState
 from attnkit.nn.alignment_state import AlignmentState
 from attnkit.nn.kv_cache import KVCache
-from attnkit.serve import cache_rows
-from attnkit.serve.sampler import choose
-from attnkit.serve.sequence import Failed, Sequence, end, take
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +141,7 @@ class Scheduler(Executor):
             for key in list(self.batches):
                 self._advance(key)
             self.running = sum(b.size for b in self.batches.values())
-        self._fail_all(RuntimeError("the server is shutting down"))
+        self._fail_all(RuntimeError("the decoding engine is closing"))
 
     def _admit(self) -> None:
         """Move waiting outputs into their model's batch, as far as `max_batch` allows."""
@@ -180,12 +185,12 @@ class Scheduler(Executor):
         ids, mask = pad([s.prompt for s in sequences], tokenizer.pad_id)
         ids, mask = ids.to(model.device), mask.to(model.device)
         # a shared batch grows its cache as it needs; a cohort's holds its rows to their end
-        new = max(s.sampling.max_tokens for s in sequences)
+        new = max(s.config.max_new_tokens for s in sequences)
         if model.config.shape == "encoder-decoder":
             capacity = 1 if batch.shared else min(1 + new, model.config.max_len)
             state = model.new_cache(ids, mask, capacity)
             cache, alignment = state.kv_cache, state.alignment
-            start = torch.full((len(sequences), 1), model.config.decoder_start_id)
+            start = torch.tensor([[s.config.decoder_start_token_id] for s in sequences])
             logits = _decode_step(model, start.to(model.device), cache, alignment)
         else:
             alignment = None
@@ -269,7 +274,8 @@ class Scheduler(Executor):
             batch.cache = None
 
     def _choose(self, sequences: list[Sequence], logits: torch.Tensor) -> list[Sequence]:
-        """Each output's next token, its events sent; the outputs that go on."""
+        """Each output's next token, its events sent; the outputs that go on. An output whose
+        choice fails is failed alone and leaves; the others go on."""
         self.steps += 1
         choices = choose(logits, [s.row for s in sequences])
         going = []
@@ -277,12 +283,22 @@ class Scheduler(Executor):
         for sequence, choice in zip(sequences, choices, strict=True):
             if sequence.cancelled:
                 continue
+            if isinstance(choice, Exception):
+                log.warning("choosing a token of one output failed: %s", choice)
+                sequence.emit(Failed(sequence.index, choice))
+                continue
             self.tokens += 1
             if sequence.first_token is None:
                 sequence.first_token = now
                 if self.on_first_token is not None:
                     self.on_first_token(now - sequence.arrived)
-            if take(sequence, choice):
+            try:
+                goes = take(sequence, choice)
+            except Exception as error:  # its text, say: this output alone fails
+                log.warning("sending a token of one output failed: %s", error)
+                sequence.emit(Failed(sequence.index, error))
+                continue
+            if goes:
                 going.append(sequence)
         return going
 

@@ -12,11 +12,10 @@ import pytest
 import torch
 
 from attnkit.generation import GenerationConfig, generate
+from attnkit.generation.batching import Scheduler
+from attnkit.generation.rows import Failed, Finish, Piece, Sequence
+from attnkit.generation.text import TextState
 from attnkit.run import load_run
-from attnkit.serve.sampler import Sampling
-from attnkit.serve.scheduler import Scheduler
-from attnkit.serve.sequence import Failed, Finish, Piece, Sequence
-from attnkit.serve.text import TextState
 from tests.helpers import tiny_run
 
 PROMPTS = ["a dog", "the cat sleeps", "zwei", "a", "ein hund läuft im park"]
@@ -90,7 +89,7 @@ def test_outputs_joining_at_different_steps_are_as_alone(
     served, got = models[shape], Collected()
     scheduler = Scheduler(max_batch=3)
     sequences = [
-        Sequence(served, _ids(served, prompt), Sampling(max_tokens=max_tokens - i, temperature=0),
+        Sequence(served, _ids(served, prompt), GenerationConfig(max_new_tokens=max_tokens - i),
                  got.emit(i))  # each leaves at a step of its own
         for i, prompt in enumerate(PROMPTS)
     ]  # fmt: skip
@@ -115,8 +114,10 @@ def test_outputs_joining_at_different_steps_are_as_alone(
 def test_a_seed_draws_as_generate_alone_whatever_the_batch(models: dict) -> None:
     served, got = models["decoder"], Collected()
     scheduler = Scheduler(max_batch=8)
-    sampling = Sampling(max_tokens=12, temperature=0.9, top_p=0.9, seed=7)
-    others = Sampling(max_tokens=12, temperature=1.0)
+    sampling = GenerationConfig(
+        max_new_tokens=12, do_sample=True, temperature=0.9, top_p=0.9, seed=7
+    )
+    others = GenerationConfig(max_new_tokens=12, do_sample=True)
     try:
         scheduler.add(
             [Sequence(served, _ids(served, p), others, got.emit(i)) for i, p in enumerate(PROMPTS)]
@@ -136,11 +137,13 @@ def test_logprobs_are_the_models_and_penalties_change_the_choice(models: dict) -
     served, got = models["decoder"], Collected()
     ids = _ids(served, "a dog")
     scheduler = Scheduler(max_batch=4)
-    greedy = Sampling(max_tokens=6, temperature=0, logprobs=3)
+    greedy = GenerationConfig(max_new_tokens=6, logprobs=3)
     banned = dict.fromkeys(range(served.model.config.vocab_size), -100.0)
     allowed = 5  # every token but one is biased away
     del banned[allowed]
-    biased = Sampling(max_tokens=6, temperature=0.7, logit_bias=tuple(banned.items()))
+    biased = GenerationConfig(
+        max_new_tokens=6, do_sample=True, temperature=0.7, logit_bias=tuple(banned.items())
+    )
     try:
         scheduler.add([Sequence(served, ids, greedy, got.emit(0))])
         scheduler.add([Sequence(served, ids, biased, got.emit(1))])
@@ -171,7 +174,7 @@ def test_stop_strings_end_the_output_and_are_never_sent(models: dict) -> None:
     got = Collected()
     scheduler = Scheduler(max_batch=2)
     try:
-        sampling = Sampling(max_tokens=20, temperature=0, stop=(stop, "never there"))
+        sampling = GenerationConfig(max_new_tokens=20, stop_strings=(stop, "never there"))
         scheduler.add([Sequence(served, _ids(served, "a"), sampling, got.emit(0))])
         got.wait(1)
     finally:

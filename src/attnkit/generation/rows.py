@@ -1,10 +1,12 @@
-"""One output being decoded, and the events it sends as its tokens are chosen.
+"""One output being decoded (a row of the batching engine), and the events it sends as its
+tokens are chosen.
 
 An output is a prompt (a decoder's) or a source (an encoder-decoder's, its ids
-ending in </s>), the `Sampling` that chooses its tokens, and `emit`, where its
+ending in </s>), the `GenerationConfig` that chooses its tokens (its special ids
+resolved once, from the tokenizer and the model, as it is made), and `emit`, where its
 events go: a `Piece` for each growth of its text (with the tokens behind it when
 log-probabilities are asked), then one `Finish` (`stop`: its end token or a stop
-string; `length`: `max_tokens` spent), or a `Failed`. `take` is what choosing a
+string; `length`: `max_new_tokens` spent), or a `Failed`. `take` is what choosing a
 token does to an output; the scheduler calls it, on its thread.
 """
 
@@ -15,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnkit.serve.sampler import Choice, Row, Sampling
-from attnkit.serve.text import TextState, token_text
+from attnkit.generation.chooser import Choice, Row
+from attnkit.generation.config import GenerationConfig, resolve
+from attnkit.generation.text import TextState, token_text
 
 
 @dataclass(frozen=True)
@@ -62,9 +65,9 @@ class Sequence:
     """One output being decoded: a prompt (a decoder's) or a source (an encoder-decoder's, its
     ids ending in </s>), how its tokens are chosen, and where its events go."""
 
-    model: Any  # the served model: `.model` and `.tokenizer`
+    model: Any  # a loaded run (or a served one): `.model` and `.tokenizer`
     prompt: list[int]
-    sampling: Sampling
+    config: GenerationConfig
     emit: Callable[[Event], None]
     index: int = 0
     cancelled: bool = False  # set from the event loop when the client has gone
@@ -72,8 +75,9 @@ class Sequence:
     first_token: float | None = None
 
     def __post_init__(self) -> None:
-        self.row = Row(self.sampling, self.prompt)
-        self.text = TextState(self.model.tokenizer, self.sampling.stop)
+        self.config = resolve(self.config, {}, self.model.model.config, self.model.tokenizer)
+        self.row = Row(self.config, self.prompt)
+        self.text = TextState(self.model.tokenizer, self.config.stop_strings)
         self.pending: list[Token] = []
 
     @property
@@ -83,20 +87,20 @@ class Sequence:
 
 def take(sequence: Sequence, choice: Choice) -> bool:
     """Add a chosen token to its output and send what it adds; whether the output goes on."""
-    tokenizer, sampling = sequence.model.tokenizer, sequence.sampling
-    eos = sequence.model.model.config.eos_id
+    tokenizer, config = sequence.model.tokenizer, sequence.config
+    eos = config.eos_ids
     output = sequence.output
-    if sampling.logprobs is not None:
+    if config.logprobs is not None:
         previous = output[-1] if output else None
         top = tuple((token_text(tokenizer, previous, t), lp) for t, lp in choice.top)
         text = token_text(tokenizer, previous, choice.token)
         sequence.pending.append(Token(text, choice.logprob, top))
     piece = ""
-    if choice.token != eos:
+    if choice.token not in eos:
         output.append(choice.token)
         piece = sequence.text.add(choice.token)
-    stopped = choice.token == eos or sequence.text.stopped
-    if stopped or len(output) >= sampling.max_tokens:
+    stopped = choice.token in eos or sequence.text.stopped
+    if stopped or len(output) >= config.max_new_tokens:
         end(sequence, "stop" if stopped else "length", piece)
         return False
     if piece:
