@@ -16,6 +16,8 @@ _WHERE = {
     "DecoderOnly": "attnkit.models",
     "EncoderDecoder": "attnkit.models",
     "EncoderOnly": "attnkit.models",
+    "GenerationConfig": "attnkit.generation",
+    "LLM": "attnkit.generation",
     "ModelConfig": "attnkit.config",
     "Output": "attnkit.models",
     "Tokenizer": "attnkit.tokenizer",
@@ -24,11 +26,13 @@ _WHERE = {
 }
 
 __all__ = [
+    "LLM",
     "PRESETS",
     "AttnkitError",
     "DecoderOnly",
     "EncoderDecoder",
     "EncoderOnly",
+    "GenerationConfig",
     "ModelConfig",
     "Output",
     "Tokenizer",
@@ -40,6 +44,7 @@ __all__ = [
 if TYPE_CHECKING:
     from attnkit.config import ModelConfig
     from attnkit.errors import AttnkitError
+    from attnkit.generation import LLM, GenerationConfig
     from attnkit.interop import from_pretrained
     from attnkit.models import DecoderOnly, EncoderDecoder, EncoderOnly, Output, build_model
     from attnkit.presets import PRESETS

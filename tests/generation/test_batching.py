@@ -4,6 +4,7 @@ seeded samples draw as `generate(seed=...)`; stop strings, log-probabilities and
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import types
@@ -11,7 +12,7 @@ import types
 import pytest
 import torch
 
-from attnkit.generation import GenerationConfig, generate
+from attnkit.generation import GenerationConfig, batching, generate
 from attnkit.generation.batching import Scheduler
 from attnkit.generation.rows import Failed, Finish, Piece, Sequence
 from attnkit.generation.text import TextState
@@ -192,3 +193,39 @@ def test_a_text_holds_back_what_could_begin_a_stop_string(models: dict) -> None:
     state = TextState(tokenizer, stop=("dog",))
     assert [state.add(tokenizer.token_to_id(c)) for c in "a dog"][-1] == "" and state.stopped
     assert state.text == "a "
+
+
+def test_a_row_whose_choice_fails_mid_batch_fails_alone(models: dict) -> None:
+    """Three rows decode together; after their first tokens one row's options turn into ones
+    its choice cannot compute (a temperature of 1e-300 overflows its scores: no distribution
+    to draw from). That row alone gets `Failed`; the other two end as `generate` alone."""
+    served, got = models["decoder"], Collected()
+    scheduler = Scheduler(max_batch=4)
+    config = GenerationConfig(max_new_tokens=20, eos_token_id=())
+    sequences = [
+        Sequence(served, _ids(served, p), config, got.emit(i)) for i, p in enumerate(PROMPTS[:3])
+    ]
+    chosen = threading.Event()
+    choose = batching.choose
+
+    def poison(logits: torch.Tensor, rows: list) -> list:
+        if len(sequences[1].output) >= 2:  # the batch is running: poison row 1 once
+            bad = dataclasses.replace(config, do_sample=True, temperature=1e-300)
+            sequences[1].row.config = bad
+            chosen.set()
+        return choose(logits, rows)
+
+    batching.choose = poison
+    try:
+        scheduler.add(sequences)
+        got.wait(3)
+    finally:
+        batching.choose = choose
+        scheduler.shutdown()
+    assert chosen.is_set()
+    assert isinstance(got.events[1][-1], Failed)
+    for i in (0, 2):
+        ids = torch.tensor([_ids(served, PROMPTS[i])])
+        alone = generate(served.model, ids, config=config).new_tokens()[0]
+        assert got.text(i) == served.tokenizer.decode(alone)
+        assert isinstance(got.events[i][-1], Finish)

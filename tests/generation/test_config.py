@@ -20,6 +20,11 @@ from tests.helpers import DECODING, peaked, source_batch, tiny_model
         ({"min_new_tokens": 30, "max_new_tokens": 5}, "min_new_tokens must be"),
         ({"beams": 3}, "no option 'beams'; did you mean 'num_beams'"),
         ({"xyz": 3}, "no option 'xyz'; see GenerationConfig"),
+        ({"logit_bias": {"5": 1.0}}, "logit_bias must map token ids"),
+        ({"logit_bias": {5: float("inf")}}, "must be finite"),
+        ({"logprobs": -1}, "logprobs must be a non-negative integer"),
+        ({"stop_strings": [3]}, "stop_strings must be strings"),
+        ({"stop_strings": ("x",)}, "generate returns ids"),
     ],
 )
 def test_invalid_options_are_one_clear_sentence(options, message):
@@ -68,3 +73,22 @@ def test_an_encoder_decoder_without_a_start_id_asks_for_one():
         generate(model, ids, mask)
     out = generate(model, ids, mask, max_new_tokens=3, decoder_start_token_id=1)
     assert (out.sequences[:, 0] == 1).all()
+
+
+def test_row_options_are_stored_hashable_and_the_tokenizer_gives_the_special_ids(tmp_path):
+    """A config is a key of batched work (hashable); `resolve` with a tokenizer takes its ids,
+    and ids given stay as given."""
+    from attnkit.generation.config import resolve
+    from attnkit.run import load_run
+    from tests.helpers import tiny_run
+
+    config = GenerationConfig(logit_bias={7: 1.0, 3: -2}, stop_strings="end")
+    assert config.logit_bias == ((7, 1.0), (3, -2.0)) and config.stop_strings == ("end",)
+    assert hash(config) == hash(GenerationConfig(logit_bias=[(7, 1.0), (3, -2.0)],
+                                                 stop_strings=("end",)))  # fmt: skip
+    run = load_run(tiny_run(tmp_path / "ed", "encoder-decoder"))
+    tokenizer = run.tokenizer
+    resolved = resolve(None, {}, run.model.config, tokenizer)
+    assert (resolved.eos_token_id, resolved.pad_token_id, resolved.decoder_start_token_id) == (
+        tokenizer.eos_id, tokenizer.pad_id, tokenizer.bos_id)  # fmt: skip
+    assert resolve(None, {"eos_token_id": ()}, run.model.config, tokenizer).eos_ids == ()

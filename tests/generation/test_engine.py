@@ -1,0 +1,112 @@
+"""`LLM`: many prompts, each with its own options, decoded together on the batching engine,
+give what `generate` gives each alone (greedy, penalties, beams), streamed or whole; a row
+whose token choice fails is failed alone while the others of its batch go on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attnkit
+from attnkit.errors import AttnkitError
+from attnkit.generation import LLM, GenerationConfig, generate
+from attnkit.generation.config import resolve
+from attnkit.inference import translate_run
+from attnkit.run import load_run
+from tests.helpers import tiny_run
+
+PROMPTS = ["a dog", "the cat sleeps", "zwei", "ein hund läuft im park"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("engine")
+    return {
+        shape: load_run(tiny_run(tmp / shape, shape, max_len=24))
+        for shape in ("decoder", "encoder-decoder")
+    }
+
+
+def _alone(run, prompt: str, config: GenerationConfig) -> list[int]:
+    ids = run.tokenizer.encode(prompt)
+    config = resolve(config, {}, run.model.config, run.tokenizer)
+    return generate(run.model, torch.tensor([ids]), config=config).new_tokens()[0]
+
+
+def test_prompts_with_options_of_their_own_decode_as_generate_alone(runs: dict) -> None:
+    """Greedy rows beside rows with a repetition, presence or frequency penalty or a bias:
+    one token chooser, the processors `generate` runs."""
+    run = runs["decoder"]
+    configs = [
+        GenerationConfig(max_new_tokens=12),
+        GenerationConfig(max_new_tokens=9, repetition_penalty=1.5),
+        GenerationConfig(max_new_tokens=15, presence_penalty=1.0, frequency_penalty=0.5),
+        GenerationConfig(max_new_tokens=7, logit_bias={5: 3.0, 6: -2.0}),
+    ]
+    with LLM(run, max_batch=3) as llm:  # three decode at once: the fourth joins later
+        done = llm.generate(PROMPTS, configs)
+    for prompt, config, out in zip(PROMPTS, configs, done, strict=True):
+        expected = _alone(run, prompt, config)
+        assert out.token_ids == expected
+        assert out.text == run.tokenizer.decode(expected)
+        assert out.prompt == prompt and out.prompt_tokens == len(run.tokenizer.encode(prompt))
+        assert out.finish_reason == ("length" if len(expected) == config.max_new_tokens else "stop")
+
+
+def test_a_stream_is_the_whole_text_in_pieces_and_a_seed_draws_as_generate(runs: dict) -> None:
+    run = runs["decoder"]
+    sampled = GenerationConfig(max_new_tokens=12, do_sample=True, top_k=8, seed=3)
+    with attnkit.LLM(run) as llm:
+        pieces = list(llm.stream("a dog", sampled))
+        (whole,) = llm.generate("a dog", sampled)
+    assert "".join(pieces) == whole.text == run.tokenizer.decode(_alone(run, "a dog", sampled))
+    assert len(pieces) > 1
+
+
+def test_translations_greedy_and_beam_are_translate_runs(runs: dict) -> None:
+    run = runs["encoder-decoder"]
+    texts = ["ein hund", "", "zwei katzen schlafen"]
+    beam = GenerationConfig(num_beams=3, max_new_tokens=10)
+    with LLM(run) as llm:
+        greedy = [c.text for c in llm.generate(texts, max_new_tokens=10)]
+        beams = [c.text for c in llm.generate(texts, beam)]
+    assert greedy == translate_run(run, texts, GenerationConfig(max_new_tokens=10))
+    assert beams == translate_run(run, texts, beam)
+
+
+def test_a_failing_row_fails_alone_and_the_running_batch_goes_on(runs: dict) -> None:
+    """A row whose temperature overflows the scores (1e-300: inf, then no distribution to
+    draw from) joins two rows already decoding: it alone raises, they end as if alone."""
+    run = runs["decoder"]
+    good = GenerationConfig(max_new_tokens=20, eos_token_id=())
+    bad = GenerationConfig(max_new_tokens=20, do_sample=True, temperature=1e-300)
+    with LLM(run) as llm:
+        first, second = llm.submit("a dog", good), llm.submit("zwei", good)
+        stream = iter(first)  # kept: a stream dropped unfinished cancels its request
+        assert next(stream)  # the batch is running
+        failing = llm.submit("the cat", bad)
+        with pytest.raises(AttnkitError, match="decoding 'the cat' failed"):
+            failing.result(timeout=60)
+        with pytest.raises(AttnkitError):  # it says so again, not hangs
+            failing.result(timeout=60)
+        assert first.result(timeout=60).token_ids == _alone(run, "a dog", good)
+        assert list(stream) == []  # the rest was read by result()
+        assert second.result(timeout=60).token_ids == _alone(run, "zwei", good)
+        assert llm.generate("a", good)[0].token_ids == _alone(run, "a", good)  # still serving
+
+
+def test_what_an_llm_refuses_in_one_sentence(runs: dict) -> None:
+    with LLM(runs["decoder"]) as llm:
+        with pytest.raises(AttnkitError, match="one output a prompt"):
+            llm.submit("a", num_return_sequences=2, do_sample=True)
+        with pytest.raises(AttnkitError, match="stop_strings and logprobs"):
+            llm.submit("a", num_beams=2, logprobs=1)
+        with pytest.raises(AttnkitError, match="2 configs for 1 prompts"):
+            llm.generate(["a"], [GenerationConfig(), GenerationConfig()])
+        with pytest.raises(AttnkitError, match="option"):
+            llm.submit("a", max_tokens=3)  # OpenAI's name: GenerationConfig's is max_new_tokens
+    with pytest.raises(AttnkitError, match="closed"):
+        llm.submit("a")
+    with pytest.raises(AttnkitError, match="generate returns ids"):
+        run = runs["decoder"]
+        generate(run.model, torch.tensor([[5, 6]]), stop_strings=("x",))
