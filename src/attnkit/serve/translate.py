@@ -58,10 +58,10 @@ async def translations(
         prompt = sum(len(sources[i]) for i in todo)
         completion = sum(o.completion_tokens for o in done)
     else:
-        decoding = work.Decoding(
+        decoding = GenerationConfig(
             max_new_tokens=max_new, do_sample=body.sample, temperature=body.temperature,
             top_k=body.top_k, top_p=body.top_p, num_beams=body.beam,
-            length_penalty=body.length_penalty, n=body.n_best, seed=body.seed,
+            length_penalty=body.length_penalty, num_return_sequences=body.n_best, seed=body.seed,
         )  # fmt: skip
         key = (work.translate, served, decoding)
         results = await srv.run(key, list(zip(texts, sources, strict=True)), body.seed is not None)

@@ -15,43 +15,11 @@ import torch
 
 from attnkit.data.batch import pad
 from attnkit.generation import GenerationConfig, generate
+from attnkit.generation.config import resolve
 from attnkit.generation.rows import Token
 from attnkit.generation.text import token_text
 from attnkit.inference import translate as translate_texts
 from attnkit.serve.runs import Served
-
-
-@dataclass(frozen=True)
-class Decoding:
-    """A request's decoding options: requests with equal ones share a batch (a hashable key)."""
-
-    max_new_tokens: int = 16
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    num_beams: int = 1
-    length_penalty: float = 1.0
-    n: int = 1  # outputs a request gets: samples, or the n best of the beam
-    seed: int | None = None
-
-    def config(self, served: Served) -> GenerationConfig:
-        tokenizer = served.tokenizer
-        eos = tokenizer.eos_id if tokenizer.has("eos") else None
-        return GenerationConfig(
-            max_new_tokens=self.max_new_tokens,
-            do_sample=self.do_sample,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            num_beams=self.num_beams,
-            length_penalty=self.length_penalty,
-            num_return_sequences=self.n,
-            seed=self.seed,
-            eos_token_id=() if eos is None else eos,
-            pad_token_id=tokenizer.pad_id,
-            decoder_start_token_id=tokenizer.bos_id if tokenizer.has("bos") else None,
-        )
 
 
 @dataclass(frozen=True)
@@ -65,13 +33,14 @@ class Translated:
 
 
 def translate(
-    served: Served, decoding: Decoding, items: list[tuple[str, list[int]]]
+    served: Served, decoding: GenerationConfig, items: list[tuple[str, list[int]]]
 ) -> list[Translated]:
     """Translate each (text, source ids) with an encoder-decoder; an empty text gives an empty
     translation. A pointer-generator translates through `attnkit.inference.translate`, which
     writes its copied words back; its token counts are those of its output re-read."""
-    tokenizer, config = served.tokenizer, decoding.config(served)
-    n = decoding.n
+    tokenizer = served.tokenizer
+    config = resolve(decoding, {}, served.model.config, tokenizer)
+    n = config.num_return_sequences
     outputs = [Translated([""] * n, ["stop"] * n, 0, 0) for _ in items]
     todo = [i for i, (text, _) in enumerate(items) if text.strip()]
     if not todo:
@@ -157,7 +126,8 @@ def translation_attention(
 def _attention(served: Served, text: str, output: str | None) -> dict:
     model, tokenizer = served.model, served.tokenizer
     # an encoder-decoder stops at its max_len: ask no more (`generate` would say so each time)
-    config = Decoding(max_new_tokens=min(VIEW_TOKENS, served.max_len - 1)).config(served)
+    most = min(VIEW_TOKENS, served.max_len - 1)
+    config = resolve(GenerationConfig(max_new_tokens=most), {}, model.config, tokenizer)
     limit = min(served.max_len - 1, VIEW_LIMIT)
     (ids,) = served.encode([text])
     if served.shape == "encoder-decoder":
