@@ -308,3 +308,74 @@ def test_a_compiled_step_copies_into_each_layers_slot_and_scatters_no_whole_buff
         step(model, torch.ones(len(ids), 1, dtype=torch.long), static)
     assert not [op for op in ops if "scatter" in op]
     assert ops["aten.index_copy.default"] == 2 * layers + 1  # keys, values; the key mask
+
+
+def test_auto_takes_the_static_cache_on_a_cuda_device_and_the_dynamic_one_elsewhere():
+    """The resolution alone, for a CUDA device this machine need not have."""
+    assert static_cache.chosen("auto", torch.device("cuda")) == "static"
+    assert static_cache.chosen("auto", "cuda:1") == "static"
+    assert static_cache.chosen("auto", "cpu") == "dynamic"
+    assert static_cache.chosen("auto", "mps") == "dynamic"
+    assert static_cache.chosen("dynamic", "cuda") == "dynamic"  # asked for: as asked
+    assert static_cache.chosen("static", "cpu") == "static"
+
+
+def test_the_default_is_auto_and_on_the_cpu_decodes_quietly_on_the_dynamic_cache(caplog):
+    model = peaked("decoder")
+    ids, mask = source_batch()
+    cfg = resolve(None, {"max_new_tokens": 4}, model.config)
+    assert cfg.cache_implementation == "auto"
+    assert not prefill(model, ids, mask, cfg)[0].static
+    assert "dynamic cache" not in caplog.text
+
+
+def test_auto_where_the_static_cache_does_not_serve_is_dynamic_without_a_warning(
+    eager_step, monkeypatch, caplog
+):
+    """`auto` as on a CUDA device (the resolution made to say static), for a ring window: the
+    dynamic cache, quietly, and the same tokens as asked for dynamic."""
+    monkeypatch.setattr(static_cache, "chosen", lambda asked, device: "static")
+    model = peaked("decoder", attention_window=3)
+    ids, mask = source_batch()
+    cfg = resolve(None, {"max_new_tokens": 4}, model.config)
+    assert not prefill(model, ids, mask, cfg)[0].static
+    assert "dynamic cache" not in caplog.text
+    auto = generate(model, ids, mask, max_new_tokens=6).sequences
+    assert torch.equal(auto, generate(model, ids, mask, max_new_tokens=6,
+                                      cache_implementation="dynamic").sequences)  # fmt: skip
+
+
+@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
+def test_auto_on_a_cuda_device_decodes_the_dynamic_caches_greedy_tokens(
+    eager_step, monkeypatch, shape
+):
+    """`auto` resolved as on a CUDA device (static): the static cache is taken, and its greedy
+    tokens in float32 are the dynamic cache's."""
+    monkeypatch.setattr(static_cache, "chosen", lambda asked, device: "static")
+    model = peaked(shape)
+    ids, mask = source_batch()
+    cfg = resolve(None, {"max_new_tokens": 6}, model.config)
+    state = prefill(model, ids, mask, cfg)[0]
+    assert state.static
+    state.close()
+    auto = generate(model, ids, mask, max_new_tokens=6).sequences
+    dynamic = generate(model, ids, mask, max_new_tokens=6, cache_implementation="dynamic")
+    assert torch.equal(auto, dynamic.sequences)
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_auto_past_max_len_fills_the_static_cache_then_crops_on_the_dynamic_one(
+    eager_step, monkeypatch, do_sample
+):
+    """`attnkit generate`'s default asks for max_len - 1 new tokens after the prompt, past the
+    context: `auto` (as on a CUDA device) decodes on the static cache until it is full, then
+    goes on cropped on the dynamic one, and the tokens (greedy, or drawn with one seed) are
+    the dynamic cache's all the way."""
+    monkeypatch.setattr(static_cache, "chosen", lambda asked, device: "static")
+    model = peaked("decoder", max_len=12)
+    ids, mask = source_batch()
+    options = {"max_new_tokens": 14, "eos_token_id": (), "do_sample": do_sample, "seed": 5}
+    auto = generate(model, ids, mask, **options).sequences
+    assert eager_step  # a static cache was made
+    dynamic = generate(model, ids, mask, cache_implementation="dynamic", **options).sequences
+    assert torch.equal(auto, dynamic)

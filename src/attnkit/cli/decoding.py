@@ -86,7 +86,10 @@ def generation_config(args: argparse.Namespace, model):
 def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (config, weights, tokenizer)")
     p.add_argument(
-        "--device", default="cpu", help="a torch device: cpu, cuda, cuda:N, mps, ... (default cpu)"
+        "--device",
+        default="cpu",
+        help="a torch device: cpu, cuda, cuda:N, mps, ... (default cpu); on a CUDA device "
+        "decoding takes the static cache, its step replayed as a CUDA graph",
     )
     add_compute_type_option(p)
     p.add_argument(

@@ -34,7 +34,7 @@ from attnkit.checks import (
 from attnkit.config import ModelConfig
 from attnkit.tokenizer import Tokenizer
 
-CACHES = ("dynamic", "static")
+CACHES = ("auto", "dynamic", "static")
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,9 @@ class GenerationConfig:
         alternatives (0: the chosen token's alone); None reports none (the batching engine).
     seed: makes sampling reproducible.
     use_cache: False recomputes every position at every step (for comparison only).
-    cache_implementation: `dynamic`, the cache that grows and drops finished rows; or
+    cache_implementation: `auto` (the default), the fastest that serves: `static` on a CUDA
+        device, where it serves the model and the decode fits max_len, else `dynamic`
+        (`static_cache.chosen`); `dynamic`, the cache that grows and drops finished rows; or
         `static` (HF's name), fixed buffers and the decoding step compiled by torch.compile,
         replayed as one CUDA graph on a GPU (`generation/static_cache.py`): much faster where
         a step is bound by kernel launches, after a compilation on first use. Greedy,
@@ -103,7 +105,7 @@ class GenerationConfig:
     forced_eos_token_id: int | None = None
     seed: int | None = None
     use_cache: bool = True
-    cache_implementation: str = "dynamic"
+    cache_implementation: str = "auto"
     crop_context: bool = True
     monotonic_window: tuple[int, int] | None = None
     presence_penalty: float = 0.0

@@ -18,7 +18,7 @@ from torch import Tensor
 from attnkit.errors import AttnkitError
 from attnkit.generation.config import GenerationConfig, on_ids, resolve
 from attnkit.generation.processors import needs_history, process, warp
-from attnkit.generation.state import evaluating, prefill
+from attnkit.generation.state import Cached, evaluating, prefill
 from attnkit.models import TransformerModel
 
 # Steps between two looks at whether every row of a static-cache decode has finished.
@@ -73,7 +73,20 @@ def _token_steps(
                 # Reading `done` waits for the device, so a graph-replayed loop looks now and then.
                 if step == max_new - 1 or (step % STATIC_CHECK == 0 and bool(done.all())):
                     return
-                logits = state.step(next_ids[:, None])
+                if cur + 1 <= max_len:
+                    logits = state.step(next_ids[:, None])
+                    continue
+                # `auto` took the static cache while max_len held the decode; the crop goes on,
+                # on the dynamic cache, without the rows that have finished.
+                keep = (~done).nonzero().flatten()
+                if keep.numel() == 0:
+                    return
+                active = active[keep]
+                lo = cur + 1 - max_len
+                ids, mask = seqs[active, lo : cur + 1], real[active, lo : cur + 1]
+                full, state = state, Cached(model, ids, mask, ids, mask, max_len)
+                full.close()
+                logits = state.logits
                 continue
             out = torch.full((batch,), pad, dtype=torch.long, device=device)
             out[active] = next_ids

@@ -44,7 +44,9 @@ class Cached:
     """Decoding on the model's KV cache: each step runs only the new positions.
 
     `static` puts a `StaticKVCache` in its place where it can stand in, and runs each
-    step compiled (CUDA graphs on a GPU); then rows never leave (`static` says so).
+    step compiled (CUDA graphs on a GPU); then rows never leave (`static` says so). Where it
+    cannot, the dynamic cache decodes, with a line in the log when the static one was
+    `asked` for (not when `auto` chose it).
     """
 
     def __init__(
@@ -57,13 +59,14 @@ class Cached:
         capacity: int,
         monotonic_window: tuple[int, int] | None = None,
         static: bool = False,
+        asked: bool = True,
     ) -> None:
         self.model = model
         self.cache = model.new_cache(inputs, mask, capacity)
         if monotonic_window is not None:
             self.cache.set_monotonic(*monotonic_window)
         self.static = static and static_cache.supports(self.cache)
-        if static and not self.static:
+        if static and not self.static and asked:  # `auto` takes the dynamic cache quietly
             log.warning(
                 "cache_implementation 'static' does not serve a ring window, a monotonic "
                 "window, copying or location-aware and monotonic attention; decoding on the "
@@ -202,8 +205,10 @@ def prefill(
     if cfg.use_cache:
         # A static cache holds the capacity it starts with: it cannot slide past max_len.
         slides = crop and prefix.shape[1] + max_new > max_len
-        static = cfg.cache_implementation == "static"
-        if static and slides:
+        asked = cfg.cache_implementation == "static"
+        static = static_cache.chosen(cfg.cache_implementation, prefix.device) == "static"
+        # `auto` decodes on the static cache until it is full, then crops on the dynamic one
+        if static and slides and asked:
             log.warning(
                 "cache_implementation 'static' holds max_len %d positions and this decode "
                 "slides past them; decoding on the dynamic cache",
@@ -211,8 +216,9 @@ def prefill(
             )
             static = False
         state = Cached(
-            model, input_ids, mask, prefix, prefix_mask, capacity, cfg.monotonic_window, static
-        )
+            model, input_ids, mask, prefix, prefix_mask, capacity, cfg.monotonic_window, static,
+            asked,
+        )  # fmt: skip
     else:
         state = Uncached(model, input_ids, mask, prefix, prefix_mask, capacity)
     return state, prefix, prefix_mask, max_new
