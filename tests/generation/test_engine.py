@@ -110,3 +110,22 @@ def test_what_an_llm_refuses_in_one_sentence(runs: dict) -> None:
     with pytest.raises(AttnkitError, match="generate returns ids"):
         run = runs["decoder"]
         generate(run.model, torch.tensor([[5, 6]]), stop_strings=("x",))
+
+
+def test_a_translations_processors_read_its_output_not_its_source(runs: dict) -> None:
+    """A repetition penalty and n-gram blocking over the decoder's start token and output,
+    as `generate` applies them, so the rows translate as `translate_run` does."""
+    run = runs["encoder-decoder"]
+    texts = ["ein hund läuft im park", "zwei katzen"]
+    config = GenerationConfig(max_new_tokens=12, repetition_penalty=1.8, no_repeat_ngram_size=2)
+    with LLM(run) as llm:
+        done = [c.text for c in llm.generate(texts, config)]
+    assert done == translate_run(run, texts, config)
+
+
+def test_logprobs_past_the_vocabulary_report_the_whole_vocabulary(runs: dict) -> None:
+    run = runs["decoder"]
+    with LLM(run) as llm:
+        out = llm.generate("a dog", max_new_tokens=3, logprobs=10_000)[0]
+    assert len(out.logprobs) == 3
+    assert all(len(t.top) == run.model.config.vocab_size for t in out.logprobs)

@@ -36,13 +36,14 @@ from attnkit.generation.processors import process, warp
 
 @dataclass
 class Row:
-    """What choosing a row's next token reads: its options, prompt and output so far.
+    """What choosing a row's next token reads: its options, prefix and output so far.
 
-    `config` has its special ids resolved (`generation.config.resolve`).
+    `config` has its special ids resolved (`generation.config.resolve`); `prefix` is what
+    precedes the output in the decoder (a decoder's prompt, an encoder-decoder's start id).
     """
 
     config: GenerationConfig
-    prompt: list[int]
+    prefix: list[int]
     output: list[int] = field(default_factory=list)
     generator: torch.Generator | None = None
 
@@ -108,9 +109,9 @@ def _choose(logits: Tensor, rows: list[Row]) -> list[Choice]:
 
 
 def _process(z: Tensor, row: Row) -> Tensor:
-    """One row's scores through the logits processors, its prompt and output as history."""
+    """One row's scores through the logits processors, its prefix and output as history."""
     c = row.config
-    seqs = torch.tensor([row.prompt + row.output], dtype=torch.long, device=z.device)
+    seqs = torch.tensor([row.prefix + row.output], dtype=torch.long, device=z.device)
     step = len(row.output)
     return process(z[None], seqs, None, step, c.max_new_tokens, c)[0]
 

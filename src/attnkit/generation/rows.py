@@ -76,7 +76,11 @@ class Sequence:
 
     def __post_init__(self) -> None:
         self.config = resolve(self.config, {}, self.model.model.config, self.model.tokenizer)
-        self.row = Row(self.config, self.prompt)
+        # the processors read what `generate` gives them: a decoder's prompt, an
+        # encoder-decoder's start token (its source is not the output's history)
+        decoder = self.model.model.config.shape == "decoder"
+        prefix = self.prompt if decoder else [self.config.decoder_start_token_id]
+        self.row = Row(self.config, prefix)
         self.text = TextState(self.model.tokenizer, self.config.stop_strings)
         self.pending: list[Token] = []
 
