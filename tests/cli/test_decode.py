@@ -195,3 +195,18 @@ def test_eval_and_generate_take_a_compute_type(lm_run, data_dir, capsys):
     if refusal("bf16", load_run(lm_run).model.head.weight.device):
         assert main(["generate", str(lm_run), "--prompt", "a", "--compute-type", "bf16"]) == 2
         assert "AVX512-BF16 or AMX" in capsys.readouterr().err
+
+
+def test_generate_and_translate_take_a_dtype_and_refuse_it_beside_a_compute_type(
+    lm_run, mt_run, tmp_path, capsys
+):
+    """--dtype casts the whole model (bfloat16 on a GPU, with the static cache by default)."""
+    args = ["generate", str(lm_run), "--prompt", "a dog", "--max-new-tokens", "4"]
+    assert main([*args, "--dtype", "bfloat16"]) == 0
+    assert capsys.readouterr().out.startswith("a dog")
+    source = tmp_path / "in.txt"
+    source.write_text("ein hund\n", encoding="utf-8")
+    translate_args = ["translate", str(mt_run), "--input", str(source), "--no-progress"]
+    assert main([*translate_args, "--max-new-tokens", "4", "--dtype", "float16"]) == 0
+    assert main([*args, "--dtype", "bfloat16", "--compute-type", "int8"]) == 2
+    assert "choose one" in capsys.readouterr().err

@@ -13,21 +13,29 @@ def load_run_of(args: argparse.Namespace):
     """The model and tokenizer of RUN_DIR, on the asked device, with the asked threads."""
     import torch
 
-    from attnkit.checks import non_negative_int
+    from attnkit.checks import check, non_negative_int
     from attnkit.run import load_run
 
     non_negative_int("--threads", args.threads, zero="the default")
+    check(
+        args.dtype == "float32" or args.compute_type == "float32",
+        f"--dtype {args.dtype} casts the whole model and --compute-type {args.compute_type} "
+        "converts its linear layers; choose one",
+    )
     if args.threads:
         torch.set_num_threads(args.threads)
     check_tokenizer = not args.ignore_tokenizer_mismatch
     overrides = model_overrides(args.set or [])
-    return load_run(
+    run = load_run(
         args.run_dir,
         args.device,
         check_tokenizer=check_tokenizer,
         overrides=overrides,
         compute_type=args.compute_type,
     )
+    if args.dtype != "float32":
+        run.model.to(getattr(torch, args.dtype))
+    return run
 
 
 def model_overrides(items: list[str]) -> dict:
@@ -92,6 +100,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "decoding takes the static cache, its step replayed as a CUDA graph",
     )
     add_compute_type_option(p)
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="the whole model's weights and activations in this type (default float32, "
+        "exact); bfloat16 on a GPU halves the memory and runs on its tensor cores",
+    )
     p.add_argument(
         "--threads", type=int, default=0, help="torch threads (default 0: torch's, one per core)"
     )
