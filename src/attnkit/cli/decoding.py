@@ -27,6 +27,7 @@ def load_run_of(args: argparse.Namespace):
         check_tokenizer=check_tokenizer,
         overrides=overrides,
         compute_type=args.compute_type,
+        allow_rules=args.allow_rule or (),
     )
 
 
@@ -117,6 +118,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "--ignore-tokenizer-mismatch",
         action="store_true",
         help="a tokenizer.json whose vocabulary the run did not record is used all the same",
+    )
+    p.add_argument(
+        "--allow-rule",
+        action="append",
+        metavar="MODULE:FUNCTION",
+        help="import this pre-tokenization rule that the run folder names, if you trust its "
+        "code (a folder's own rules are never imported unasked; attnkit's own always load)",
     )
 
 
