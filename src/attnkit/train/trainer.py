@@ -135,7 +135,9 @@ class Trainer:
         if c.threads:
             torch.set_num_threads(c.threads)
         device_type = "cuda" if resolve_device(c.device).type == "cuda" else "cpu"
-        self.dist = dist.setup(device_type, alone=c.parallel == "fsdp")
+        self.dist = dist.setup(
+            device_type, alone=c.parallel == "fsdp", timeout=c.rendezvous_timeout
+        )
         if (self.dist.active or c.parallel == "fsdp") and not self.objective.one_forward:
             raise AttnkitError(
                 f"this run's objective ({type(self.objective).__name__}) backpropagates through "
