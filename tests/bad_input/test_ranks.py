@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import torch.distributed
@@ -79,3 +80,32 @@ def test_the_rendezvous_timeout_is_a_positive_setting() -> None:
     assert TrainSection().rendezvous_timeout == 300
     with pytest.raises(AttnkitError, match=r"train\.rendezvous_timeout"):
         TrainSection(rendezvous_timeout=0)
+
+
+def test_two_ranks_started_as_three_stop_in_one_sentence_each(tmp_path) -> None:
+    """The issue's own case: WORLD_SIZE=3 with two ranks, each through the command line."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[2]
+    config = translation_config(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    env.update(WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    env["OMP_NUM_THREADS"] = "1"
+    command = [sys.executable, "-m", "attnkit", "train", config, "--set", "train.device=cpu"]
+    command += ["--set", "train.rendezvous_timeout=3"]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    ranks = [subprocess.Popen(command, env={**env, "RANK": str(r)}, **pipes) for r in (0, 1)]
+    try:
+        errs = [rank.communicate(timeout=120)[1] for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+    assert [rank.returncode for rank in ranks] == [2, 2], errs
+    said = [err.strip().splitlines()[-1] for err in errs]
+    assert said[0].startswith("attnkit: error: rank 0 of WORLD_SIZE 3 waited 3 s"), said
+    assert "2/3" in said[0] and "start as many ranks as WORLD_SIZE counts" in said[0]
+    assert said[1].startswith("attnkit: error: rank 1 "), said
+    assert all("Traceback" not in err for err in errs)
