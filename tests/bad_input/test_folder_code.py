@@ -45,6 +45,8 @@ def test_a_folder_naming_a_shell_command_runs_nothing(tmp_path: Path, capsys) ->
         load_run(run)
     with pytest.raises(AttnkitError, match="attnkit serve never does"):
         served_runs([str(run)])
+    assert main(["serve", str(run), "--port", "0"]) == 2
+    assert "which attnkit serve never does" in capsys.readouterr().err
     assert not marker.exists()
 
 
