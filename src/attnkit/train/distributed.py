@@ -90,7 +90,7 @@ def _env_int(name: str, default: str, what: str) -> int:
     except ValueError:
         raise AttnkitError(
             f"{name} is {value!r}, which should be a whole number ({what}); torchrun sets it, "
-            f"or unset {name} to train in one process"
+            "or unset WORLD_SIZE, RANK and LOCAL_RANK to train in one process"
         ) from None
 
 
