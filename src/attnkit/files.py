@@ -164,7 +164,7 @@ def check_writable(
     """
     path = Path(path)
     for name, source in inputs:
-        if source is not None and same_file(path, source):
+        if source is not None and (same_file(path, source) or _same_name(path, source)):
             _refuse_input(what, path, name)
     if stdin and _is_stdin(path):
         _refuse_input(what, path, "standard input")
@@ -195,6 +195,12 @@ def same_file(path: PathLike, other: PathLike) -> bool:
         return os.path.samefile(path, other)
     except (OSError, ValueError):  # one of them missing, or a name the system refuses
         return False
+
+
+def _same_name(path: PathLike, other: PathLike) -> bool:
+    """Whether `path` and `other` name one place, existing or not (an input read only when
+    it exists, such as a plain corpus file read in place of its gzipped one)."""
+    return os.path.realpath(path) == os.path.realpath(other)
 
 
 def _is_stdin(path: Path) -> bool:

@@ -36,10 +36,11 @@ one with adapters keeps them, and writes them alone too (adapters.safetensors).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,8 +243,11 @@ class RunFolder:
         names = {setting.name for setting in dataclasses.fields(DataSection)}
         return DataSection(**{k: v for k, v in self.data_defaults().items() if k in names})
 
-    def load_tokenizer(self, check: bool = True) -> Tokenizer:
+    def load_tokenizer(self, check: bool = True, allow_rules: Collection[str] = ()) -> Tokenizer:
         """The run's tokenizer; a run folder without one is refused in one sentence.
+
+        A pre-tokenization rule it names that is not attnkit's own is imported only if
+        `allow_rules` names it (`Tokenizer.load`): loading a folder never runs its code unasked.
 
         With `check`, a tokenizer whose vocabulary is not the one the model was
         trained with (the fingerprint in its weights' metadata, `weights_metadata`)
@@ -257,7 +261,7 @@ class RunFolder:
                 f"{self.root} has no {TOKENIZER_FILE}; train the run with a tokenizer or copy "
                 "one there"
             )
-        tokenizer = Tokenizer.load(self.tokenizer)
+        tokenizer = Tokenizer.load(self.tokenizer, allow_rules)
         if not check:
             return tokenizer
         recorded = self.bound_fingerprint()
@@ -370,6 +374,7 @@ def load_run(
     check_tokenizer: bool = True,
     overrides: dict[str, Any] | None = None,
     compute_type: str = "float32",
+    allow_rules: Collection[str] = (),
 ) -> Run:
     """The model and tokenizer of a run folder, refusing a folder without either.
 
@@ -377,14 +382,18 @@ def load_run(
         run recorded (`RunFolder.load_tokenizer`); False takes it as it is.
     overrides: model settings to change as it loads (`load_pretrained`).
     compute_type: float32, int8, bf16 or auto, for decoding (`load_pretrained`).
+    allow_rules: pre-tokenization rules besides attnkit's own that the folder may name and
+        that may be imported for it (`module:function`); none by default, as a folder from
+        elsewhere must never run code unasked (`attnkit.pretokenize.rules`).
     """
     folder = RunFolder(run_dir)
     # Read once, and handed to `load_pretrained`, which may need its decoding ids.
-    tokenizer = folder.load_tokenizer(check=check_tokenizer) if folder.tokenizer.is_file() else None
+    load = functools.partial(folder.load_tokenizer, check=check_tokenizer, allow_rules=allow_rules)
+    tokenizer = load() if folder.tokenizer.is_file() else None
     model = load_pretrained(
         folder.root, device, tokenizer=tokenizer, overrides=overrides, compute_type=compute_type
     )
-    tokenizer = tokenizer or folder.load_tokenizer(check=check_tokenizer)
+    tokenizer = tokenizer or load()
     return Run(folder, model, tokenizer, folder.data_section())
 
 
@@ -434,7 +443,8 @@ def load_pretrained(
     config = overridden(ModelConfig.from_json(folder.config), overrides or {}, folder.root)
     if _unset_decoding_ids(config) and (tokenizer is not None or folder.tokenizer.is_file()):
         # Runs saved before models recorded their decoding ids have them only in the tokenizer.
-        filled = with_decoding_ids(config, tokenizer or Tokenizer.load(folder.tokenizer))
+        ids_of = tokenizer or Tokenizer.load(folder.tokenizer, pretokenizer=False)
+        filled = with_decoding_ids(config, ids_of)
         taken = {k: v for k, v in dataclasses.asdict(filled).items() if getattr(config, k) != v}
         if taken:
             ids = ", ".join(f"{name} {value}" for name, value in taken.items())

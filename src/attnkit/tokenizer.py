@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +147,15 @@ class Tokenizer:
     # -- files ------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: PathLike) -> Tokenizer:
-        """Read a `tokenizer.json` (attnkit's or any Hugging Face one), or a folder holding one."""
+    def load(
+        cls, path: PathLike, allow_rules: Collection[str] = (), *, pretokenizer: bool = True
+    ) -> Tokenizer:
+        """Read a `tokenizer.json` (attnkit's or any Hugging Face one), or a folder holding one.
+
+        Its pretokenizer file, if any, is read too; a rule there that is not attnkit's own is
+        imported only if `allow_rules` names it (`attnkit.pretokenize.rules`): a folder never
+        runs code unasked. `pretokenizer=False` reads the vocabulary alone (for its ids).
+        """
         path = Path(path)
         if path.is_dir():
             path = path / TOKENIZER_FILE
@@ -160,7 +167,9 @@ class Tokenizer:
             raise AttnkitError(
                 f"{path} is not a tokenizer.json that Hugging Face tokenizers can read ({err})"
             ) from None
-        return cls(backend, Pretokenizer.read(pretokenize_file(path)))
+        if not pretokenizer:
+            return cls(backend)
+        return cls(backend, Pretokenizer.read(pretokenize_file(path), allow_rules))
 
     def save(self, path: PathLike) -> Path:
         """Write to a `.json` path, or else into that folder as `tokenizer.json`; returns the file.

@@ -231,6 +231,11 @@ def plot_vector_strips(
 
 
 POSITION_DIMS = (0, 1, 8)  # with d/4 and d/2: fast, middle and slow waves
+# The most positions x dimensions a picture of the encoding draws. Drawing costs about 70
+# bytes a cell (the float64 table, its dot products, matplotlib's image), so this bounds a
+# picture near 70 MB; no screen shows more cells than this anyway. 3,000,000 positions of
+# 128 dimensions would need some 22 GB.
+POSITION_PICTURE_CELLS = 1_000_000
 
 
 def plot_positional_encoding(
@@ -244,11 +249,18 @@ def plot_positional_encoding(
     """The sinusoidal encoding as a heat map (positions x dimensions) in `layout`
     (`interleaved`: sin and cos alternate; `split`: every sine, then every cosine), the
     dimensions `dims` as curves over the positions (by default 0, 1, 8, d/4 and d/2), and
-    PE(p) . PE(p + k) against k from three positions p. Computed in float64."""
+    PE(p) . PE(p + k) against k from three positions p. Computed in float64; at most
+    `POSITION_PICTURE_CELLS` positions x dimensions."""
     if d_model < 8 or d_model % 2 or length < 8:
         raise AttnkitError("the picture needs an even d_model and a length, both 8 or more.")
     if layout not in SINUSOIDAL_LAYOUTS:
         raise AttnkitError(f"unknown layout {layout!r}; choose {' or '.join(SINUSOIDAL_LAYOUTS)}.")
+    if length * d_model > POSITION_PICTURE_CELLS:
+        raise AttnkitError(
+            f"a picture of {length:,} positions x {d_model:,} dimensions has "
+            f"{length * d_model:,} cells, more than the {POSITION_PICTURE_CELLS:,} one draws "
+            "(attnkit.viz.POSITION_PICTURE_CELLS); give a smaller --length or --d-model."
+        )
     if not dims:  # each once, in order, within a small model's dimensions
         dims = sorted({*POSITION_DIMS, d_model // 4, d_model // 2} & set(range(d_model)))
     dims = list(dims)

@@ -146,3 +146,48 @@ def test_a_write_to_an_open_descriptor_goes_to_that_descriptor(tmp_path):
 def test_a_write_to_a_folder_is_one_sentence(tmp_path):
     with pytest.raises(AttnkitError, match=r"is a folder, so no file can be written there"):
         atomic_write(tmp_path, lambda p: p.write_text("x"))
+
+
+@pytest.fixture
+def corpus_folder(tmp_path: Path) -> Path:
+    """A corpus given as a folder: plain sources, gzipped references."""
+    import gzip
+
+    folder = tmp_path / "corp"
+    folder.mkdir()
+    (folder / "val.de").write_text("ein hund\neine katze\n")
+    with gzip.open(folder / "val.en.gz", "wt") as f:
+        f.write("a dog\na cat\n")
+    return folder
+
+
+@pytest.mark.parametrize("name", ["val.en.gz", "val.de", "val.en"])
+def test_eval_refuses_to_write_over_the_corpus_it_scores(
+    mt_run, corpus_folder, name, capsys
+) -> None:
+    before = {p.name: p.read_bytes() for p in corpus_folder.iterdir()}
+    output = corpus_folder / name
+    args = ["eval", str(mt_run), "--corpus", str(corpus_folder), "--split", "val"]
+    args += ["--src-lang", "de", "--tgt-lang", "en", "--max-new-tokens", "2"]
+    assert main([*args, "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert f"--output {output} is also the input (the " in err
+    assert "writing it would destroy what the command reads; choose another path" in err
+    assert {p.name: p.read_bytes() for p in corpus_folder.iterdir()} == before
+    assert main([*args, "--output", str(corpus_folder / "hypotheses.txt")]) == 0
+
+
+def test_eval_refuses_to_write_over_a_known_corpus_file(mt_run, tmp_path, data_dir, capsys):
+    import shutil
+
+    mine = tmp_path / "data" / "multi30k"
+    mine.mkdir(parents=True)
+    for name in ("val.de.gz", "val.en.gz"):
+        shutil.copy(data_dir / "multi30k" / name, mine / name)
+    before = (mine / "val.en.gz").read_bytes()
+    args = ["eval", str(mt_run), "--corpus", "multi30k", "--split", "val", "--limit", "2"]
+    args += ["--data-dir", str(tmp_path / "data"), "--max-new-tokens", "2"]
+    assert main([*args, "--output", str(mine / "val.en.gz")]) == 2
+    err = capsys.readouterr().err
+    assert "is also the input (the references of multi30k" in err
+    assert (mine / "val.en.gz").read_bytes() == before

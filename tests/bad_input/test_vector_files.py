@@ -61,6 +61,35 @@ def test_a_byte_that_is_not_utf8_is_named_by_its_line_and_byte(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "row",
+    [b"dog 0.1 0.2 abc 0.4", b"dog abc def ghi jkl", b"dog 1 2 3 x"],
+    ids=["one", "all", "short"],
+)
+def test_a_bad_value_in_the_first_vector_is_text_with_its_line(tmp_path, row, capsys) -> None:
+    """However unlike a number the first row looks, its bytes are text, not raw floats."""
+    path = tmp_path / "v.txt"
+    path.write_bytes(b"3 4\n" + row + b"\ncat 0.1 0.2 0.3 0.4\nsat 0.5 0.6 0.7 0.8\n")
+    with pytest.raises(AttnkitError, match=r"v\.txt, line 2: the value '[a-z]+' is not a number"):
+        load_vectors(path)
+    assert main(["embed", "nearest", str(path), "cat"]) == 2
+    assert "line 2: the value" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", [0.1, 1.0, 3.0, -2.5])
+def test_a_binary_file_of_one_dimension_is_binary(tmp_path, value) -> None:
+    vectors = WordVectors(["a", "b"], torch.tensor([[value], [0.5]]))
+    read = load_vectors(save_vectors(vectors, tmp_path / "v.bin", binary=True))
+    assert read.words == ["a", "b"]
+    torch.testing.assert_close(read.vectors, vectors.vectors, rtol=0, atol=0)
+
+
+def test_a_text_file_of_wide_characters_and_short_values_is_text(tmp_path) -> None:
+    path = tmp_path / "v.txt"
+    path.write_text("2 1\n狗 1\n猫 2\n", encoding="utf-8")
+    assert load_vectors(path).words == ["狗", "猫"]
+
+
 def test_binary_files_are_still_told_apart(text_file, tmp_path) -> None:
     vectors = load_vectors(text_file)
     binary = save_vectors(vectors, tmp_path / "v.bin", binary=True)

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import argparse
 
+# The most new tokens one command decodes. A decoder-only model slides its context past
+# max_len, so nothing else bounds `--max-new-tokens`, and its history is kept whole (8 bytes
+# a token a row): 10^29 overflowed torch, 10^9 would take 8 GB a row.
+MAX_NEW_TOKENS = 1_000_000
+
 
 def load_run_of(args: argparse.Namespace):
     """The model and tokenizer of RUN_DIR, on the asked device, with the asked threads."""
@@ -32,6 +37,7 @@ def load_run_of(args: argparse.Namespace):
         check_tokenizer=check_tokenizer,
         overrides=overrides,
         compute_type=args.compute_type,
+        allow_rules=args.allow_rule or (),
     )
     if args.dtype != "float32":
         run.model.to(getattr(torch, args.dtype))
@@ -62,9 +68,15 @@ def model_overrides(items: list[str]) -> dict:
 def generation_config(args: argparse.Namespace, model):
     """GenerationConfig from the decoding options common to translate, generate and eval."""
     from attnkit.checks import check, with_article
+    from attnkit.errors import AttnkitError
     from attnkit.generation import GenerationConfig
 
     most = args.max_new_tokens  # None: as many as max_len allows; 0 is refused like -5
+    if most is not None and most > MAX_NEW_TOKENS:
+        raise AttnkitError(
+            f"--max-new-tokens {most:,} is more than the {MAX_NEW_TOKENS:,} one command decodes; "
+            "give fewer"
+        )
     options = {
         "max_new_tokens": model.config.max_len - 1 if most is None else most,
         "num_beams": getattr(args, "beam", 1),
@@ -110,7 +122,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads", type=int, default=0, help="torch threads (default 0: torch's, one per core)"
     )
-    p.add_argument("--max-new-tokens", type=int, help="most new tokens (default: max_len - 1)")
+    p.add_argument(
+        "--max-new-tokens", type=int,
+        help=f"most new tokens (default: max_len - 1; at most {MAX_NEW_TOKENS:,})",
+    )  # fmt: skip
     p.add_argument(
         "--no-repeat-ngram-size",
         type=int,
@@ -135,6 +150,13 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "--ignore-tokenizer-mismatch",
         action="store_true",
         help="a tokenizer.json whose vocabulary the run did not record is used all the same",
+    )
+    p.add_argument(
+        "--allow-rule",
+        action="append",
+        metavar="MODULE:FUNCTION",
+        help="import this pre-tokenization rule that the run folder names, if you trust its "
+        "code (a folder's own rules are never imported unasked; attnkit's own always load)",
     )
 
 

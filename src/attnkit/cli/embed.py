@@ -70,8 +70,15 @@ def add_embed_parser(sub: argparse._SubParsersAction) -> None:
 
     q = commands.add_parser("positions", help="draw the sinusoidal positional encoding")
     q.add_argument("png", help="the picture to write")
-    q.add_argument("--d-model", type=int, default=128, help="dimensions drawn (default 128)")
-    q.add_argument("--length", type=int, default=100, help="positions drawn (default 100)")
+    q.add_argument(
+        "--d-model", type=int, default=128,
+        help="dimensions drawn (default 128); --length x --d-model is at most 1,000,000",
+    )  # fmt: skip
+    q.add_argument(
+        "--length", type=int, default=100,
+        help="positions drawn (default 100); --length x --d-model is at most 1,000,000 "
+        "(attnkit.viz.POSITION_PICTURE_CELLS)",
+    )  # fmt: skip
     q.add_argument(
         "--layout", choices=("interleaved", "split"), default="interleaved",
         help="interleaved: sin and cos alternate (the paper); split: sines, then cosines",

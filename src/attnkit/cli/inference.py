@@ -131,6 +131,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         block_size=args.block_size,
         batch_size=args.batch_size,
     )
+    if args.output:  # the corpus files the run's data section resolved to are inputs too
+        check_writable(args.output, "--output", inputs=data.inputs)
     config = generation_config(args, run.model)
     with _progress(len(data.sources), "translating", not args.no_progress) as bar:
         result = score_run(run, data, config, batch_size=args.batch_size, progress=bar.update)

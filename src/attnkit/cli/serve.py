@@ -84,6 +84,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise AttnkitError(f"--threads is a count of threads (0: torch's), not {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
+    for spec in args.runs:  # a loop of links would reach the catch-all sentence when resolved
+        for path in {spec, spec.partition("=")[2]} - {""}:
+            if _loops(path):
+                raise AttnkitError(f"{path} is a loop of symbolic links; give the run folder")
     listening = _listen(args.host, args.port)  # before the models load: a busy port fails fast
     served = served_runs(args.runs, args.compute_type)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
@@ -95,6 +99,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[listening])
     return 0
+
+
+def _loops(path: str) -> bool:
+    try:
+        os.stat(path)
+    except OSError as err:
+        return err.errno == errno.ELOOP
+    return False
 
 
 def _listen(host: str, port: int) -> socket.socket:

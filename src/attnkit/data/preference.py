@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from attnkit.checks import token_ids
 from attnkit.data.batch import Batch, pad
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
@@ -101,6 +102,36 @@ class PreferenceBatch(Batch):
 
     scored: Tensor | None = None
 
+    def __post_init__(self) -> None:
+        """Pairs are checked, not inferred: an even number of rows, row i and row n + i with
+        one prompt. A batch of 3 rows would otherwise be read as one pair and a stray row,
+        and a chosen response scored as a rejected one."""
+        rows = self.tgt.shape[0]
+        if self.scored is None or self.scored.shape != self.tgt.shape:
+            raise AttnkitError(
+                "a preference batch needs `scored`, True at the response tokens, the shape of "
+                "its tgt; make one with preference_batch"
+            )
+        if rows == 0 or rows % 2:
+            raise AttnkitError(
+                f"a preference batch holds n chosen rows, then the n rejected rows of the same "
+                f"prompts, so an even number of rows, not {rows}; make one with preference_batch"
+            )
+        if self.tgt.device.type == "cpu":  # where batches are made; a move keeps the rows
+            n = rows // 2
+            if self.src is not None:
+                prompts = torch.where(self.src_mask.bool(), self.src, -1)
+            else:
+                prompts = torch.where(self.tgt_mask.bool() & ~self.scored, self.tgt, -1)
+            differ = (prompts[:n] != prompts[n:]).any(-1).nonzero().flatten()
+            if len(differ):
+                i = int(differ[0])
+                raise AttnkitError(
+                    f"rows {i} and {n + i} of this preference batch are no pair: their prompts "
+                    "differ; a batch holds n chosen rows, then the n rejected rows of the same "
+                    "prompts in the same order (preference_batch makes one)"
+                )
+
     @property
     def pairs(self) -> int:
         return self.tgt.shape[0] // 2
@@ -125,11 +156,22 @@ def preference_batch(
     its </s>, and the prompt, the source, with its own)."""
     if not pairs:
         raise AttnkitError("a preference batch needs at least one (prompt, chosen, rejected)")
-    for prompt, chosen, rejected in pairs:
+    checked = []
+    for at, pair in enumerate(pairs):
+        if len(pair) != 3:
+            raise AttnkitError(
+                f"preference pair {at} has {len(pair)} parts, not (prompt, chosen, rejected)"
+            )
+        prompt, chosen, rejected = (
+            token_ids(f"pair {at}'s {side}", ids)
+            for side, ids in zip(("prompt", "chosen", "rejected"), pair, strict=True)
+        )
         if not prompt or not chosen or not rejected:
             raise AttnkitError(
                 "every preference pair needs a prompt, a chosen and a rejected response"
             )
+        checked.append((prompt, chosen, rejected))
+    pairs = checked
     responses = [pair[1] for pair in pairs] + [pair[2] for pair in pairs]
     prompts = [pair[0] for pair in pairs] * 2
     if decoder_start_id is None:

@@ -19,6 +19,7 @@ text format (no header). `load_vectors` tells them apart by themselves.
 
 from __future__ import annotations
 
+import codecs
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -213,30 +214,34 @@ def _warn_of_count(path: Path, count: int, found: int | None) -> None:
     )
 
 
-# What a text vector's numbers are written with. A binary vector's 4 * dim bytes of float32
-# are mostly other bytes (a float near 0.1 is cd cc cc 3d), so a first vector whose bytes
-# after the word are nearly all of these (a damaged value or a stray Latin-1 byte allowed)
-# is text.
-_TEXT_BYTES = frozenset(b"0123456789+-.eEinfaINFA \t\r")
+# How many of a first vector's bytes are looked at: enough to tell text from binary.
+_SNIFF_BYTES = 1 << 16
 
 
 def _sniff(path: Path) -> str:
     """ "glove" without a word2vec header, else "word2vec" (text) or "word2vec-binary".
 
-    Text and binary are told apart by the bytes after the first word, not by
-    parsing them, so a text file with a malformed value or a byte that is not
-    UTF-8 is read as text and refused naming the line, never taken for binary.
+    The header gives the dimension, so a binary file's first vector is the word, a space and
+    then 4 * dim bytes of raw float32. Those bytes are looked at as bytes: text is (almost
+    all) printable UTF-8, whatever its numbers say, while raw floats are mostly not (0.1 is
+    cd cc cc 3d, 1.0 is 00 00 80 3f, and a negative one begins with a byte over 0x7f). So a
+    text file with a malformed value or a stray Latin-1 byte is read as text and refused
+    naming its line, never taken for binary, however unlike a number its first row looks.
     """
     with open_binary(path) as f:
         first = f.readline().split()
         if not (len(first) == 2 and all(x.isdigit() for x in first)):
             return "glove"
-        second = f.readline()
-    values = second.lstrip(b"\n").partition(b" ")[2].rstrip(b"\n")
-    textual = sum(byte in _TEXT_BYTES for byte in values)
-    if values and textual >= 0.9 * len(values) and any(chr(b).isdigit() for b in values):
+        width = min(4 * int(first[1]), _SNIFF_BYTES)
+        head = f.read(width + 1024).lstrip(b"\n")
+    space = head.find(b" ")
+    after = head[space + 1 : space + 1 + width] if space >= 0 else b""
+    if not after:  # no vector to look at: the text reader says what is missing
         return "word2vec"
-    return "word2vec-binary"
+    # A character cut at the end is left undecoded, not counted against the text.
+    decoded = codecs.getincrementaldecoder("utf-8")("surrogateescape").decode(after)
+    odd = sum(1 for c in decoded if "\udc80" <= c <= "\udcff" or (c < " " and c not in "\t\n\r"))
+    return "word2vec-binary" if odd > len(after) / 4 else "word2vec"
 
 
 def _header(line: bytes | str, path: Path) -> tuple[int, int]:

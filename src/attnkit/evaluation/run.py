@@ -72,6 +72,9 @@ class EvalSet:
     scores: `bleu`, or `error-rates` for a corpus whose sources have every accepted target
         in `reference_sets` (cmudict: a word and all its pronunciations); `references`
         then holds the first of each.
+    inputs: the corpus files it was read from (and, for a folder, the plain name that would
+        be read in place of a gzipped one), each with its name for the user: what an output
+        must not be written over (`attnkit.files.check_writable`).
     """
 
     corpus: str
@@ -82,6 +85,7 @@ class EvalSet:
     batches: list[Batch] = field(default_factory=list)
     reference_sets: list[tuple[str, ...]] = field(default_factory=list)
     scores: str = "bleu"
+    inputs: tuple[tuple[str, Path], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,7 @@ def read_eval_set(
                 f"the source and target languages are both {langs[0]!r}; a translation is "
                 "scored from one language into another: give --src-lang and --tgt-lang"
             )
+        inputs: tuple[tuple[str, Path], ...] = ()
         if dataset:
             sources, references = hf_datasets.split_text(section, split, langs)
         else:
@@ -170,11 +175,14 @@ def read_eval_set(
                 else folder_files(corpus, split, langs)
             )
             sources, references = list(read_lines(src_path)), list(read_lines(ref_path))
+            inputs = _corpus_inputs(
+                {"the sources": src_path, "the references": ref_path}, corpus, known is None
+            )
         if limit:
             sources, references = sources[:limit], references[:limit]
         sources = prepare_sources(run.data, sources)
         what = f"{corpus} {split} {langs[0]}->{langs[1]}, {len(sources)} sentences"
-        return EvalSet(corpus, split, what, sources=sources, references=references)
+        return EvalSet(corpus, split, what, sources=sources, references=references, inputs=inputs)
     if corpus in CORPORA and CORPORA[corpus].langs:
         raise AttnkitError(
             f"{corpus} is a parallel corpus, but {with_article(model.config.shape)} model is "
@@ -199,6 +207,20 @@ def read_eval_set(
     batches = list(itertools.islice(loader, limit or None))  # collate no more than asked
     what = f"{corpus} {split}, {len(batches)} batches of {block + 1}-token blocks"
     return EvalSet(corpus, split, what, batches=batches)
+
+
+def _corpus_inputs(
+    read: dict[str, Path], corpus: str, folder: bool
+) -> tuple[tuple[str, Path], ...]:
+    """The files `read` (each named by its role) as inputs no output may replace; for a
+    folder corpus, a gzipped file's plain name too, which `folder_files` would read first."""
+    inputs = []
+    for role, path in read.items():
+        inputs.append((f"{role} of {corpus}, {path}", path))
+        if folder and path.suffix == ".gz":
+            plain = path.with_suffix("")
+            inputs.append((f"{role} of {corpus}, read in place of {path.name}", plain))
+    return tuple(inputs)
 
 
 def _grouped_set(

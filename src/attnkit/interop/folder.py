@@ -57,7 +57,12 @@ def read_config(path: str | Path) -> dict[str, Any]:
         config = json.loads(config_path.read_text())
     except json.JSONDecodeError as err:
         raise AttnkitError(f"{config_path} is not valid JSON: {err}") from None
-    if isinstance(config, dict) and "shape" in config and "model_type" not in config:
+    if not isinstance(config, dict):
+        raise AttnkitError(
+            f"{config_path} holds a JSON {type(config).__name__}, not an object of settings; "
+            "fix config.json"
+        )
+    if "shape" in config and "model_type" not in config:
         raise AttnkitError(
             f"{folder} is already an attnkit run folder (its config.json names a shape, not a "
             "model_type); use it as it is, or export it with `attnkit export hf`"

@@ -39,6 +39,7 @@ from attnkit.interop.folder import (
     write_folder,
 )
 from attnkit.interop.gpt2 import GPT2
+from attnkit.interop.hfconfig import check_tokenizer_fits
 from attnkit.interop.llama import LLAMA, MISTRAL, MIXTRAL
 from attnkit.interop.mapping import Family, dump_tensors, load_tensors
 from attnkit.interop.marian import MARIAN
@@ -170,6 +171,8 @@ def import_hf(src_dir: str | Path, run_dir: str | Path, *, overwrite: bool = Fal
     """
     target = new_folder(run_dir, overwrite, source=src_dir)
     imported = load_hf(src_dir)
+    if imported.tokenizer is not None:  # another model's would be copied in, then misread
+        check_tokenizer_fits(imported.model.config, imported.tokenizer)
     pooling = read_pooling(src_dir)
     settings = Path(src_dir) / "tokenizer_config.json"
     settings = inside(Path(src_dir), settings, str(settings)) if settings.is_file() else None

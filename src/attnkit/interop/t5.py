@@ -37,7 +37,7 @@ from typing import Any
 
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.interop.hfconfig import special_id
+from attnkit.interop.hfconfig import setting, special_id
 from attnkit.interop.mapping import Family, Rule, module
 
 # feed_forward_proj's function (after "gated-", if any) -> attnkit's activation, plain and gated.
@@ -76,38 +76,38 @@ def _check_unscaled(hf: dict[str, Any]) -> None:
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     _check_unscaled(hf)
-    vocab = hf.get("vocab_size", 32128)
-    dropout = hf.get("dropout_rate", 0.1)
-    n_layers = hf.get("num_layers", 6)
+    vocab = setting(hf, "vocab_size", 32128)
+    dropout = setting(hf, "dropout_rate", 0.1, float)
+    n_layers = setting(hf, "num_layers", 6)
     pad = special_id(hf, "pad_token_id", vocab)
     start = special_id(hf, "decoder_start_token_id", vocab)
     return ModelConfig(
         shape="encoder-decoder",
         vocab_size=vocab,
         src_vocab_size=vocab,
-        d_model=hf.get("d_model", 512),
-        n_heads=hf.get("num_heads", 8),
-        head_dim=hf.get("d_kv", 64),
+        d_model=setting(hf, "d_model", 512),
+        n_heads=setting(hf, "num_heads", 8),
+        head_dim=setting(hf, "d_kv", 64),
         n_encoder_layers=n_layers,
-        n_decoder_layers=hf.get("num_decoder_layers") or n_layers,
-        d_ff=hf.get("d_ff", 2048),
+        n_decoder_layers=setting(hf, "num_decoder_layers", n_layers),
+        d_ff=setting(hf, "d_ff", 2048),
         # T5 drops out sub-layer outputs, attention weights, the hidden activations of the
         # feed-forward and the embeddings, all at one rate.
         dropout=dropout,
         attention_dropout=dropout,
         activation_dropout=dropout,
         embedding_dropout=dropout,
-        activation=_activation(hf.get("feed_forward_proj", "relu")),
+        activation=_activation(setting(hf, "feed_forward_proj", "relu", str)),
         norm="rmsnorm",
-        norm_eps=hf.get("layer_norm_epsilon", 1e-6),
+        norm_eps=setting(hf, "layer_norm_epsilon", 1e-6, float),
         norm_position="pre",
         bias=False,
         positional="t5-relative",
-        relative_buckets=hf.get("relative_attention_num_buckets", 32),
-        relative_max_distance=hf.get("relative_attention_max_distance", 128),
+        relative_buckets=setting(hf, "relative_attention_num_buckets", 32),
+        relative_max_distance=setting(hf, "relative_attention_max_distance", 128),
         scale_scores=False,
         scale_embeddings=False,
-        max_len=hf.get("n_positions", 512),
+        max_len=setting(hf, "n_positions", 512),
         tie_embeddings="inputs",
         pad_id=0 if pad is None else pad,
         decoder_start_id=pad if start is None else start,

@@ -1,7 +1,9 @@
 """The words before the tokens: what happens to text before a tokenizer or a word-vector
 vocabulary sees it, in this order:
 
-    rule       the user's own function, text -> text (`module:function`), on the raw text
+    rule       a function text -> text on the raw text: attnkit's own (`lowercase`, `nfkc`) or
+               the user's (`module:function`), which a loaded folder never imports unasked
+               (`rules.py`)
     segment    jieba cuts text written without spaces (Chinese) into words (`segment.py`)
     phrases    pairs of words that occur together far more than chance become one token,
                learned from the training text (`phrases.py`; `phrases` passes)
@@ -22,10 +24,9 @@ learned phrases travel with them (`to_dict`), saved beside the tokenizer.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write
 from attnkit.pretokenize import segment as jieba_segment
 from attnkit.pretokenize.phrases import Phrases
+from attnkit.pretokenize.rules import ANY_RULE, RULES, load_rule
 from attnkit.pretokenize.segment import SEGMENTERS
 from attnkit.pretokenize.stems import STEMMERS, stemmer
 from attnkit.pretokenize.stopwords import stop_words
@@ -48,8 +50,10 @@ _WORD = re.compile(r"[^\W_]+(?:[-'’][^\W_]+)*")
 class PretokenizeConfig:
     """The [pretokenize] section: every option off by default.
 
-    rule: `module:function`, a function of yours that takes a text and returns it
-        rewritten, applied first (the module must be importable: on PYTHONPATH).
+    rule: one of attnkit's rules (`lowercase`, `nfc`, `nfkc`), or `module:function`, a
+        function of yours that takes a text and returns it rewritten, applied first (the
+        module must be importable: on PYTHONPATH; a run folder that names it loads only
+        with `--allow-rule module:function`).
     segment: `jieba` cuts Chinese text into words; `none`.
     phrases: passes of phrase detection (0: none; 1: pairs; 2: up to four words).
     phrase_min_count, phrase_threshold, phrase_delimiter, phrase_connectors: gensim's
@@ -84,8 +88,9 @@ class PretokenizeConfig:
             f"{self.phrase_delimiter!r}",
         )
         check(
-            not self.rule or re.fullmatch(r"[\w.]+:\w+", self.rule) is not None,
-            f"pretokenize.rule {self.rule!r} must name a function as module:function",
+            not self.rule or self.rule in RULES or re.fullmatch(r"[\w.]+:\w+", self.rule),
+            f"pretokenize.rule {self.rule!r} must be one of {', '.join(RULES)} or name a "
+            "function as module:function",
         )
 
     @property
@@ -99,31 +104,25 @@ class PretokenizeConfig:
         return [f"pretokenize.{key}" for key, on in chosen.items() if on]
 
 
-def load_rule(name: str) -> Callable[[str], str]:
-    """The function `module:function` names."""
-    module_name, _, function = name.partition(":")
-    try:
-        found = getattr(importlib.import_module(module_name), function)
-    except (ImportError, AttributeError) as err:
-        raise AttnkitError(
-            f"pretokenize.rule {name!r} cannot be loaded ({err}); put the module on PYTHONPATH"
-        ) from None
-    if not callable(found):
-        raise AttnkitError(f"pretokenize.rule {name!r} is not a function")
-    return found
-
-
 class Pretokenizer:
-    """The steps `config` asks for, and the phrases learned for them."""
+    """The steps `config` asks for, and the phrases learned for them.
+
+    allowed: the rules besides attnkit's own that may be imported (`rules.load_rule`):
+        `ANY_RULE` for a config the user wrote; a folder's file is read with the names the
+        user allowed (`read`), none by default.
+    source: the file the config was read from, named when its rule is refused.
+    """
 
     def __init__(
         self,
         config: PretokenizeConfig,
         phrases: Phrases | None = None,
         rule: Callable[[str], str] | None = None,
+        allowed: Collection[str] | None = ANY_RULE,
+        source: Path | None = None,
     ) -> None:
         self.config, self.phrases = config, phrases
-        self.rule = rule or (load_rule(config.rule) if config.rule else None)
+        self.rule = rule or (load_rule(config.rule, allowed, source) if config.rule else None)
         self._stop = stop_words(config.stop_words, config.language) if config.stop_words else None
         self._stem = stemmer(config.stem, config.language) if config.stem != "none" else None
 
@@ -226,22 +225,28 @@ class Pretokenizer:
         return atomic_write(Path(path), lambda p: p.write_text(text, encoding="utf-8"))
 
     @classmethod
-    def read(cls, path: PathLike) -> Pretokenizer | None:
-        """The pretokenizer `save` wrote to `path`, or None if there is no such file."""
+    def read(cls, path: PathLike, allow_rules: Collection[str] = ()) -> Pretokenizer | None:
+        """The pretokenizer `save` wrote to `path`, or None if there is no such file. A rule
+        it names that is not attnkit's own is imported only if `allow_rules` names it."""
         path = Path(path)
         if not path.is_file():
             return None
         try:
-            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls.from_dict(data, allow_rules, source=path)
         except (ValueError, KeyError, TypeError) as err:
             raise AttnkitError(f"{path} is not a pretokenizer attnkit wrote ({err})") from None
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Pretokenizer:
+    def from_dict(
+        cls, data: dict[str, Any], allow_rules: Collection[str] = (), source: Path | None = None
+    ) -> Pretokenizer:
+        """The pretokenizer `to_dict` gave; its rule, if not attnkit's own, must be in
+        `allow_rules` (the data may come from anyone's file)."""
         settings = dict(data["config"])
         settings["phrase_connectors"] = tuple(settings["phrase_connectors"])
         phrases = Phrases.from_dict(data["phrases"]) if data.get("phrases") else None
-        return cls(PretokenizeConfig(**settings), phrases)
+        return cls(PretokenizeConfig(**settings), phrases, allowed=allow_rules, source=source)
 
 
 def _runs(text: str) -> list[list[tuple[str, tuple[int, int]]]]:

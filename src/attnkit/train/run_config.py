@@ -141,6 +141,9 @@ class TrainSection:
     parallel: under torchrun, `ddp` gives every rank the whole model; `fsdp` shards the
         weights, gradients and AdamW's state over the ranks (FSDP2, `attnkit.train.parallel`;
         in one process too, over a group of one), and checkpoints them sharded.
+    rendezvous_timeout: under torchrun, the seconds every rank waits for the others to join
+        before it stops, naming who is missing (torch's own wait is 30 minutes, in silence):
+        a WORLD_SIZE larger than the ranks started, or a rank that never came.
     reduce_precision: the precision gradients are averaged across ranks in (`bf16`: half
         the traffic); under FSDP with `precision = "bf16"` the weights are gathered in bf16.
     activation_checkpointing: `block` keeps only each Block's input for backward and
@@ -193,6 +196,7 @@ class TrainSection:
     device: str = "auto"
     threads: int = 0
     parallel: str = "ddp"
+    rendezvous_timeout: float = 300.0
     reduce_precision: str = "fp32"
     activation_checkpointing: str = "none"
     reuse_freed_memory: bool = True
@@ -217,6 +221,7 @@ class TrainSection:
         choice("train.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
         each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
+        positive("train.rendezvous_timeout", self.rendezvous_timeout)
         seed_value("train.seed", self.seed)
         each(non_negative, "train", self, "min_lr", "warmup", "weight_decay", "clip_norm")
         each(non_negative, "train", self, "threads", "max_minutes")

@@ -47,7 +47,13 @@ def run_tokenizer(
     if info.is_main:
         return made[0]
     log.info("rank %d: using the tokenizer rank 0 wrote, %s", info.rank, saved)
-    return Tokenizer.load(saved)
+    return Tokenizer.load(saved, _own_rules(config))
+
+
+def _own_rules(config: RunConfig) -> tuple[str, ...]:
+    """The pre-tokenization rule the run config names: the user's own file allows it to be
+    imported from the folder's tokenizer, and nothing else (`attnkit.pretokenize.rules`)."""
+    return (config.pretokenize.rule,) if config.pretokenize.rule else ()
 
 
 def _make_tokenizer(
@@ -55,7 +61,7 @@ def _make_tokenizer(
 ) -> Tokenizer:
     if saved.is_file():
         log.info("using the tokenizer of the run folder, %s", saved)
-        return Tokenizer.load(saved)
+        return Tokenizer.load(saved, _own_rules(config))
     if config.train.init_from:
         base = RunFolder(config.train.init_from).tokenizer
         if not base.is_file():
@@ -63,7 +69,7 @@ def _make_tokenizer(
                 f"train.init_from {config.train.init_from!r} has no {base.name}; "
                 "fine-tune a run trained with attnkit train"
             )
-        return Tokenizer.load(base)
+        return Tokenizer.load(base, _own_rules(config))
     d = config.data
     pretokenizer = Pretokenizer(config.pretokenize) if config.pretokenize.on else None
     return Tokenizer.train(

@@ -127,7 +127,8 @@ def train_transformer(
     validate(config)  # first, so a bad train.out_dir gets its own sentence, not the lock's
     folder = RunFolder(config.train.out_dir)
     # Under torchrun every rank joins now: rank 0 alone makes the tokenizer, the others wait.
-    dist.setup("cuda" if resolve_device(config.train.device).type == "cuda" else "cpu")
+    device_type = "cuda" if resolve_device(config.train.device).type == "cuda" else "cpu"
+    dist.setup(device_type, timeout=config.train.rendezvous_timeout)
 
     def check_folder() -> None:
         left = folder.lock.exists()  # a lock left behind: a training that never ended

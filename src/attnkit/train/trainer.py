@@ -135,7 +135,9 @@ class Trainer:
         if c.threads:
             torch.set_num_threads(c.threads)
         device_type = "cuda" if resolve_device(c.device).type == "cuda" else "cpu"
-        self.dist = dist.setup(device_type, alone=c.parallel == "fsdp")
+        self.dist = dist.setup(
+            device_type, alone=c.parallel == "fsdp", timeout=c.rendezvous_timeout
+        )
         if (self.dist.active or c.parallel == "fsdp") and not self.objective.one_forward:
             raise AttnkitError(
                 f"this run's objective ({type(self.objective).__name__}) backpropagates through "
@@ -215,6 +217,13 @@ class Trainer:
     def _resume(self) -> None:
         info, sharded = self.dist, self.parallel.sharded
         state = ckpt.resume(self.folder, self.model, info.rank, info.world_size, not sharded)
+        steps = self.train_cfg.steps
+        if state["step"] > steps:  # else it would say "finished" and record `steps` as its length
+            raise AttnkitError(
+                f"{self.run_dir} stopped at step {state['step']:,}, past train.steps {steps:,}, "
+                "so resuming would train nothing; give train.steps above "
+                f"{state['step']:,} to train on (--set train.steps=N), or use the run as it is"
+            )
         self.model.to(self.device)
         now = ckpt.settings(self.train_cfg, self.eval_cfg)
         changes = ckpt.changed_settings(state, now, self.run_dir)
