@@ -18,8 +18,9 @@ positions 0..n-1. The paper's relative encoding (its u and v biases, and R_(i-j)
 scores shifted per row) is replaced here by RoPE, which the project has: <R_m q, R_n k> =
 <q, R_(n-m) k> depends on the distance alone, it adds no parameters, and the scores stay a
 plain q k^T, so the fused attention kernels still run. The memory takes positions 0..M-1 and
-the segment M..M+n-1 in each step; only their differences count. ALiBi and no positions
-work too; sinusoidal and learned positions are refused.
+the segment M..M+n-1 in each step; only their differences count. xPos and no positions
+work too; sinusoidal and learned positions are refused, and so are ALiBi, T5's bias and a
+window, whose masks this module does not build.
 
 Each layer runs on the memory and the segment together, its causal mask letting a segment
 position see every memory position and the segment up to itself; the memory rows' own
@@ -48,7 +49,7 @@ def check_recurrent(model: DecoderOnly) -> None:
         raise AttnkitError(f"segment recurrence is for decoder-only models, not {c.shape}")
     if c.positional in ("sinusoidal", "learned"):
         raise AttnkitError(
-            f"segment recurrence needs relative positions (rope, xpos, alibi or none), but "
+            f"segment recurrence needs relative positions (rope, xpos or none), but "
             f"positional is {c.positional!r}: absolute codes would give the memory and the "
             "segment the same positions"
         )
@@ -60,11 +61,17 @@ def check_recurrent(model: DecoderOnly) -> None:
 
 
 def forward_segment(
-    model: DecoderOnly, ids: Tensor, memory: Memory | None = None, mem_len: int | None = None
+    model: DecoderOnly,
+    ids: Tensor,
+    memory: Memory | None = None,
+    mem_len: int | None = None,
+    *,
+    need_logits: bool = True,
 ) -> tuple[Output, Memory]:
     """One segment `ids` (batch, n) read after `memory` (the previous segment's, or None for
-    the first): the logits of the segment and the memory for the next one, each layer's
-    input over the last `mem_len` positions (default n), detached."""
+    the first): the logits of the segment (unless not `need_logits`: a fused loss projects
+    the hidden states itself) and the memory for the next one, each layer's input over the
+    last `mem_len` positions (default n), detached."""
     check_recurrent(model)
     n = ids.shape[1]
     mem_len = n if mem_len is None else mem_len
@@ -89,7 +96,7 @@ def forward_segment(
         h = block(both, inputs)[0][:, held:]
     if model.decoder.norm is not None:
         h = model.decoder.norm(h)
-    return Output(model.head(h), h), new_memory
+    return Output(model.head(h) if need_logits else None, h), new_memory
 
 
 def forward_segments(
