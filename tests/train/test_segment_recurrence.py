@@ -14,8 +14,9 @@ from attnkit.errors import AttnkitError
 from attnkit.models.segment_memory import forward_segments
 from attnkit.run import RunFolder
 from attnkit.train.run_config import RunConfig
-from attnkit.train.segment_recurrence import SegmentRecurrenceObjective
+from attnkit.train.segment_recurrence import SegmentRecurrenceObjective, recurrent_objective
 from attnkit.train.tasks import build_task, train
+from tests.helpers import tiny_model
 
 
 def _config(tmp_path: Path, positional: str = "rope", **sections: dict) -> RunConfig:
@@ -76,3 +77,21 @@ def test_a_memory_without_segments_is_refused() -> None:
         RunConfig.from_dict(
             {"data": {"task": "language-model"}, "segment_recurrence": {"mem_len": 4}}
         )
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        {"data": {"task": "translation"}, "segment_recurrence": {"segment": 4}},
+        {
+            "data": {"task": "language-model"},
+            "segment_recurrence": {"segment": 4},
+            "scheduled_sampling": {"decay": "constant", "k": 0.5},
+        },
+    ],
+)
+def test_only_a_language_model_alone_trains_with_a_memory(sections: dict) -> None:
+    config = RunConfig.from_dict(sections)
+    model = tiny_model("decoder", positional="rope")
+    with pytest.raises(AttnkitError, match="language-model"):
+        recurrent_objective(config, model)
