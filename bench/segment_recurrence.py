@@ -2,6 +2,7 @@
 Shakespeare: validation loss per character.
 
     python -m bench segment-recurrence --steps 400 --seeds 1
+    python -m bench segment-recurrence --steps 400 --recurrence-steps 630   # equal seconds
 
 The same character-level decoder (2 layers, d_model 64, 4 heads, d_ff 256, RoPE, no dropout)
 is trained from scratch two ways, AdamW at lr 2e-3, batch 8, each step running 64 positions a
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data"))
     parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument(
+        "--recurrence-steps", type=int, help="the recurrent model's steps (default --steps)"
+    )
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="also write OUT.json and OUT.md")
@@ -131,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         seconds["window"].append(time.perf_counter() - start)
         losses["window"].append(valid_window(net, valid))
         start = time.perf_counter()
-        net = train_recurrent(train, len(chars), args.steps, seed)
+        net = train_recurrent(train, len(chars), args.recurrence_steps or args.steps, seed)
         seconds["recurrence"].append(time.perf_counter() - start)
         losses["recurrence"].append(valid_recurrent(net, valid))
     results = [
