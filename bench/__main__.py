@@ -79,11 +79,21 @@ BENCHMARKS = {
         "bench.extrapolation",
         "train short, test long: perplexity at 1x-16x the trained length per positional method",
     ),
+    "segment-recurrence": Benchmark(
+        "bench.segment_recurrence",
+        "Transformer-XL's segment recurrence vs a sliding window: validation loss, equal compute",
+    ),
     "parity": Benchmark(
         "bench.interop_parity", "largest difference of imported HF models from transformers"
     ),
     "word2vec": Benchmark(
         "bench.bench_word2vec", "word2vec skip-gram and CBOW against gensim: words/s and quality"
+    ),
+    "nce": Benchmark(
+        "bench.nce", "word2vec's noise-contrastive estimation beside negative sampling: quality"
+    ),
+    "attention-pooling": Benchmark(
+        "bench.attention_pooling", "attention pooling with a learned query vs mean pooling"
     ),
     "glove": Benchmark(
         "bench.bench_glove", "GloVe beside word2vec, and against mittens: words/s and quality"

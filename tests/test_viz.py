@@ -182,3 +182,29 @@ def test_a_small_models_picture_draws_each_default_dimension_once(kept, tmp_path
         viz.plot_positional_encoding(tmp_path / "pe.png", d, 20)
         labels = [line.get_label().split(" (")[0] for line in kept[0].axes[1].get_lines()]
         assert labels == drawn
+
+
+def test_the_word_vector_scatter_plots_each_words_first_two_principal_components(kept, tmp_path):
+    """The points drawn, read from the figure, are the words' projections on the top two
+    principal components (NumPy's SVD of the centred vectors, up to each axis's sign), each
+    labelled with its word, and the axes give each component's share of the variance."""
+    import numpy as np
+
+    torch.manual_seed(0)
+    words = ["king", "queen", "man", "woman", "dog", "cat"]
+    table = torch.randn(len(words), 5) * torch.tensor([5.0, 3.0, 1.0, 0.5, 0.1])
+    viz.plot_word_vectors(WordVectors(words, table), words, tmp_path / "w.png")
+    ax = kept[0].axes[0]
+    drawn = np.asarray(ax.collections[0].get_offsets(), dtype=np.float64)
+    centred = table.double().numpy() - table.double().numpy().mean(0)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    expected = centred @ vt[:2].T
+    signs = np.sign((drawn * expected).sum(0))  # an eigenvector's sign is arbitrary
+    np.testing.assert_allclose(drawn, expected * signs, atol=1e-5)
+    labels = {t.get_text(): t.xy for t in ax.texts}
+    assert set(labels) == set(words)
+    for word, point in zip(words, drawn, strict=True):
+        np.testing.assert_allclose(labels[word], point, atol=1e-5)
+    share = s**2 / (s**2).sum()
+    assert f"({100 * share[0]:.0f}% of the variance)" in ax.get_xlabel()
+    assert f"({100 * share[1]:.0f}%)" in ax.get_ylabel()

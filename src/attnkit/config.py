@@ -111,6 +111,8 @@ class ModelConfig:
     positional_combine: how absolute positions (sinusoidal, learned) meet the token
         embeddings: `add` (the paper) or `concat` ([E x; PE] projected back to d_model by a
         learned matrix, `nn/positional_combine.py`).
+    positional_scale: the amplitude a of absolute positions (sinusoidal, learned) against the
+        token embeddings: x = E[ids] sqrt(d_model) + a PE (1 is the paper).
     scale_scores: divide the attention scores by sqrt(d_head) (eq. 1); T5 does not,
         folding the factor into its initialisation instead.
     xpos_scale_base: xPos's B: pair i decays by zeta_i^(distance / B); at
@@ -217,6 +219,7 @@ class ModelConfig:
     relative_buckets: int = 32
     relative_max_distance: int = 128
     positional_combine: str = "add"
+    positional_scale: float = 1.0
     scale_scores: bool = True
     attention_window: int = 0
     attention_stride: int = 0
@@ -401,6 +404,13 @@ class ModelConfig:
                 f"distances of a direction, relative_buckets / 2 = {self.relative_buckets // 2} "
                 "in a decoder",
             )
+        check(
+            self.positional_scale > 0
+            and (self.positional_scale == 1.0 or self.positional in ABSOLUTE),
+            f"positional_scale is the amplitude of absolute position vectors, over 0 and only "
+            f"with positional one of {', '.join(ABSOLUTE)} (positional 'none' drops them); got "
+            f"{self.positional_scale!r} with positional {self.positional!r}",
+        )
         check(
             self.positional_combine == "add" or self.positional in ABSOLUTE,
             f"positional_combine 'concat' joins absolute position vectors to the embeddings; "

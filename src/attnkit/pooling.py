@@ -6,6 +6,7 @@
     mean_sqrt_len_tokens:  u = sum_t m_t h_t / sqrt(sum_t m_t)
     weightedmean:  u = sum_t t m_t h_t / sum_t t m_t  (later tokens weigh more)
     lasttoken:  u = h_T, the last real token
+    attention:  u = softmax(q H^T / sqrt(d)) H, q learned (`nn/attention_pooling.py`)
     then, if the model asks for it,  e = u / ||u||_2
 
 where h_t are the encoder's last hidden states and m_t is 1 for real tokens and
@@ -33,9 +34,12 @@ from attnkit.checks import check
 from attnkit.data.batch import pad
 from attnkit.errors import AttnkitError
 from attnkit.models import EncoderOnly
+from attnkit.nn.attention_pooling import AttentionPooling
 from attnkit.tokenizer import Tokenizer
 
 MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+# Modes with trained parameters of their own, which sentence-transformers does not have.
+LEARNED_MODES = ("attention",)
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,8 @@ class Pooling:
         object.__setattr__(self, "modes", tuple(self.modes))
         check(bool(self.modes), "a pooling needs at least one mode, such as 'mean'")
         for mode in self.modes:
-            check(mode in MODES, f"pooling mode {mode!r} is not one of {', '.join(MODES)}")
+            known = (*MODES, *LEARNED_MODES)
+            check(mode in known, f"pooling mode {mode!r} is not one of {', '.join(known)}")
         check(
             self.max_tokens is None or self.max_tokens >= 2,
             f"max_tokens holds a sentence and its two special tokens, not {self.max_tokens}",
@@ -79,8 +84,11 @@ def mean_pool(hidden: Tensor, mask: Tensor) -> Tensor:
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
 
 
-def pool(hidden: Tensor, mask: Tensor, pooling: Pooling) -> Tensor:
-    """(batch, length, d_model) hidden states -> (batch, d_model * len(modes)) by `pooling`."""
+def pool(
+    hidden: Tensor, mask: Tensor, pooling: Pooling, attention: AttentionPooling | None = None
+) -> Tensor:
+    """(batch, length, d_model) hidden states -> (batch, d_model * len(modes)) by `pooling`;
+    the mode `attention` needs its trained query, `attention`."""
     _check_mask(hidden, mask)
     real = mask.to(hidden.dtype)[..., None]
     count = real.sum(1).clamp(min=1e-9)
@@ -99,6 +107,12 @@ def pool(hidden: Tensor, mask: Tensor, pooling: Pooling) -> Tensor:
             weights = real * torch.arange(1, hidden.shape[1] + 1, dtype=hidden.dtype)[:, None]
             weights = weights - real * mask.int().argmax(1).to(hidden.dtype)[:, None, None]
             vectors.append((hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9))
+        elif mode == "attention":
+            if attention is None:
+                raise AttnkitError(
+                    "attention pooling has a learned query: pass the trained AttentionPooling"
+                )
+            vectors.append(attention(hidden, mask))
         else:  # lasttoken
             last = mask.shape[1] - 1 - mask.flip(1).int().argmax(1)
             vectors.append(hidden[torch.arange(len(hidden)), last])

@@ -117,7 +117,7 @@ def test_a_run_config_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
             "speed = 1\n",
             "the section it belongs to, one of [model], [data], [train], [eval], [lora], "
             "[adapters], [scheduled_sampling], [sequence_loss], [guided_attention], [dpo], "
-            "[word2vec], [glove], [pretokenize]",
+            "[segment_recurrence], [word2vec], [glove], [pretokenize]",
         ),
         ("beta = 0.1\n", "[dpo]"),
         ("x_max = 10\n", "[glove]"),

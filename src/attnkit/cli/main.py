@@ -17,6 +17,7 @@ import platform
 import sys
 from typing import NoReturn
 
+from attnkit.cli.distribution import add_distribution_parser
 from attnkit.cli.embed import add_embed_parser
 from attnkit.cli.inference import add_inference_parsers
 from attnkit.cli.interop import add_interop_parsers
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parsers(sub)
     add_inference_parsers(sub)
     add_embed_parser(sub)
+    add_distribution_parser(sub)
     add_serve_parser(sub)
     add_interop_parsers(sub)
     # Named from the parsers themselves, so that a new command cannot be left out.

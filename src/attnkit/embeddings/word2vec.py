@@ -10,7 +10,19 @@ words drawn from the noise distribution P_n:
     loss = -log sigma(v'_w . h) - sum_{i=1..k} log sigma(-v'_{n_i} . h),
     n_i ~ P_n(w) = count(w)^0.75 / sum_v count(v)^0.75
 
-SGD on it with rate alpha, g = alpha (label - sigma(v'.h)):
+Noise-contrastive estimation (`objective = "nce"`; Gutmann and Hyvarinen 2010, as Mnih
+and Teh 2012 train language models with it), the estimator negative sampling simplifies,
+is logistic regression of data against noise: a word t is told apart from k draws of
+P_n by its score minus the log of the noise's odds,
+
+    s(t) = v'_t . h - log(k P_n(t)),
+    loss = -log sigma(s(w)) - sum_{i=1..k} log sigma(-s(n_i)),
+
+which makes exp(v'_w . h) estimate the (self-normalised) p(w | h) itself, where negative
+sampling (the offset left out) learns only what separates words from noise. Every draw
+counts, one equal to w too. The loop is the same C loop with the offset added (`sgns.c`).
+
+SGD on either with rate alpha, g = alpha (label - sigma(s)), s = v'.h for negative sampling:
 
     v'_t += g h,    h's input vectors += sum_t g v'_t    (CBOW: each context word's, the whole sum)
 
@@ -45,6 +57,7 @@ from attnkit.errors import AttnkitError
 from attnkit.kernels import sgns
 
 ARCHITECTURES = ("skip-gram", "cbow")
+OBJECTIVES = ("negative-sampling", "nce")
 
 
 @dataclass(frozen=True)
@@ -56,7 +69,9 @@ class Word2VecConfig:
         from the mean of its context's vectors).
     dim: the vectors' dimension.
     window: the most words on each side that count as context (1..window drawn per word).
-    negative: noise words drawn per prediction (negative sampling's k).
+    negative: noise words drawn per prediction (negative sampling's and NCE's k).
+    objective: `negative-sampling` (word2vec's) or `nce` (noise-contrastive estimation:
+        the scores shifted by log k P_n(w), Mnih and Teh's form).
     ns_exponent: the noise distribution is count^ns_exponent (word2vec's 0.75).
     sample: the threshold of subsampling frequent words (0 keeps every word).
     min_count: words seen fewer times are left out of the vocabulary.
@@ -68,6 +83,7 @@ class Word2VecConfig:
     dim: int = 100
     window: int = 5
     negative: int = 5
+    objective: str = "negative-sampling"
     ns_exponent: float = 0.75
     sample: float = 1e-3
     min_count: int = 5
@@ -78,6 +94,7 @@ class Word2VecConfig:
     def __post_init__(self) -> None:
         finite_fields(self, "word2vec")
         choice("word2vec.architecture", self.architecture, ARCHITECTURES)
+        choice("word2vec.objective", self.objective, OBJECTIVES)
         for name in ("dim", "window", "negative", "min_count", "epochs", "alpha"):
             positive(f"word2vec.{name}", getattr(self, name))
         non_negative("word2vec.sample", self.sample)
@@ -178,8 +195,14 @@ def encode(sentences: Iterable[Sequence[str]], index: dict[str, int]) -> Corpus:
     return Corpus(torch.tensor(ids, dtype=torch.long), torch.tensor(starts, dtype=torch.long))
 
 
+def nce_offsets(noise: Tensor, negative: int) -> Tensor:
+    """NCE's log(k P_n(w)) per word: the log odds of w being drawn among k noise words."""
+    return (noise.double() * negative).log().float()
+
+
 class Word2Vec:
-    """Input and output vectors, and the skip-gram or CBOW negative-sampling SGD that moves them."""
+    """Input and output vectors, and the skip-gram or CBOW SGD (negative sampling or NCE) that
+    moves them."""
 
     def __init__(
         self, words: list[str], counts: Tensor, config: Word2VecConfig, seed: int = 1
@@ -190,7 +213,9 @@ class Word2Vec:
         # gensim's start: inputs uniform in [-1/d, 1/d), outputs zero
         inputs = (torch.rand(vocab, dim, generator=generator) * 2 - 1) / dim
         self.vectors = sgns.Vectors(inputs, torch.zeros(vocab, dim))
-        noise = AliasTable(noise_distribution(counts, config.ns_exponent))
+        probs = noise_distribution(counts, config.ns_exponent)
+        noise = AliasTable(probs)
+        nce = config.objective == "nce"
         self.sampling = sgns.Sampling(
             keep_probabilities(counts, config.sample),
             noise.own,
@@ -198,6 +223,7 @@ class Word2Vec:
             config.window,
             config.negative,
             config.architecture == "cbow",
+            nce_offsets(probs, config.negative) if nce else None,
         )
 
     def word_vectors(self) -> WordVectors:

@@ -8,6 +8,13 @@
  *     g = alpha (label - sigma(v'_t . h)),   step_h += g v'_t,   v'_t += g h
  *
  * and last each input vector of h gets step_h (CBOW: each context word, whole).
+ *
+ * Noise-contrastive estimation (Gutmann and Hyvarinen 2010, in Mnih and Teh's 2012 form)
+ * is the same loop with the score shifted by the log of the noise's odds: with offsets[t] =
+ * log(k q(t)), sigma(v'_t . h - offsets[t]) is the probability that t came from the data
+ * rather than from k draws of the noise q, and g = alpha (label - sigma(v'_t . h -
+ * offsets[t])). NCE keeps a noise draw equal to the true word (its estimator counts every
+ * draw); negative sampling (offsets NULL) skips it, as the C tool does.
  * Every update sees the last one's vectors. Batching them on tensors instead
  * (all pairs of a batch from the same vectors, the steps summed) diverged on a
  * real corpus and ran 8x slower than gensim (attnkit/embeddings/word2vec.py says
@@ -72,13 +79,14 @@ void sgns_draw(const double *own, const int64_t *alias, int64_t n, int64_t count
 /* The output side of one update: h predicts `target` against the negatives. Moves their
  * output vectors, adds h's step to step_h, and returns the loss before the update. */
 static double output_step(const float *h, float *out, int64_t d, int64_t target,
-                          const int64_t *negatives, int k, float alpha, float *step_h) {
+                          const int64_t *negatives, int k, float alpha, const float *offsets,
+                          float *step_h) {
     double loss = 0.0;
     for (int j = 0; j <= k; ++j) {
         int64_t word = j == 0 ? target : negatives[j - 1];
-        if (j > 0 && word == target) continue;
+        if (j > 0 && word == target && !offsets) continue;
         float *v = out + word * d;
-        float f = dot(h, v, d);
+        float f = dot(h, v, d) - (offsets ? offsets[word] : 0.0f);
         float label = j == 0 ? 1.0f : 0.0f;
         loss -= log_sigmoid(j == 0 ? f : -f);
         float g = (label - 1.0f / (1.0f + expf(-f))) * alpha;
@@ -89,9 +97,11 @@ static double output_step(const float *h, float *out, int64_t d, int64_t target,
 }
 
 /* One whole update: the input vectors of `inputs` (one for skip-gram; CBOW's context, whose
- * mean is h) predict `target`. `work` holds 2 d floats. Returns the loss. */
+ * mean is h) predict `target`; NCE's with `offsets` (log k q(w) per word), else negative
+ * sampling's. `work` holds 2 d floats. Returns the loss. */
 double sgns_update(float *in, float *out, int64_t d, const int64_t *inputs, int64_t n_inputs,
-                   int64_t target, const int64_t *negatives, int k, float alpha, float *work) {
+                   int64_t target, const int64_t *negatives, int k, float alpha,
+                   const float *offsets, float *work) {
     float *h = work, *step_h = work + d;
     memset(step_h, 0, d * sizeof(float));
     if (n_inputs == 1) {
@@ -101,7 +111,7 @@ double sgns_update(float *in, float *out, int64_t d, const int64_t *inputs, int6
         for (int64_t i = 0; i < n_inputs; ++i) axpy(1.0f, in + inputs[i] * d, h, d);
         for (int64_t i = 0; i < d; ++i) h[i] /= (float)n_inputs;
     }
-    double loss = output_step(h, out, d, target, negatives, k, alpha, step_h);
+    double loss = output_step(h, out, d, target, negatives, k, alpha, offsets, step_h);
     for (int64_t i = 0; i < n_inputs; ++i) axpy(1.0f, step_h, in + inputs[i] * d, d);
     return loss;
 }
@@ -113,6 +123,7 @@ typedef struct {
     const double *keep, *own;
     const int64_t *alias;
     int window, k, cbow;
+    const float *offsets; /* NCE's log k q(w); NULL for negative sampling */
 } corpus_t;
 
 /* Trains on sentences [first, last) with one random stream; returns the loss, counts pairs. */
@@ -149,7 +160,8 @@ static double train_share(const corpus_t *c, int64_t first, int64_t last, float 
             for (int u = 0; u < updates; ++u) {
                 for (int j = 0; j < c->k; ++j) negatives[j] = draw(c->own, c->alias, c->vocab, &state);
                 loss += sgns_update(c->in, c->out, c->d, c->cbow ? context : context + u,
-                                    c->cbow ? m : 1, kept[i], negatives, c->k, alpha, work);
+                                    c->cbow ? m : 1, kept[i], negatives, c->k, alpha, c->offsets,
+                                    work);
             }
             *pairs += updates;
         }
@@ -166,8 +178,9 @@ static double train_share(const corpus_t *c, int64_t first, int64_t last, float 
 double sgns_train(float *in, float *out, int64_t vocab, int64_t d, const int64_t *ids,
                   const int64_t *starts, int64_t n_sentences, const double *keep,
                   const double *own, const int64_t *alias, int window, int k, int cbow,
-                  float alpha0, float alpha1, uint64_t seed, int threads, int64_t *pairs) {
-    corpus_t c = {in, out, vocab, d, ids, starts, keep, own, alias, window, k, cbow};
+                  const float *offsets, float alpha0, float alpha1, uint64_t seed, int threads,
+                  int64_t *pairs) {
+    corpus_t c = {in, out, vocab, d, ids, starts, keep, own, alias, window, k, cbow, offsets};
     double loss = 0.0;
     int64_t total_pairs = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : loss, total_pairs)

@@ -1,6 +1,7 @@
 """The C loop of word2vec's SGD (`sgns.c`), built on first use and called through ctypes.
 
-`train` runs one pass of skip-gram or CBOW updates over a corpus held as one
+`train` runs one pass of skip-gram or CBOW updates (negative sampling's, or with
+`offsets` noise-contrastive estimation's) over a corpus held as one
 row of word ids and its sentences' starts; `update` is the single update the
 loop makes, for tests and for reading. Both change the input and output vectors
 in place. Building needs a C compiler (`$CC`, else `cc`; `attnkit.kernels.loader`).
@@ -40,10 +41,10 @@ def _library() -> ctypes.CDLL:
             "word2vec trains in a C loop that could not be built: install a C compiler "
             "(gcc) or name one in $CC."
         )
-    library.sgns_update.argtypes = [_P, _P, _I64, _P, _I64, _I64, _P, ctypes.c_int, _F32, _P]
+    library.sgns_update.argtypes = [_P, _P, _I64, _P, _I64, _I64, _P, ctypes.c_int, _F32, _P, _P]
     library.sgns_update.restype = ctypes.c_double
     library.sgns_train.argtypes = [_P, _P, _I64, _I64, _P, _P, _I64, _P, _P, _P]
-    library.sgns_train.argtypes += [ctypes.c_int] * 3 + [_F32, _F32, ctypes.c_uint64]
+    library.sgns_train.argtypes += [ctypes.c_int] * 3 + [_P, _F32, _F32, ctypes.c_uint64]
     library.sgns_train.argtypes += [ctypes.c_int, _P]
     library.sgns_train.restype = ctypes.c_double
     library.sgns_draw.argtypes = [_P, _P, _I64, _I64, ctypes.c_uint64, _P]
@@ -66,7 +67,8 @@ class Vectors:
 
 @dataclass(frozen=True)
 class Sampling:
-    """What the loop draws from: each word's chance to be kept, and the noise's alias table."""
+    """What the loop draws from: each word's chance to be kept, and the noise's alias table;
+    with `offsets` (NCE's log k q(w), float32 per word) the loop estimates by NCE."""
 
     keep: Tensor  # float64, per word
     own: Tensor  # float64, per slot
@@ -74,6 +76,19 @@ class Sampling:
     window: int
     negative: int
     cbow: bool
+    offsets: Tensor | None = None
+
+
+def _offsets(offsets: Tensor | None, vocab: int) -> tuple[Tensor | None, int | None]:
+    """NCE's offsets as the C loop reads them (float32, one per word), and their pointer."""
+    if offsets is None:
+        return None, None
+    offsets = offsets.to(torch.float32).contiguous()
+    if offsets.shape != (vocab,):
+        raise AttnkitError(
+            f"NCE needs one offset log k q(w) per word: {vocab}, not {len(offsets)}."
+        )
+    return offsets, offsets.data_ptr()
 
 
 def _check(ids: Tensor, vocab: int, what: str) -> Tensor:
@@ -84,19 +99,28 @@ def _check(ids: Tensor, vocab: int, what: str) -> Tensor:
     return ids
 
 
-def update(vectors: Vectors, inputs: Tensor, target: int, negatives: Tensor, alpha: float) -> float:
+def update(
+    vectors: Vectors,
+    inputs: Tensor,
+    target: int,
+    negatives: Tensor,
+    alpha: float,
+    offsets: Tensor | None = None,
+) -> float:
     """One update: the input vectors of `inputs` (their mean, for more than one) predict
-    `target` against `negatives`; returns the loss before it."""
+    `target` against `negatives`, by NCE with `offsets` (log k q(w) per word); returns the
+    loss before it."""
     vocab = len(vectors.inputs)
     if len(inputs) == 0:
         raise AttnkitError("an update needs at least one input word.")
     inputs, negatives = _check(inputs, vocab, "inputs"), _check(negatives, vocab, "negatives")
     _check(torch.tensor([target]), vocab, "target")
     work = torch.empty(2 * vectors.inputs.shape[1])
+    offsets, pointer = _offsets(offsets, vocab)
     return _library().sgns_update(
         vectors.inputs.data_ptr(), vectors.outputs.data_ptr(), vectors.inputs.shape[1],
         inputs.data_ptr(), len(inputs), target, negatives.data_ptr(), len(negatives),
-        alpha, work.data_ptr(),
+        alpha, pointer, work.data_ptr(),
     )  # fmt: skip
 
 
@@ -117,11 +141,12 @@ def train(
     if threads < 1:
         raise AttnkitError(f"word2vec needs 1 thread or more, not {threads}.")
     pairs = ctypes.c_int64(0)
+    _held, pointer = _offsets(sampling.offsets, len(vectors.inputs))  # alive through the call
     loss = _library().sgns_train(
         vectors.inputs.data_ptr(), vectors.outputs.data_ptr(), *vectors.inputs.shape,
         ids.data_ptr(), starts.data_ptr(), len(starts) - 1,
         sampling.keep.data_ptr(), sampling.own.data_ptr(), sampling.alias.data_ptr(),
-        sampling.window, sampling.negative, int(sampling.cbow),
+        sampling.window, sampling.negative, int(sampling.cbow), pointer,
         alphas[0], alphas[1], seed % 2**64, threads, ctypes.byref(pairs),
     )  # fmt: skip
     if math.isnan(loss):

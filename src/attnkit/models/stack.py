@@ -1,6 +1,6 @@
 """What every model shape assembles: the input embedding and a stack of blocks.
 
-Embed(ids) = Dropout(E[ids] * sqrt(d_model) + PE[positions])          (section 3.4, 3.5)
+Embed(ids) = Dropout(E[ids] * sqrt(d_model) + a PE[positions])        (section 3.4, 3.5)
              (BERT adds a token-type vector T[types] and a norm before the dropout)
 Stack(x)   = Norm?(Block_N(... Block_1(x)))                           (section 3.1)
 
@@ -50,7 +50,13 @@ class Embed(nn.Module):
         c = config
         self.token = token
         self.positions = (
-            AbsolutePositions(c.max_len, c.d_model, c.positional == "learned", c.sinusoidal_layout)
+            AbsolutePositions(
+                c.max_len,
+                c.d_model,
+                c.positional == "learned",
+                c.sinusoidal_layout,
+                c.positional_scale,
+            )
             if c.positional in ("sinusoidal", "learned")
             else None
         )

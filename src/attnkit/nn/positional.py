@@ -9,7 +9,8 @@ Marian keeps the same frequencies but lays the table out `split`: all the sines
 in the first d_model/2 dimensions, all the cosines in the second half.
 
 Learned: one trained vector per position, as in GPT-2 and BERT. Both are added
-to the scaled token embeddings; `positions` lets a left-padded batch start
+to the scaled token embeddings, times an amplitude a (`positional_scale`, 1 in the
+paper): x = E[ids] sqrt(d_model) + a PE[pos]; `positions` lets a left-padded batch start
 each sequence at position 0.
 
 The two relative schemes act inside attention instead, so that a score
@@ -181,13 +182,18 @@ def alibi_bias(slopes: Tensor, distance: Tensor) -> Tensor:
 
 
 class AbsolutePositions(nn.Module):
-    """Adds a position vector to each input vector: x + PE[positions]."""
+    """Adds a position vector to each input vector: x + a PE[positions], a = `scale`."""
 
     def __init__(
-        self, max_len: int, d_model: int, learned: bool, layout: str = "interleaved"
+        self,
+        max_len: int,
+        d_model: int,
+        learned: bool,
+        layout: str = "interleaved",
+        scale: float = 1.0,
     ) -> None:
         super().__init__()
-        self.max_len = max_len
+        self.max_len, self.scale = max_len, scale
         if learned:
             self.table = nn.Parameter(torch.empty(max_len, d_model).normal_(std=0.02))
         else:
@@ -196,13 +202,14 @@ class AbsolutePositions(nn.Module):
             self.register_buffer("table", table, persistent=False)
 
     def vectors(self, length: int, positions: Tensor | None = None) -> Tensor:
-        """PE of positions (batch or 1, length), default 0..length-1: (batch or 1, length,
+        """a PE of positions (batch or 1, length), default 0..length-1: (batch or 1, length,
         d_model), or (length, d_model) for the default.
 
         The model checks lengths against max_len before it gets here.
         """
-        return self.table[:length] if positions is None else self.table[positions]
+        rows = self.table[:length] if positions is None else self.table[positions]
+        return rows if self.scale == 1.0 else rows * self.scale
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """x + PE: x (batch, length, d_model), positions as `vectors` takes them."""
+        """x + a PE: x (batch, length, d_model), positions as `vectors` takes them."""
         return x + self.vectors(x.shape[1], positions)

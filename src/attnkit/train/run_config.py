@@ -10,6 +10,7 @@
     [sequence_loss]       training on a sentence reward (BLEU, chrF): self-critical, minimum risk
     [guided_attention]    a loss keeping cross-attention near the diagonal (monotonic tasks)
     [dpo]                 direct preference optimisation (`data.task = "preference"`)
+    [segment_recurrence]  a language model read a segment at a time after a memory (Transformer-XL)
     [word2vec]            skip-gram or CBOW word vectors (`data.task = "word2vec"`)
     [glove]               GloVe word vectors (`data.task = "glove"`)
     [pretokenize]         words before tokens: a rule, jieba, phrases, stop words, stems
@@ -64,6 +65,7 @@ from attnkit.train.loggers import LOGGERS
 from attnkit.train.metrics import EvalSection
 from attnkit.train.preference import DPOSection
 from attnkit.train.scheduled_sampling import ScheduledSamplingSection
+from attnkit.train.segment_recurrence import SegmentRecurrenceSection
 from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
 
@@ -261,6 +263,7 @@ SECTIONS: dict[str, type] = {
     "sequence_loss": SequenceLossSection,
     "guided_attention": GuidedAttentionSection,
     "dpo": DPOSection,
+    "segment_recurrence": SegmentRecurrenceSection,
     "word2vec": Word2VecConfig,
     "glove": GloveConfig,
     "pretokenize": PretokenizeConfig,
@@ -289,6 +292,7 @@ class RunConfig:
     sequence_loss: SequenceLossSection = field(default_factory=SequenceLossSection)
     guided_attention: GuidedAttentionSection = field(default_factory=GuidedAttentionSection)
     dpo: DPOSection = field(default_factory=DPOSection)
+    segment_recurrence: SegmentRecurrenceSection = field(default_factory=SegmentRecurrenceSection)
     word2vec: Word2VecConfig = field(default_factory=Word2VecConfig)
     glove: GloveConfig = field(default_factory=GloveConfig)
     pretokenize: PretokenizeConfig = field(default_factory=PretokenizeConfig)

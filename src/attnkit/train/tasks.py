@@ -63,7 +63,7 @@ from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel
 from attnkit.run import RunFolder
 from attnkit.train import distributed as dist
-from attnkit.train import glove_task, lock, new_run, word2vec_task
+from attnkit.train import glove_task, lock, new_run, segment_recurrence, word2vec_task
 from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
 from attnkit.train.fine_tuning import fine_tune
 from attnkit.train.guided_attention import GuidedAttention
@@ -189,9 +189,10 @@ def _build(config: RunConfig) -> TaskSetup:
 
 
 def _objective(config: RunConfig, setup: TaskSetup) -> TrainingObjective | None:
-    """The task's objective, with scheduled sampling, a sequence-level loss or guided
-    attention if asked."""
+    """The task's objective, or the one a section asks for (sampling, sequence, guided, XL)."""
     guided = config.guided_attention
+    if config.segment_recurrence.on:
+        return segment_recurrence.recurrent_objective(config, setup.model)
     if not (config.scheduled_sampling.on or config.sequence_loss.on or guided.on):
         return setup.objective
     # `validate` let only translation and language models here, whose tasks set no objective
