@@ -142,7 +142,7 @@ def rendezvous(info: DistInfo, timeout: float) -> dist.Store:
         )
         raise AttnkitError(
             f"{missing} {whom} ({err}); start as many ranks as WORLD_SIZE counts, with one "
-            "torchrun (--nproc_per_node), or raise train.rendezvous_timeout"
+            "torchrun and its nproc_per_node, or raise train.rendezvous_timeout"
         ) from None
     # Each start of torchrun's workers (a restart too) counts its own arrivals.
     key = f"attnkit/joined/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
@@ -160,7 +160,7 @@ def rendezvous(info: DistInfo, timeout: float) -> dist.Store:
     if came < info.world_size:
         raise AttnkitError(
             f"{missing} and only {came} of the {info.world_size} ranks joined; start as many "
-            "ranks as WORLD_SIZE counts (torchrun --nproc_per_node), or raise "
+            "ranks as WORLD_SIZE counts (one torchrun and its nproc_per_node), or raise "
             "train.rendezvous_timeout"
         )
     return store
