@@ -10,6 +10,8 @@
     [sequence_loss]       training on a sentence reward (BLEU, chrF): self-critical, minimum risk
     [guided_attention]    a loss keeping cross-attention near the diagonal (monotonic tasks)
     [dpo]                 direct preference optimisation (`data.task = "preference"`)
+    [ppo]                 PPO against a reward model (`data.task = "ppo"`)
+    [pairs]               preference pairs from sampled translations (`"sampled-pairs"`)
     [word2vec]            skip-gram or CBOW word vectors (`data.task = "word2vec"`)
     [glove]               GloVe word vectors (`data.task = "glove"`)
     [pretokenize]         words before tokens: a rule, jieba, phrases, stop words, stems
@@ -62,7 +64,9 @@ from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.loggers import LOGGERS
 from attnkit.train.metrics import EvalSection
+from attnkit.train.ppo import PPOSection
 from attnkit.train.preference import DPOSection
+from attnkit.train.sampled_pairs import PairsSection
 from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.sequence_level import SequenceLossSection
 from attnkit.train.toml_values import apply_overrides, coerce, toml_value
@@ -256,6 +260,8 @@ SECTIONS: dict[str, type] = {
     "sequence_loss": SequenceLossSection,
     "guided_attention": GuidedAttentionSection,
     "dpo": DPOSection,
+    "ppo": PPOSection,
+    "pairs": PairsSection,
     "word2vec": Word2VecConfig,
     "glove": GloveConfig,
     "pretokenize": PretokenizeConfig,
@@ -284,6 +290,8 @@ class RunConfig:
     sequence_loss: SequenceLossSection = field(default_factory=SequenceLossSection)
     guided_attention: GuidedAttentionSection = field(default_factory=GuidedAttentionSection)
     dpo: DPOSection = field(default_factory=DPOSection)
+    ppo: PPOSection = field(default_factory=PPOSection)
+    pairs: PairsSection = field(default_factory=PairsSection)
     word2vec: Word2VecConfig = field(default_factory=Word2VecConfig)
     glove: GloveConfig = field(default_factory=GloveConfig)
     pretokenize: PretokenizeConfig = field(default_factory=PretokenizeConfig)
