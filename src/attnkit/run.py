@@ -23,6 +23,7 @@ Everything about one model in one place:
     RUN_DIR/checkpoints/best/            the weights with the best validation metric
     RUN_DIR/train.lock                   held by the training under way (`attnkit.train.lock`)
     RUN_DIR/adapters.safetensors         a model's adapters alone (`attnkit.nn.adapters`)
+    RUN_DIR/value_head.safetensors       a PPO run's value head (`attnkit.train.ppo_task`)
     RUN_DIR/vectors.bin                  a word2vec run's vectors, in word2vec's binary format
     RUN_DIR/tensorboard/                 with `train.log_to`, TensorBoard's own files
     RUN_DIR/wandb/                       with `train.log_to`, Weights & Biases' own files

@@ -11,7 +11,8 @@ import torch
 from attnkit import AttnkitError
 from attnkit.cli import main
 from attnkit.data.preference import read_pairs
-from attnkit.run import RunFolder, load_pretrained
+from attnkit.evaluation.run import read_eval_set
+from attnkit.run import RunFolder, load_pretrained, load_run
 from attnkit.train.ppo import (
     PPOSection,
     clipped_policy_loss,
@@ -219,6 +220,8 @@ def test_cli_ppo_raises_the_reward_models_mean_score(tmp_path, shape):
     tuned = load_pretrained(run)
     assert tuned.config.shape == shape and (run / VALUE_HEAD_FILE).is_file()
     assert (run / "tokenizer.json").read_text() == (base / "tokenizer.json").read_text()
+    with pytest.raises(AttnkitError, match=r"tuned on preference pairs, .* pass --corpus"):
+        read_eval_set(load_run(run))  # its corpus is a folder of pairs, not text to score
     # Its greedy responses to held-out prompts score higher than the base run's.
     evaluation = [r for r in RunFolder(run).read_metrics() if "val_reward" in r][-1]
     reward = load_reward_model(rm)
