@@ -14,11 +14,15 @@ from tests.helpers import tiny_run
 from tests.train.test_recipes import RLHF
 
 
+def sets(overrides) -> list[str]:
+    return [a for o in overrides for a in ("--set", o)]
+
+
 def train(recipe: str, *overrides: str) -> int:
-    return main(["train", str(recipes.path(recipe)), *(a for o in overrides for a in ("--set", o))])
+    return main(["train", recipe, *sets(overrides)])
 
 
-def test_the_rlhf_recipes_run_one_after_another(data_dir, tmp_path):
+def test_the_rlhf_recipes_run_one_after_another(data_dir, tmp_path, capsys):
     assert set(RLHF) <= set(recipes.names())
     base = tiny_run(tmp_path / "base", "encoder-decoder", max_len=256)  # German in characters
     pairs, rm = tmp_path / "pairs", tmp_path / "rm"
@@ -42,6 +46,10 @@ def test_the_rlhf_recipes_run_one_after_another(data_dir, tmp_path):
     )
     kept = read_pairs(pairs / "train.jsonl")
     assert 0 < len(kept) <= 12 and read_pairs(pairs / "val.jsonl")
+    again = [*common, *sampled, f"data.data_dir={data_dir}", f"train.out_dir={pairs}"]
+    assert train("multi30k_de_en_pairs", *again) == 2  # refused: it holds pairs
+    assert "holds the pairs of an earlier run" in capsys.readouterr().err
+    assert main(["train", "multi30k_de_en_pairs", "--overwrite", *sets(again)]) == 0
     records = [json.loads(line) for line in (pairs / "metrics.jsonl").open()]
     assert [r["split"] for r in records] == ["train", "val"]
     assert all(r["chosen_chrf"] > r["rejected_chrf"] for r in records)
@@ -63,6 +71,8 @@ def test_the_rlhf_recipes_run_one_after_another(data_dir, tmp_path):
         == 0
     )
     assert (ppo / VALUE_HEAD_FILE).is_file() and load_pretrained(ppo)
+    again = [*common, *options, corpus, f"ppo.reward_model={rm}", f"train.out_dir={ppo}"]
+    assert main(["train", "multi30k_de_en_ppo", "--overwrite", *sets(again)]) == 0
     assert "val_reward" in RunFolder(ppo).read_metrics()[-1]
     dpo = tmp_path / "dpo"
     assert train("multi30k_de_en_dpo", *common, *short, corpus, f"train.out_dir={dpo}") == 0

@@ -51,7 +51,7 @@ def train(
     run = load_run(config.train.init_from, resolve_device(config.train.device))
     torch.manual_seed(config.train.seed)
     history = []
-    with lock.hold(folder, check=lambda: new_run.check_new_run(folder)):
+    with lock.hold(folder, check=lambda: _check_new(folder)):
         folder.write_run_config(config.to_toml())
         for number, split in enumerate((d.train_split, d.valid_split), start=1):
             sources, references = corpus_text(d, split, (d.src_lang, d.tgt_lang))
@@ -74,3 +74,13 @@ def train(
             for callback in callbacks:
                 callback({"step": number, "total": 2})
     return TrainResult(run.model, 2, "finished", folder.root, history)
+
+
+def _check_new(folder: RunFolder) -> None:
+    """A new run's folder, holding no pairs of an earlier one (which --overwrite replaces)."""
+    new_run.check_new_run(folder)
+    if written := [p.name for p in folder.pair_files() if p.is_file()]:
+        raise AttnkitError(
+            f"{folder.root} holds the pairs of an earlier run ({', '.join(written)}); pass "
+            "--overwrite to write new ones in their place, or choose another train.out_dir"
+        )

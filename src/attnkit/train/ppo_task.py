@@ -68,7 +68,7 @@ from attnkit.train.validate import validate
 
 log = logging.getLogger(__name__)
 
-VALUE_HEAD_FILE = "value_head.safetensors"
+VALUE_HEAD_FILE = "value_head.safetensors"  # `RunFolder.value_head`
 Ids = Sequence[int]
 
 
@@ -283,7 +283,7 @@ class PPOTrainer:
         """The policy as a plain run folder's model, and the value head beside it."""
         save_pretrained(self.policy, folder.root)
         state = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
-        atomic_write(folder.root / VALUE_HEAD_FILE, lambda p: save_file(state, str(p)))
+        atomic_write(folder.value_head, lambda p: save_file(state, str(p)))
 
 
 # -- the runner --------------------------------------------------------------------------------

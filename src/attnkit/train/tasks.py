@@ -180,10 +180,10 @@ def build_task(config: RunConfig) -> TaskSetup:
     """The model, data and metrics that `config.data.task` names, once `config` is valid."""
     validate(config)
     if config.data.task not in BUILDERS:
-        raise AttnkitError(
-            f"data.task {config.data.task!r} trains word vectors, not a Transformer; run it with "
-            "attnkit train"
-        )
+        what = "trains word vectors, not a Transformer"
+        if config.data.task not in ("word2vec", "glove"):
+            what = "runs a loop of its own, not the Trainer's"  # ppo, sampled-pairs
+        raise AttnkitError(f"data.task {config.data.task!r} {what}; run it with attnkit train")
     return _build(config)
 
 
