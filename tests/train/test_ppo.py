@@ -116,7 +116,8 @@ def trainer(shape: str, **changes) -> PPOTrainer:
     policy = tiny_model(shape, seed=0, max_len=24, eos_id=2, decoder_start_id=1, pad_id=0)
     reward = add_reward_head(tiny_model(shape, seed=1, max_len=24), seed=1)
     section = PPOSection(reward_model="x", max_new_tokens=6, **changes)
-    return PPOTrainer(policy.eval(), reward.eval(), section, lr=1e-3, seed=0)
+    assert policy.config.dropout > 0  # in training mode, as a run's model comes: PPO turns it off
+    return PPOTrainer(policy.train(), reward.eval(), section, lr=1e-3, seed=0)
 
 
 @pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])

@@ -103,7 +103,8 @@ class PPOTrainer:
             "the reward model reads another vocabulary than the policy's; train it from the "
             "policy's run (train.init_from), so that both share its tokenizer",
         )
-        self.policy, self.reward_model, self.section = policy, reward_model, section
+        # Every pass without dropout: pi_old's, pi_ref's and the updates' are one function.
+        self.policy, self.reward_model, self.section = policy.eval(), reward_model, section
         self.reward_model.requires_grad_(False).eval()
         self.reference = None
         if not has_lora(policy):
@@ -252,7 +253,7 @@ class PPOTrainer:
         n = rollouts.tgt.shape[0]
         sums: dict[str, float] = {}
         updates = 0
-        with evaluating(self.policy):  # no dropout: pi_old's pass was the same function
+        with evaluating(self.policy):  # no dropout, as in pi_old's pass
             for _ in range(s.epochs):
                 order = torch.randperm(n, generator=self.generator)
                 for part in order.chunk(min(s.minibatches, n)):
