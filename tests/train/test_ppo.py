@@ -12,6 +12,7 @@ from attnkit import AttnkitError
 from attnkit.cli import main
 from attnkit.data.preference import read_pairs
 from attnkit.evaluation.run import read_eval_set
+from attnkit.nn.lora import apply_lora
 from attnkit.run import RunFolder, load_pretrained, load_run
 from attnkit.train.ppo import (
     PPOSection,
@@ -255,3 +256,17 @@ def test_a_ppo_run_is_refused_without_a_reward_model_and_does_not_resume(tmp_pat
     with pytest.raises(AttnkitError, match="does not resume"):
         train(config, resume=True)
     assert not (tmp_path / "ppo").exists()  # refused before anything was written
+
+
+def test_with_lora_the_reference_is_the_policy_without_its_update():
+    policy = tiny_model("decoder", seed=0, max_len=24, eos_id=2, pad_id=0)
+    apply_lora(policy, rank=4, alpha=8.0)
+    reward = add_reward_head(tiny_model("decoder", seed=1, max_len=24), seed=1)
+    ppo = PPOTrainer(policy, reward, PPOSection(reward_model="x", max_new_tokens=6), lr=1e-2)
+    assert ppo.reference is None  # no second copy
+    base = {n: w.clone() for n, w in policy.state_dict().items() if "lora" not in n}
+    prompts = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    assert torch.equal(ppo.rollouts(prompts).kl, torch.zeros(3))
+    ppo.step(prompts)
+    assert ppo.rollouts(prompts).kl.abs().sum() > 0
+    assert all(torch.equal(w, policy.state_dict()[n]) for n, w in base.items())
