@@ -10,8 +10,7 @@ from attnkit.data.preference import read_pairs
 from attnkit.run import RunFolder, load_pretrained
 from attnkit.train.ppo_task import VALUE_HEAD_FILE
 from attnkit.train.reward_model import load_reward_model
-from tests.helpers import tiny_run
-from tests.train.test_recipes import RLHF
+from tests.helpers import RLHF_RECIPES, tiny_run
 
 
 def sets(overrides) -> list[str]:
@@ -23,7 +22,7 @@ def train(recipe: str, *overrides: str) -> int:
 
 
 def test_the_rlhf_recipes_run_one_after_another(data_dir, tmp_path, capsys):
-    assert set(RLHF) <= set(recipes.names())
+    assert set(RLHF_RECIPES) <= set(recipes.names())
     base = tiny_run(tmp_path / "base", "encoder-decoder", max_len=256)  # German in characters
     pairs, rm = tmp_path / "pairs", tmp_path / "rm"
     common = [f"train.init_from={base}", "train.threads=1"]
