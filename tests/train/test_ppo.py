@@ -222,6 +222,7 @@ def test_cli_ppo_raises_the_reward_models_mean_score(tmp_path, shape):
     tuned = load_pretrained(run)
     assert tuned.config.shape == shape and (run / VALUE_HEAD_FILE).is_file()
     assert (run / "tokenizer.json").read_text() == (base / "tokenizer.json").read_text()
+    assert RunFolder(run).bound_fingerprint() == RunFolder(run).load_tokenizer().fingerprint
     with pytest.raises(AttnkitError, match=r"tuned on preference pairs, .* pass --corpus"):
         read_eval_set(load_run(run))  # its corpus is a folder of pairs, not text to score
     # Its greedy responses to held-out prompts score higher than the base run's.

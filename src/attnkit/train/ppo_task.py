@@ -361,6 +361,7 @@ def train(
     with lock.hold(folder, check=lambda: new_run.check_new_run(folder)):
         folder.write_run_config(config.to_toml())
         tokenizer.save(folder.tokenizer)
+        folder.record_tokenizer(tokenizer)  # the saved weights carry its fingerprint
         stopping.begin()
         with stopping.on_signals(lambda: step):
             for prompts in batches(train_prompts, size, c.seed):
