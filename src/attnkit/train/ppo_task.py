@@ -109,7 +109,7 @@ class PPOTrainer:
         self.reference = None
         if not has_lora(policy):
             self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
-        torch.manual_seed(seed)
+        torch.manual_seed(seed)  # sampling draws from torch's generator: a seed repeats a run
         device = policy.device
         self.value_head = nn.Linear(policy.config.d_model, 1).to(device)
         with torch.no_grad():  # V starts at 0: no guess about the returns before the first
