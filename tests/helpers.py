@@ -41,6 +41,13 @@ ARTIFACTS = Path(
 )
 
 # The text of the run folders `tiny_run` builds: German and English, for their tokenizer.
+# The RLHF recipes, each reading the one before it: tested as a chain (test_rlhf_recipes.py).
+RLHF_RECIPES = (
+    "multi30k_de_en_pairs",
+    "multi30k_de_en_reward_model",
+    "multi30k_de_en_ppo",
+    "multi30k_de_en_dpo",
+)
 RUN_LINES = ["ein hund läuft", "zwei kinder spielen im park", "a dog runs", "the cat sleeps"]
 
 # Sentences that try a sentence encoder's tokenizer and length limit: short, long (over

@@ -23,6 +23,7 @@ Everything about one model in one place:
     RUN_DIR/checkpoints/best/            the weights with the best validation metric
     RUN_DIR/train.lock                   held by the training under way (`attnkit.train.lock`)
     RUN_DIR/adapters.safetensors         a model's adapters alone (`attnkit.nn.adapters`)
+    RUN_DIR/value_head.safetensors       a PPO run's value head (`attnkit.train.ppo_task`)
     RUN_DIR/vectors.bin                  a word2vec run's vectors, in word2vec's binary format
     RUN_DIR/tensorboard/                 with `train.log_to`, TensorBoard's own files
     RUN_DIR/wandb/                       with `train.log_to`, Weights & Biases' own files
@@ -116,6 +117,7 @@ class RunFolder:
         self.checkpoints = self.root / "checkpoints"
         self.best_weights = self.checkpoints / "best" / WEIGHTS_FILE
         self.lock = self.root / "train.lock"
+        self.value_head = self.root / "value_head.safetensors"  # a PPO run's
         self.tensorboard, self.wandb = self.root / "tensorboard", self.root / "wandb"  # log_to
 
     @property
@@ -124,8 +126,20 @@ class RunFolder:
         return (
             *(self.config, self.weights, self.tokenizer, self.fingerprint, self.run_config),
             *(self.trainer_state, self.metrics, self.curves, self.vectors, self.pretokenize),
-            *(self.tokenizer_pretokenize, self.tokenizer_config, self.pooling),
+            *(self.tokenizer_pretokenize, self.tokenizer_config, self.pooling, self.value_head),
         )
+
+    def pair_files(self) -> tuple[Path, ...]:
+        """The `{split}.jsonl` files a `sampled-pairs` run writes, by its run config's splits
+        (none for a folder of any other run, or whose run config does not read)."""
+        try:
+            data = self.data_defaults()
+        except AttnkitError:  # a damaged run config: it says so where it is read for use
+            return ()
+        if data.get("task") != "sampled-pairs":
+            return ()
+        splits = (data.get("train_split", "train"), data.get("valid_split", "val"))
+        return tuple(self.root / f"{split}.jsonl" for split in splits)
 
     def inputs(self) -> list[tuple[str, Path]]:
         """Its files that a command using the run reads, each with its name for the user:
@@ -135,7 +149,8 @@ class RunFolder:
     def owns(self, entry: Path) -> bool:
         """Whether `entry` of the folder is one attnkit writes there, or the leftover of a
         write it did not finish (`attnkit.cut_writes.is_partial`)."""
-        mine = (*self.files, self.checkpoints, self.lock, self.tensorboard, self.wandb)
+        mine = (*self.files, *self.pair_files(), self.checkpoints, self.lock)
+        mine += (self.tensorboard, self.wandb)
         return entry.name in {p.name for p in mine} or is_partial(entry)
 
     def step_dir(self, step: int) -> Path:

@@ -9,9 +9,10 @@ import torch
 from attnkit import recipes
 from attnkit.cli import main
 from attnkit.train.run_config import RunConfig
-from tests.helpers import tiny_run
+from tests.helpers import RLHF_RECIPES, tiny_run
 
-RECIPES = [recipes.path(n) for n in recipes.names() if n != "demo"]  # demo: test_demo.py
+# demo: test_demo.py; the RLHF chain, each reading the one before: test_rlhf_recipes.py
+RECIPES = [recipes.path(n) for n in recipes.names() if n != "demo" and n not in RLHF_RECIPES]
 
 
 def test_the_recipes_are_all_here():

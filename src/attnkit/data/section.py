@@ -31,6 +31,9 @@ TASKS = (
     "span-corruption",
     "reverse",
     "preference",
+    "reward-model",
+    "ppo",
+    "sampled-pairs",
     "word2vec",
     "glove",
 )
@@ -44,12 +47,15 @@ class DataSection:
     task: `translation` (encoder-decoder), `language-model` (decoder),
         `masked-lm` (encoder), `span-corruption` (encoder-decoder: T5's pre-training),
         `reverse` (the built-in digit-reversal demo), `preference` (DPO on preference pairs,
-        fine-tuning `train.init_from`: a decoder or an encoder-decoder), `word2vec` or `glove`
-        (word vectors, no Transformer).
+        fine-tuning `train.init_from`: a decoder or an encoder-decoder), `reward-model` (a
+        scalar head on `train.init_from`'s model, trained on preference pairs), `ppo` (PPO
+        against `ppo.reward_model`), `sampled-pairs` (preference pairs from a translation
+        run's samples, ranked by sentence BLEU), `word2vec` or `glove` (word vectors, no
+        Transformer).
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
-        Face dataset (`attnkit.data.hf_datasets`), for `preference` a folder of
-        `{split}.jsonl` pairs (`attnkit.data.preference`); no default, so that no run learns
-        from a corpus its config does not name.
+        Face dataset (`attnkit.data.hf_datasets`), for `preference`, `reward-model` and `ppo` a
+        folder of `{split}.jsonl` pairs (`attnkit.data.preference`); no default, so that no run
+        learns from a corpus its config does not name.
     data_dir: a folder holding known corpora as `<corpus>/<file>`, searched before
         `$ATTNKIT_DATA` and the download cache (`attnkit.data.corpora`); unset, only those.
     src_lang, tgt_lang: the languages (file suffixes, or a dataset's columns) of a
@@ -66,7 +72,8 @@ class DataSection:
     max_len: the longest example kept, in tokens a side; longer ones are skipped and counted.
     max_tokens: the token budget of one batch for sentence tasks (for preference pairs, of
         each side: the prompts, the chosen rows, the rejected rows).
-    batch_size: sequences per batch for the language model and the demo.
+    batch_size: sequences per batch for the language model and the demo; prompts per rollout
+        for `ppo`; sources decoded together for `sampled-pairs`.
     block_size: tokens of context per language-model example.
     windows: where a language model's training examples lie in the text each epoch
         (as many as the text has blocks): `random`, each at a fresh random offset, as

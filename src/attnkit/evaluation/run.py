@@ -140,10 +140,10 @@ def read_eval_set(
             "rather than translating (its training logged the validation loss of that); "
             "fine-tune it for a task with train.init_from and score the fine-tuned run"
         )
-    if saved.get("task") == "preference" and corpus is None:
+    if saved.get("task") in ("preference", "ppo") and corpus is None:
         raise AttnkitError(
-            f"{run.folder.root} was tuned on preference pairs, whose reward margin and accuracy "
-            "its training measured (metrics.jsonl); to score it on a corpus, pass --corpus"
+            f"{run.folder.root} was tuned on preference pairs, whose rewards its training "
+            "measured (metrics.jsonl); to score it on a corpus, pass --corpus"
         )
     corpus = corpus or saved.get("corpus") or ("multi30k" if translation else "tinyshakespeare")
     data_dir = data_dir or saved.get("data_dir")

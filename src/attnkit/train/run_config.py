@@ -11,6 +11,8 @@
     [guided_attention]    a loss keeping cross-attention near the diagonal (monotonic tasks)
     [dpo]                 direct preference optimisation (`data.task = "preference"`)
     [segment_recurrence]  a language model read a segment at a time after a memory (Transformer-XL)
+    [ppo]                 PPO against a reward model (`data.task = "ppo"`)
+    [pairs]               preference pairs from sampled translations (`"sampled-pairs"`)
     [word2vec]            skip-gram or CBOW word vectors (`data.task = "word2vec"`)
     [glove]               GloVe word vectors (`data.task = "glove"`)
     [pretokenize]         words before tokens: a rule, jieba, phrases, stop words, stems
@@ -63,7 +65,9 @@ from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.loggers import LOGGERS
 from attnkit.train.metrics import EvalSection
+from attnkit.train.ppo import PPOSection
 from attnkit.train.preference import DPOSection
+from attnkit.train.sampled_pairs import PairsSection
 from attnkit.train.scheduled_sampling import ScheduledSamplingSection
 from attnkit.train.segment_recurrence import SegmentRecurrenceSection
 from attnkit.train.sequence_level import SequenceLossSection
@@ -264,6 +268,8 @@ SECTIONS: dict[str, type] = {
     "guided_attention": GuidedAttentionSection,
     "dpo": DPOSection,
     "segment_recurrence": SegmentRecurrenceSection,
+    "ppo": PPOSection,
+    "pairs": PairsSection,
     "word2vec": Word2VecConfig,
     "glove": GloveConfig,
     "pretokenize": PretokenizeConfig,
@@ -293,6 +299,8 @@ class RunConfig:
     guided_attention: GuidedAttentionSection = field(default_factory=GuidedAttentionSection)
     dpo: DPOSection = field(default_factory=DPOSection)
     segment_recurrence: SegmentRecurrenceSection = field(default_factory=SegmentRecurrenceSection)
+    ppo: PPOSection = field(default_factory=PPOSection)
+    pairs: PairsSection = field(default_factory=PairsSection)
     word2vec: Word2VecConfig = field(default_factory=Word2VecConfig)
     glove: GloveConfig = field(default_factory=GloveConfig)
     pretokenize: PretokenizeConfig = field(default_factory=PretokenizeConfig)

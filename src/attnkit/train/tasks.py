@@ -1,4 +1,5 @@
-"""From a run config to what the `Trainer` needs: model, data, metrics and tokenizer.
+"""From a run config to what the `Trainer` needs (over 400 lines: one builder per task, and
+the registry of every task): model, data, metrics and tokenizer.
 
 Each `data.task` pairs a model shape with a data pipeline and an objective:
 
@@ -11,6 +12,11 @@ Each `data.task` pairs a model shape with a data pipeline and an objective:
     reverse         encoder-decoder   the built-in digit-reversal demo
     preference      decoder or        (prompt, chosen, rejected) pairs, DPO against train.init_from
                     encoder-decoder   frozen; reward margin and accuracy on validation
+    reward-model    decoder or        the same pairs, a scalar head trained by Bradley-Terry
+                    encoder-decoder   (`attnkit.train.reward_model`)
+    ppo             decoder or        the pairs' prompts, PPO against ppo.reward_model
+                    encoder-decoder   (`attnkit.train.ppo_task`, its own loop)
+    sampled-pairs   encoder-decoder   pairs of sampled translations, by sentence BLEU
     word2vec        (no Transformer)  word vectors, trained by their own runners
     glove                             (`attnkit.train.word2vec_task`, `glove_task`)
 
@@ -63,7 +69,15 @@ from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel
 from attnkit.run import RunFolder
 from attnkit.train import distributed as dist
-from attnkit.train import glove_task, lock, new_run, segment_recurrence, word2vec_task
+from attnkit.train import (
+    glove_task,
+    lock,
+    new_run,
+    pairs_task,
+    ppo_task,
+    segment_recurrence,
+    word2vec_task,
+)
 from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
 from attnkit.train.fine_tuning import fine_tune
 from attnkit.train.guided_attention import GuidedAttention
@@ -71,6 +85,7 @@ from attnkit.train.loaders import run_loader, run_loaders
 from attnkit.train.metrics import Metric
 from attnkit.train.objectives import MaskedLMObjective, TrainingObjective, objective_for
 from attnkit.train.preference import DPO, preference_metric
+from attnkit.train.reward_model import task_parts as reward_model_parts
 from attnkit.train.run_config import RunConfig
 from attnkit.train.run_model import run_model
 from attnkit.train.run_tokenizer import keep_vocabulary, record_vocabulary, run_tokenizer
@@ -174,10 +189,10 @@ def build_task(config: RunConfig) -> TaskSetup:
     """The model, data and metrics that `config.data.task` names, once `config` is valid."""
     validate(config)
     if config.data.task not in BUILDERS:
-        raise AttnkitError(
-            f"data.task {config.data.task!r} trains word vectors, not a Transformer; run it with "
-            "attnkit train"
-        )
+        what = "trains word vectors, not a Transformer"
+        if config.data.task not in ("word2vec", "glove"):
+            what = "runs a loop of its own, not the Trainer's"  # ppo, sampled-pairs
+        raise AttnkitError(f"data.task {config.data.task!r} {what}; run it with attnkit train")
     return _build(config)
 
 
@@ -392,10 +407,13 @@ BUILDERS: dict[str, Callable[[RunConfig], TaskSetup]] = {
     "span-corruption": _span_corruption,
     "reverse": _reverse,
     "preference": _preference,
+    "reward-model": lambda config: TaskSetup(*reward_model_parts(config)),
 }
 # What trains each `data.task`: the Transformer tasks the Trainer, word vectors their own loops.
 RUNNERS: dict[str, Runner] = {
     **dict.fromkeys(BUILDERS, train_transformer),
+    "ppo": ppo_task.train,
+    "sampled-pairs": pairs_task.train,
     "word2vec": word2vec_task.train,
     "glove": glove_task.train,
 }

@@ -33,6 +33,9 @@ SHAPES_OF_TASK = {
     "span-corruption": ("encoder-decoder",),
     "reverse": ("encoder-decoder",),
     "preference": ("decoder", "encoder-decoder"),
+    "reward-model": ("decoder", "encoder-decoder"),
+    "ppo": ("decoder", "encoder-decoder"),
+    "sampled-pairs": ("encoder-decoder",),
 }
 # What each task's evaluation measures: the validation loss and perplexity where it has
 # validation data, and the names its own metric returns (`attnkit.train.tasks`).
@@ -43,7 +46,12 @@ METRICS_OF_TASK = {
     "span-corruption": ("val_loss", "val_ppl"),
     "reverse": ("exact_match",),
     "preference": ("val_loss", "reward_margin", "reward_accuracy"),
+    "reward-model": ("val_loss", "reward_margin", "reward_accuracy"),
+    "ppo": ("val_reward",),
+    "sampled-pairs": ("val_loss",),  # it measures nothing; its default stands
 }
+# The tasks that start from a trained run and read a folder of {split}.jsonl pairs.
+PAIRS_TASKS = ("preference", "reward-model", "ppo")
 
 
 def validate(config: RunConfig) -> None:
@@ -54,16 +62,27 @@ def validate(config: RunConfig) -> None:
             not config.train.init_from,
             "the reverse demo trains from scratch; unset train.init_from",
         )
-    elif task == "preference":
+    elif task in PAIRS_TASKS:
         check(
             bool(config.train.init_from),
-            "data.task 'preference' fine-tunes a trained run against itself, frozen; set "
-            "train.init_from to that run's folder",
+            f"data.task {task!r} fine-tunes a trained run (against itself, frozen, for "
+            "preference and ppo); set train.init_from to that run's folder",
         )
         check(
             bool(d.corpus),
-            "data.task 'preference' reads its pairs from a folder of {split}.jsonl files; set "
+            f"data.task {task!r} reads its pairs from a folder of {{split}}.jsonl files; set "
             "data.corpus to that folder",
+        )
+        check(
+            task != "ppo" or bool(config.ppo.reward_model),
+            "data.task 'ppo' scores its samples with a reward model; set ppo.reward_model to "
+            "the folder of a reward-model run",
+        )
+    elif task == "sampled-pairs":
+        check(
+            bool(config.train.init_from) and bool(d.corpus),
+            "data.task 'sampled-pairs' samples translations of a trained run; set "
+            "train.init_from to that run's folder and data.corpus to a translation corpus",
         )
     else:
         check(
@@ -215,8 +234,8 @@ def _check_model(config: RunConfig) -> None:
         f"{where} {with_article(model.shape)} one; {fix}",
     )
     check(
-        task != "preference" or model.copy_attention == "none",
-        "data.task 'preference' scores responses through the plain output layer, which a "
+        task not in PAIRS_TASKS or model.copy_attention == "none",
+        f"data.task {task!r} scores responses through the plain output layer, which a "
         "pointer-generator (model.copy_attention) replaces; fine-tune a run without one",
     )
     guided = config.guided_attention
