@@ -33,6 +33,14 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads", type=int, default=0, help="torch threads (default 0: torch's, one per core)"
     )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="where the models load and decode: cpu, cuda, cuda:N, ... (default cpu)",
+    )
+    p.add_argument("--dtype", choices=("float32", "bf16", "fp16"), default="float32",
+                   help="the models' weights and activations: float32 (default, exact), or a "
+                   "GPU's bf16 or fp16 (half the memory, faster)")  # fmt: skip
     add_compute_type_option(p)
     limits = {  # option: (type, default, what it does); the defaults are ServeSettings'
         "--batch-wait-ms": (float, d.batch_wait_ms, "how long an embedding or beam request "
@@ -69,6 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise AttnkitError('attnkit serve needs its extra: pip install "attnkit[serve]"') from None
     import torch
 
+    from attnkit.devices import check_device
     from attnkit.serve.app import create_app
     from attnkit.serve.runs import served_runs
     from attnkit.serve.settings import ServeSettings
@@ -84,8 +93,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise AttnkitError(f"--threads is a count of threads (0: torch's), not {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
+    check_device(args.device, "--device")  # a missing GPU is one sentence before anything
     listening = _listen(args.host, args.port)  # before the models load: a busy port fails fast
-    served = served_runs(args.runs, args.compute_type)
+    served = served_runs(args.runs, args.compute_type, args.device, args.dtype)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         log.warning("listening on %s with no API key: anyone who reaches it may use it", args.host)
     app = create_app(served, settings)

@@ -82,7 +82,8 @@ def translate(
         new = [tokenizer.encode(t) for t in done]
     else:
         ids, mask = pad([items[i][1] for i in todo], tokenizer.pad_id)
-        new = generate(served.model, ids, mask, config).new_tokens()
+        device = served.model.device
+        new = generate(served.model, ids.to(device), mask.to(device), config).new_tokens()
     texts = tokenizer.decode_batch(new)
     for k, i in enumerate(todo):
         rows = range(k * n, (k + 1) * n)
@@ -106,7 +107,7 @@ def prompt_logprobs(served: Served, top: int, prompts: list[list[int]]) -> list[
     likely there (the first token has none: nothing predicts it)."""
     tokenizer, out = served.tokenizer, []
     for ids in prompts:
-        logprobs = torch.log_softmax(served.model(torch.tensor([ids])).logits[0].float(), -1)
+        logprobs = torch.log_softmax(served.model(_tensor(served, [ids])).logits[0].float(), -1)
         tokens = [Token(token_text(tokenizer, None, ids[0]), None)]
         for i in range(1, len(ids)):
             row = logprobs[i - 1]
@@ -149,7 +150,7 @@ def translation_attention(
         tgt = [tokenizer.bos_id, *tokenizer.encode(translation)]
         total = {"queries": len(tgt), "keys": len(src)}
         src, tgt = src[:limit], tgt[:limit]
-        out = served.model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
+        out = served.model(_tensor(served, [src]), _tensor(served, [tgt]), need_weights=True)
         views.append(_view(served, out.attentions, tgt, src, translation, total))
     return views
 
@@ -162,7 +163,7 @@ def _attention(served: Served, text: str, output: str | None) -> dict:
     (ids,) = served.encode([text])
     if served.shape == "encoder-decoder":
         if output is None:
-            new = generate(model, torch.tensor([ids[:limit]]), config=config).new_tokens()[0]
+            new = generate(model, _tensor(served, [ids[:limit]]), config=config).new_tokens()[0]
             output = tokenizer.decode(new)
         return translation_attention(served, None, [(text, output)])[0]
     if served.shape == "encoder":
@@ -170,11 +171,11 @@ def _attention(served: Served, text: str, output: str | None) -> dict:
     elif output is not None:
         new = tokenizer.encode(output)
     else:
-        new = generate(model, torch.tensor([ids[-limit:]]), config=config).new_tokens()[0]
+        new = generate(model, _tensor(served, [ids[-limit:]]), config=config).new_tokens()[0]
     ids = ids + new
     total = {"queries": len(ids), "keys": len(ids)}
     ids = ids[:limit]
-    out = model(torch.tensor([ids]), need_weights=True)
+    out = model(_tensor(served, [ids]), need_weights=True)
     return _view(served, out.attentions, ids, ids, tokenizer.decode(new), total)
 
 
@@ -212,3 +213,8 @@ def _view(
         "total": total,
         "attention": weights,
     }
+
+
+def _tensor(served: Served, rows: list[list[int]]) -> torch.Tensor:
+    """Token ids on the served model's device."""
+    return torch.tensor(rows, device=served.model.device)
