@@ -96,6 +96,10 @@ BENCHMARKS = {
         "bench.bench_serve",
         "attnkit serve: streaming clients, iteration-level batching vs one at a time",
     ),
+    "serve-isolation": Benchmark(
+        "bench.bench_serve_isolation",
+        "attnkit serve: a stream's longest gap beside a 32 x 256-token embedding request",
+    ),
     "exposure": Benchmark(
         "bench.bench_exposure",
         "steps with scheduled sampling, self-critical and minimum risk vs teacher forcing",

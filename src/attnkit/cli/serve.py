@@ -54,6 +54,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                              "is refused unread (413)"),
         "--timeout": (float, d.timeout_s, "seconds a request may take; slower ones get 504"),
         "--max-texts": (int, d.max_texts, "texts in one request"),
+        "--max-request-tokens": (int, d.max_request_tokens, "new tokens one request may ask "
+                                 "for in all: prompts x n (or best_of, beam) x max_tokens"),
     }  # fmt: skip
     for option, (kind, default, text) in limits.items():
         p.add_argument(option, type=kind, default=default, help=f"{text} (default {default})")
@@ -87,6 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_input_tokens=args.max_input_tokens, max_new_tokens=args.max_new_tokens,
         max_concurrent=args.max_concurrent, max_body_bytes=args.max_body_bytes,
         timeout_s=args.timeout, api_key=args.api_key, max_texts=args.max_texts,
+        max_request_tokens=args.max_request_tokens,
         cors_origins=tuple(args.cors_origin), access_log=args.access_log,
     )  # fmt: skip
     if args.threads < 0:

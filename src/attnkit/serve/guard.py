@@ -12,10 +12,14 @@ outgrows the limit. Only /v1 requests need the key and count as in flight:
 `/health`, `/ready`, `/metrics` and the page answer however busy the server is.
 A request counts until the last byte of its answer is sent, so a stream holds its
 place while it streams; one over `max_concurrent` is answered 429 with Retry-After.
+A /v1 request whose client goes away before its answer begins is cancelled there
+(its outputs leave the batch, its batch work stops), logged with status 499.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import secrets
@@ -27,12 +31,13 @@ from typing import Any
 from starlette.exceptions import HTTPException
 
 from attnkit.serve.errors import ServeError
-from attnkit.serve.server import Server
+from attnkit.serve.server import ARRIVED, Server
 
 access = logging.getLogger("attnkit.access")
 
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")  # printable ASCII, no spaces
 RETRY_AFTER_S = 1
+CLIENT_GONE = 499  # nginx's status for a request whose client closed it: no answer was sent
 
 
 class Guard:
@@ -48,7 +53,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
+        started = scope[ARRIVED] = time.perf_counter()
         headers = dict(scope.get("headers") or [])
         sent_id = headers.get(b"x-request-id", b"").decode("latin-1")
         request_id = sent_id if _REQUEST_ID.fullmatch(sent_id) else uuid.uuid4().hex
@@ -68,13 +73,15 @@ class Guard:
             if refusal is not None:
                 await refusal.response()(scope, receive, sending)
                 return
-            if api:
-                self.server.in_flight += 1
+            if not api:
+                await self.app(scope, receive, sending)
+                return
+            self.server.in_flight += 1
             try:
-                await self.app(scope, self._limited(receive), sending)
+                if await self._until_gone(scope, self._limited(receive), sending):
+                    status = CLIENT_GONE
             finally:  # the whole answer is out, or the client went away
-                if api:
-                    self.server.in_flight -= 1
+                self.server.in_flight -= 1
         finally:
             seconds = time.perf_counter() - started
             self.server.metrics.count(self._label(scope), status, seconds)
@@ -82,6 +89,45 @@ class Guard:
                 client = (scope.get("client") or ("-",))[0]
                 access.info('%s "%s %s" %d %.3f s id=%s', client, scope["method"],
                             scope["path"], status, seconds, request_id)  # fmt: skip
+
+    async def _until_gone(self, scope: dict, receive: Callable, send: Callable) -> bool:
+        """Run the app on a request; if its client goes away before the answer begins, cancel
+        it (its outputs leave the batch, its batch work stops) and say so. A stream, once it
+        has begun, hears its client go by itself (Starlette's `StreamingResponse`)."""
+        body_read = asyncio.Event()
+
+        async def receiving() -> dict:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_read.set()
+            return message
+
+        async def sending(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                watcher.cancel()
+            await send(message)
+
+        async def watch() -> None:
+            await body_read.wait()  # the app has the body: what comes next is the end
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        app = asyncio.ensure_future(self.app(scope, receiving, sending))
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({app, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if watcher.cancelled():  # the answer has begun: the app sends it whole
+                await app
+        finally:
+            if not app.done():  # the client has gone (or the server is stopping us)
+                app.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await app
+            watcher.cancel()
+        if app.cancelled():
+            return True
+        app.result()  # the app's own failure, raised here as it was before
+        return False
 
     def _refusal(self, scope: dict, headers: dict, api: bool) -> ServeError | None:
         settings = self.server.settings

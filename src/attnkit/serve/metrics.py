@@ -2,7 +2,7 @@
 
     attnkit_requests_total{path, status}            requests answered
     attnkit_request_duration_seconds{path}          their latency (histogram)
-    attnkit_time_to_first_token_seconds             arrival to first token of an output (histogram)
+    attnkit_time_to_first_token_seconds             a request's arrival to an output's first token
     attnkit_prompt_tokens_total{model}, attnkit_completion_tokens_total{model}
     attnkit_generation_tokens_per_second            tokens chosen a second, over the last 10 s
     attnkit_queue_length                            outputs waiting to join the running batch
@@ -56,7 +56,7 @@ class Metrics:
         )
         self.first_token = Histogram(
             "attnkit_time_to_first_token_seconds",
-            "Seconds from an output's arrival at the scheduler to its first token.",
+            "Seconds from a request's arrival to its output's first token.",
             buckets=TTFT_BUCKETS,
             registry=registry,
         )

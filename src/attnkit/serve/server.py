@@ -98,8 +98,9 @@ class Server:
         if not texts or len(texts) > limit:
             raise invalid(param, f"{param} must hold 1 to {limit} texts, not {len(texts)}.")
         for i, text in enumerate(texts):
-            blank = not text.strip() if isinstance(text, str) else not text
-            if blank and not empty:
+            if isinstance(text, list) and not text:  # no token to read: nothing to continue
+                raise invalid(param, f"{param} {i} is an empty list of token ids.")
+            if not empty and isinstance(text, str) and not text.strip():
                 raise invalid(param, f"{param} {i} is empty.")
         return texts
 
@@ -165,6 +166,23 @@ class Server:
             tokens = min(tokens, served.max_len - 1)
         return tokens
 
+    def budget(
+        self, texts: int, outputs: int, max_tokens: int, names: str, param: str = "max_tokens"
+    ) -> None:
+        """Refuse a request whose new tokens in all (texts x outputs x max_tokens, `names`
+        saying what they are called) outgrow `max_request_tokens`."""
+        most, asked = self.settings.max_request_tokens, texts * outputs * max_tokens
+        if asked > most:
+            default = ServeSettings().max_request_tokens
+            raise ServeError(
+                400,
+                f"this request asks for up to {asked:,} new tokens ({names}: {texts} x "
+                f"{outputs} x {max_tokens}), over the server's max_request_tokens of {most:,} "
+                f"(--max-request-tokens, default {default:,}); ask for fewer.",
+                param=param,
+                code="request_too_large",
+            )
+
     async def run(self, key: tuple, items: list[Any], alone: bool = False) -> list[Any]:
         """The results of `items` from the batcher, batched with other requests' unless
         `alone`, within the request's time limit."""
@@ -192,4 +210,14 @@ def server(request: Request) -> Server:
     return request.app.state.server
 
 
+ARRIVED = "attnkit.arrived"  # the scope's key: when the guard first saw the request
+
+
+def arrived(request: Request) -> float:
+    """When the request arrived (`time.perf_counter`), as the guard noted it: a time to first
+    token counts from there, as its client's does."""
+    return request.scope.get(ARRIVED, time.perf_counter())
+
+
 ServerDep = Annotated[Server, Depends(server)]
+ArrivedDep = Annotated[float, Depends(arrived)]

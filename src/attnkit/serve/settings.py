@@ -18,6 +18,8 @@ class ServeSettings:
     max_input_tokens: the longest prompt or source (each model's max_len bounds it too).
     max_new_tokens: the most tokens a request may ask for (and what a chat gets by default).
     max_texts: texts in one request at most (prompts, inputs, sources).
+    max_request_tokens: the new tokens one request may ask for in all, prompts x outputs
+        (n, best_of, a beam's or n-best's width) x max_tokens: its bound on one request's work.
     max_concurrent: /v1 requests in flight at once; one more is answered 429 with
         Retry-After. /health, /ready, /metrics and the page never count.
     max_body_bytes: the largest request body; a larger one is answered 413 before it is read.
@@ -33,6 +35,7 @@ class ServeSettings:
     max_input_tokens: int = 1024
     max_new_tokens: int = 512
     max_texts: int = 64
+    max_request_tokens: int = 65536
     max_concurrent: int = 64
     max_body_bytes: int = 2 * 1024 * 1024
     timeout_s: float = 120.0
@@ -49,6 +52,7 @@ class ServeSettings:
             "max_input_tokens",
             "max_new_tokens",
             "max_texts",
+            "max_request_tokens",
             "max_concurrent",
             "max_body_bytes",
         ):
