@@ -53,6 +53,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
         "--max-body-bytes": (int, d.max_body_bytes, "the largest request body; a larger one "
                              "is refused unread (413)"),
         "--timeout": (float, d.timeout_s, "seconds a request may take; slower ones get 504"),
+        "--body-timeout": (float, d.body_timeout_s, "seconds a request's body may take to "
+                           "arrive whole; slower ones get 408"),
         "--max-texts": (int, d.max_texts, "texts in one request"),
         "--max-request-tokens": (int, d.max_request_tokens, "new tokens one request may ask "
                                  "for in all: prompts x n (or best_of, beam) x max_tokens"),
@@ -67,6 +69,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let pages from ORIGIN (https://host; * lets any page) call the "
                    "API; repeat for several")  # fmt: skip
+    p.add_argument("--chat-template", metavar="FILE",
+                   help="a Jinja chat template (Hugging Face's) for every decoder served, over "
+                   "the run's own (tokenizer_config.json's chat_template)")  # fmt: skip
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="no log line per request")  # fmt: skip
     p.set_defaults(func=cmd_serve)
@@ -89,7 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_input_tokens=args.max_input_tokens, max_new_tokens=args.max_new_tokens,
         max_concurrent=args.max_concurrent, max_body_bytes=args.max_body_bytes,
         timeout_s=args.timeout, api_key=args.api_key, max_texts=args.max_texts,
-        max_request_tokens=args.max_request_tokens,
+        max_request_tokens=args.max_request_tokens, body_timeout_s=args.body_timeout,
         cors_origins=tuple(args.cors_origin), access_log=args.access_log,
     )  # fmt: skip
     if args.threads < 0:
@@ -97,8 +102,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     check_device(args.device, "--device")  # a missing GPU is one sentence before anything
+    template = None if args.chat_template is None else _read_template(args.chat_template)
     listening = _listen(args.host, args.port)  # before the models load: a busy port fails fast
-    served = served_runs(args.runs, args.compute_type, args.device, args.dtype)
+    served = served_runs(args.runs, args.compute_type, args.device, args.dtype, template)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         log.warning("listening on %s with no API key: anyone who reaches it may use it", args.host)
     app = create_app(served, settings)
@@ -108,6 +114,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[listening])
     return 0
+
+
+def _read_template(path: str) -> str:
+    """The text of --chat-template FILE, or one sentence saying why it cannot be read."""
+    from pathlib import Path
+
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AttnkitError(f"--chat-template {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise AttnkitError(f"--chat-template {path} is not UTF-8 text") from None
+    except OSError as err:
+        raise AttnkitError(f"--chat-template {path} cannot be read: {err.strerror}") from None
 
 
 def _listen(host: str, port: int) -> socket.socket:

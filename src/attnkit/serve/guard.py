@@ -12,6 +12,7 @@ outgrows the limit. Only /v1 requests need the key and count as in flight:
 `/health`, `/ready`, `/metrics` and the page answer however busy the server is.
 A request counts until the last byte of its answer is sent, so a stream holds its
 place while it streams; one over `max_concurrent` is answered 429 with Retry-After.
+A /v1 body that has not come whole within `body_timeout_s` is answered 408.
 A /v1 request whose client goes away before its answer begins is cancelled there
 (its outputs leave the batch, its batch work stops), logged with status 499.
 """
@@ -47,7 +48,8 @@ class Guard:
     def __init__(self, app: Any, server: Server, paths: set[str]) -> None:
         self.app, self.server, self.paths = app, server, paths
         key = server.settings.api_key
-        self.expected = None if key is None else f"Bearer {key}"
+        # compared as bytes: a header may hold any byte, which a str comparison refuses
+        self.expected = None if key is None else f"Bearer {key}".encode()
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -78,7 +80,7 @@ class Guard:
                 return
             self.server.in_flight += 1
             try:
-                if await self._until_gone(scope, self._limited(receive), sending):
+                if await self._until_gone(scope, self._limited(receive, started), sending):
                     status = CLIENT_GONE
             finally:  # the whole answer is out, or the client went away
                 self.server.in_flight -= 1
@@ -134,7 +136,7 @@ class Guard:
         length = headers.get(b"content-length", b"")
         if length.isdigit() and int(length) > settings.max_body_bytes:
             return _too_large(settings.max_body_bytes)
-        sent = headers.get(b"authorization", b"").decode("latin-1")
+        sent = headers.get(b"authorization", b"")
         if api and self.expected is not None and not secrets.compare_digest(sent, self.expected):
             message = "a valid API key is needed: Authorization: Bearer <key>."
             return ServeError(401, message, code="invalid_api_key")
@@ -148,18 +150,33 @@ class Guard:
             )
         return None
 
-    def _limited(self, receive: Callable) -> Callable:
+    def _limited(self, receive: Callable, started: float) -> Callable:
         """`receive`, stopped with 413 once the body outgrows the limit (a body sent without a
-        Content-Length, chunk by chunk)."""
-        limit, read = self.server.settings.max_body_bytes, 0
+        Content-Length, chunk by chunk), and with 408 when the whole body has not come within
+        `body_timeout_s` of the request's arrival (a client dribbling bytes holds no place)."""
+        settings = self.server.settings
+        limit, read, complete = settings.max_body_bytes, 0, False
+        deadline = started + settings.body_timeout_s
 
         async def receiving() -> dict:
-            nonlocal read
-            message = await receive()
+            nonlocal read, complete
+            if complete:  # after the body: the end of the request, however long it takes
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - time.perf_counter())
+            except asyncio.TimeoutError:
+                raise HTTPException(
+                    408,
+                    f"the request body did not arrive within {settings.body_timeout_s:g} s; "
+                    "send it whole, or start the server with a larger --body-timeout",
+                ) from None
             if message["type"] == "http.request":
                 read += len(message.get("body", b""))
                 if read > limit:
                     raise HTTPException(413, _too_large(limit).message.rstrip("."))
+                complete = not message.get("more_body", False)
+            else:
+                complete = True
             return message
 
         return receiving

@@ -43,6 +43,7 @@ class Served:
 
     name: str
     run: Run
+    chat_template: str | None = None  # the operator's (`--chat-template`), over the run's own
 
     @property
     def model(self) -> TransformerModel:
@@ -72,7 +73,17 @@ class Served:
             has = tokenizer.has(role)
             return tokenizer.id_to_token(getattr(tokenizer, f"{role}_id")) if has else ""
 
-        return ChatTemplate(read_template(self.run.folder), name("bos"), name("eos"))
+        source = self.chat_template
+        if source is None:
+            source = read_template(self.run.folder)
+        return ChatTemplate(source, name("bos"), name("eos"))
+
+    @functools.cached_property
+    def longest_token(self) -> int:
+        """The most characters one token of the vocabulary spells: a text of more than
+        `limit x (longest + 1)` characters is over `limit` tokens, known before tokenizing."""
+        vocab = self.tokenizer.backend.get_vocab(with_added_tokens=True)
+        return max((len(token) for token in vocab), default=1)
 
     @functools.cached_property
     def encoder(self) -> SentenceEncoder:
@@ -100,6 +111,7 @@ def served_runs(
     compute_type: str = "float32",
     device: str | torch.device = "cpu",
     dtype: str = "float32",
+    chat_template: str | None = None,
 ) -> list[Served]:
     """The runs of `specs`, loaded: each `RUN_DIR` under its folder's name, or `NAME=RUN_DIR`
     under NAME. A name given twice is refused.
@@ -108,6 +120,11 @@ def served_runs(
     device: where every model is loaded and decodes (cpu, cuda, cuda:N, ...), checked first.
     dtype: the models' weights and activations (float32, bf16, fp16); with a compute type
         other than float32 it is refused, the two being two answers to one question.
+    chat_template: a Jinja chat template for every decoder, over each run's own.
+
+    What is served is checked here, once, so that an operator's mistake (a chat template
+    that does not compile, a tokenizer_config.json that is not JSON) stops the start in one
+    sentence rather than failing every request.
     """
     if dtype not in DTYPES:
         raise AttnkitError(f"--dtype is one of {', '.join(DTYPES)}, not {dtype!r}")
@@ -128,7 +145,13 @@ def served_runs(
         if dtype != "float32":
             run.model.to(DTYPES[dtype])
             log.info("%s: weights and activations in %s on %s", name, dtype, device)
-        served.append(Served(name, run))
+        one = Served(name, run, chat_template)
+        if one.shape == "decoder":
+            try:
+                one.chat  # noqa: B018 -- compiled now: a broken template stops the start
+            except AttnkitError as err:
+                raise AttnkitError(f"model {name!r} cannot be served: {err}") from None
+        served.append(one)
     return served
 
 

@@ -115,11 +115,12 @@ class Server:
         """The ids a model reads for `texts` (token ids are checked against its vocabulary),
         each within the server's and the model's limits; tokenized off the event loop. A text
         too long is named `what`, else `param` and its index."""
+        limit = self.input_limit(served)
         if texts and isinstance(texts[0], list):
             ids_of = self._given_ids(served, texts, param, truncate)
         else:
+            texts = self._bounded(served, texts, limit, param, truncate, what)
             ids_of = await asyncio.to_thread(served.encode, texts, truncate)
-        limit = self.input_limit(served)
         for i, row in enumerate(ids_of):
             if len(row) > limit:
                 raise ServeError(
@@ -129,6 +130,32 @@ class Server:
                     code="context_length_exceeded",
                 )
         return ids_of
+
+    def _bounded(
+        self,
+        served: Served,
+        texts: list[str],
+        limit: int,
+        param: str,
+        truncate: bool,
+        what: str | None,
+    ) -> list[str]:
+        """The texts, each checked by its characters before it is tokenized: one longer than
+        `limit` tokens could spell (each its longest token and a space) is over the limit,
+        said without tokenizing it whole; one to be truncated is cut there first."""
+        most = limit * (served.longest_token + 1)
+        if truncate:
+            return [text[:most] for text in texts]
+        for i, text in enumerate(texts):
+            if len(text) > most:
+                raise ServeError(
+                    400,
+                    f"{what or f'{param} {i}'} has {len(text):,} characters, more than "
+                    f"{limit:,} tokens of this model can hold; the limit is {limit} tokens.",
+                    param=param,
+                    code="context_length_exceeded",
+                )
+        return texts
 
     def _given_ids(
         self, served: Served, rows: list[list[int]], param: str, truncate: bool
