@@ -4,7 +4,10 @@ requests in flight, the metrics and the access log.
 Every answer carries `X-Request-ID` (the client's, when it sends a sane one, else a
 new one), which the access log line names:
 
-    INFO attnkit.access: 127.0.0.1 "POST /v1/completions" 200 0.412 s id=4f0c...
+    INFO attnkit.access: 2026-11-28T19:40:12.345Z 127.0.0.1 "POST /v1/completions" 200 0.412 s
+                         id=4f0c...
+
+(one line; the time the request ended, in UTC, whatever the logging's own format shows).
 
 A body whose Content-Length is over `max_body_bytes` is answered 413 before a
 byte of it is read; one sent without a length is cut off with 413 as soon as it
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import re
 import secrets
@@ -32,7 +36,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 
 from attnkit.serve.errors import ServeError
-from attnkit.serve.server import ARRIVED, Server
+from attnkit.serve.server import ARRIVED, REQUEST_NOTES, Server
 
 access = logging.getLogger("attnkit.access")
 
@@ -69,6 +73,8 @@ class Guard:
                 message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
             await send(message)
 
+        notes: dict[str, str] = {}
+        REQUEST_NOTES.set(notes)  # the app's task copies this context: its notes come here
         api = scope["path"].startswith("/v1/")
         refusal = self._refusal(scope, headers, api)
         try:
@@ -86,10 +92,12 @@ class Guard:
                 self.server.in_flight -= 1
         finally:
             seconds = time.perf_counter() - started
-            self.server.metrics.count(self._label(scope), status, seconds)
+            self.server.metrics.count(self._label(scope), status, seconds, notes.get("model", ""))
             if self.server.settings.access_log:
                 client = (scope.get("client") or ("-",))[0]
-                access.info('%s "%s %s" %d %.3f s id=%s', client, scope["method"],
+                now = datetime.datetime.now(datetime.timezone.utc)
+                when = now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                access.info('%s %s "%s %s" %d %.3f s id=%s', when, client, scope["method"],
                             scope["path"], status, seconds, request_id)  # fmt: skip
 
     async def _until_gone(self, scope: dict, receive: Callable, send: Callable) -> bool:

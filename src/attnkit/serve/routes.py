@@ -61,27 +61,31 @@ async def metrics(srv: ServerDep) -> Response:
     return Response(srv.metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
 
-def _model_card(served: Served, created: int) -> dict[str, Any]:
+def _model_card(srv: Server, served: Served) -> dict[str, Any]:
+    """A model as OpenAI lists it, with what it serves: `max_model_len`, the tokens it reads
+    (an encoder's as its pooling cuts them, a decoder's context), and `max_input_tokens`, the
+    longest input this server takes."""
+    served_len = served.encoder.limit if served.shape == "encoder" else served.max_len
     return {
         "id": served.name,
         "object": "model",
-        "created": created,
+        "created": int(srv.started),
         "owned_by": "attnkit",
         "shape": served.shape,
-        "max_model_len": served.max_len,
+        "max_model_len": served_len,
+        "max_input_tokens": srv.input_limit(served),
         "positional": served.model.config.positional,
     }
 
 
 @openai.get("/models")
 async def list_models(srv: ServerDep) -> dict[str, Any]:
-    created = int(srv.started)
-    return {"object": "list", "data": [_model_card(s, created) for s in srv.models.values()]}
+    return {"object": "list", "data": [_model_card(srv, s) for s in srv.models.values()]}
 
 
 @openai.get("/models/{model_id:path}")
 async def retrieve_model(model_id: str, srv: ServerDep) -> dict[str, Any]:
-    return _model_card(srv.model(model_id, None, "/v1/models"), int(srv.started))
+    return _model_card(srv, srv.model(model_id, None, "/v1/models"))
 
 
 @openai.post("/completions", response_model=None)

@@ -10,6 +10,7 @@ text delays only its own request; its length is checked against the server's
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -46,16 +47,14 @@ class Server:
         scheduler = self.scheduler
         metrics.gauge("attnkit_queue_length", "Outputs waiting to join.", lambda: scheduler.queued)
         metrics.gauge("attnkit_running_rows", "Rows decoding.", lambda: scheduler.running)
-        metrics.gauge("attnkit_decode_steps_total", "Decoding steps run.", lambda: scheduler.steps)
+        metrics.counter("attnkit_decode_steps", "Decoding steps run.", lambda: scheduler.steps)
         metrics.gauge(
             "attnkit_generation_tokens_per_second",
             "Tokens chosen a second over the last 10 s.",
             lambda: metrics.rate(scheduler.tokens),
         )
-        metrics.gauge("attnkit_batches_total", "Batches of work run.", lambda: self.batcher.batches)
-        metrics.gauge(
-            "attnkit_batched_requests_total", "Items those held.", lambda: self.batcher.items
-        )
+        metrics.counter("attnkit_batches", "Batches of work run.", lambda: self.batcher.batches)
+        metrics.counter("attnkit_batched_requests", "Items those held.", lambda: self.batcher.items)
         metrics.gauge(
             "attnkit_requests_in_flight", "/v1 requests being answered.", lambda: self.in_flight
         )
@@ -70,6 +69,9 @@ class Server:
                 code="model_not_found",
             )
         served = self.models[name]
+        noted = REQUEST_NOTES.get()
+        if noted is not None:  # the model the request's latency is labelled with
+            noted["model"] = name
         if shapes is not None and served.shape not in shapes:
             needs = " or ".join(with_article(s) for s in shapes)
             raise invalid(
@@ -237,6 +239,11 @@ def server(request: Request) -> Server:
     return request.app.state.server
 
 
+# What a request's handling notes for the guard (its model): a dict the guard sets before the
+# app runs, which the app's task sees through its copy of the context
+REQUEST_NOTES: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "attnkit_request_notes", default=None
+)
 ARRIVED = "attnkit.arrived"  # the scope's key: when the guard first saw the request
 
 
