@@ -12,12 +12,12 @@ the decoding thread stops (the app's `lifespan`).
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 from collections.abc import AsyncIterator, Sequence
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from attnkit import __version__
 from attnkit.serve.errors import add_error_handlers
 from attnkit.serve.guard import Guard
 from attnkit.serve.page import add_page
@@ -26,6 +26,14 @@ from attnkit.serve.runs import Served
 from attnkit.serve.server import Server
 from attnkit.serve.settings import ServeSettings
 from attnkit.serve.translate import router as translation
+
+
+def _version() -> str:
+    """attnkit's installed version, for the schema ("unknown" from a source tree)."""
+    try:
+        return importlib.metadata.version("attnkit")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def create_app(served: Sequence[Served], settings: ServeSettings | None = None) -> FastAPI:
@@ -41,7 +49,7 @@ def create_app(served: Sequence[Served], settings: ServeSettings | None = None) 
         title="attnkit",
         summary="OpenAI's completions, chat and embeddings, and attnkit's translations and "
         "attention views, for the run folders it serves.",
-        version=__version__,
+        version=_version(),
         lifespan=lifespan,
         docs_url="/docs",
         redoc_url=None,
