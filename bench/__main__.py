@@ -95,6 +95,7 @@ BENCHMARKS = {
     "serve": Benchmark(
         "bench.bench_serve",
         "attnkit serve: streaming clients, iteration-level batching vs one at a time",
+        gpu_module="bench.bench_serve_gpu",
     ),
     "serve-isolation": Benchmark(
         "bench.bench_serve_isolation",
