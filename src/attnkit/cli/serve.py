@@ -33,6 +33,14 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads", type=int, default=0, help="torch threads (default 0: torch's, one per core)"
     )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="where the models load and decode: cpu, cuda, cuda:N, ... (default cpu)",
+    )
+    p.add_argument("--dtype", choices=("float32", "bf16", "fp16"), default="float32",
+                   help="the models' weights and activations: float32 (default, exact), or a "
+                   "GPU's bf16 or fp16 (half the memory, faster)")  # fmt: skip
     add_compute_type_option(p)
     limits = {  # option: (type, default, what it does); the defaults are ServeSettings'
         "--batch-wait-ms": (float, d.batch_wait_ms, "how long an embedding or beam request "
@@ -45,7 +53,11 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
         "--max-body-bytes": (int, d.max_body_bytes, "the largest request body; a larger one "
                              "is refused unread (413)"),
         "--timeout": (float, d.timeout_s, "seconds a request may take; slower ones get 504"),
+        "--body-timeout": (float, d.body_timeout_s, "seconds a request's body may take to "
+                           "arrive whole; slower ones get 408"),
         "--max-texts": (int, d.max_texts, "texts in one request"),
+        "--max-request-tokens": (int, d.max_request_tokens, "new tokens one request may ask "
+                                 "for in all: prompts x n (or best_of, beam) x max_tokens"),
     }  # fmt: skip
     for option, (kind, default, text) in limits.items():
         p.add_argument(option, type=kind, default=default, help=f"{text} (default {default})")
@@ -57,6 +69,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let pages from ORIGIN (https://host; * lets any page) call the "
                    "API; repeat for several")  # fmt: skip
+    p.add_argument("--chat-template", metavar="FILE",
+                   help="a Jinja chat template (Hugging Face's) for every decoder served, over "
+                   "the run's own (tokenizer_config.json's chat_template)")  # fmt: skip
     p.add_argument("--no-access-log", dest="access_log", action="store_false",
                    help="no log line per request")  # fmt: skip
     p.set_defaults(func=cmd_serve)
@@ -69,6 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise AttnkitError('attnkit serve needs its extra: pip install "attnkit[serve]"') from None
     import torch
 
+    from attnkit.devices import check_device
     from attnkit.serve.app import create_app
     from attnkit.serve.runs import served_runs
     from attnkit.serve.settings import ServeSettings
@@ -78,6 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_input_tokens=args.max_input_tokens, max_new_tokens=args.max_new_tokens,
         max_concurrent=args.max_concurrent, max_body_bytes=args.max_body_bytes,
         timeout_s=args.timeout, api_key=args.api_key, max_texts=args.max_texts,
+        max_request_tokens=args.max_request_tokens, body_timeout_s=args.body_timeout,
         cors_origins=tuple(args.cors_origin), access_log=args.access_log,
     )  # fmt: skip
     if args.threads < 0:
@@ -88,8 +105,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for path in {spec, spec.partition("=")[2]} - {""}:
             if _loops(path):
                 raise AttnkitError(f"{path} is a loop of symbolic links; give the run folder")
+    check_device(args.device, "--device")  # a missing GPU is one sentence before anything
+    template = None if args.chat_template is None else _read_template(args.chat_template)
     listening = _listen(args.host, args.port)  # before the models load: a busy port fails fast
-    served = served_runs(args.runs, args.compute_type)
+    served = served_runs(args.runs, args.compute_type, args.device, args.dtype, template)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         log.warning("listening on %s with no API key: anyone who reaches it may use it", args.host)
     app = create_app(served, settings)
@@ -107,6 +126,20 @@ def _loops(path: str) -> bool:
     except OSError as err:
         return err.errno == errno.ELOOP
     return False
+
+
+def _read_template(path: str) -> str:
+    """The text of --chat-template FILE, or one sentence saying why it cannot be read."""
+    from pathlib import Path
+
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise AttnkitError(f"--chat-template {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise AttnkitError(f"--chat-template {path} is not UTF-8 text") from None
+    except OSError as err:
+        raise AttnkitError(f"--chat-template {path} cannot be read: {err.strerror}") from None
 
 
 def _listen(host: str, port: int) -> socket.socket:

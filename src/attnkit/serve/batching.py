@@ -13,12 +13,20 @@ disconnected) before their batch starts are dropped; a batch that has started
 runs to its end. Decoding is padding-invariant, so a request's output does not
 depend on its companions. A request that must decode alone (a seed, which must
 draw for it only) runs all its items as one batch of its own (`run_alone`).
+
+Work that may take long is a generator (`work.py`'s): each piece it yields, the
+results of some of its items as (index, result) pairs, runs as a job of its own,
+so the decoding steps of the streams under way go on between two pieces and a
+stream waits one piece at most, however large the batch. A piece's items are
+answered as it ends; once every request of a batch has gone, its later pieces
+are not run.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable
+import contextlib
+from collections.abc import Callable, Generator, Hashable
 from concurrent.futures import Executor
 from typing import Any
 
@@ -52,8 +60,13 @@ class Batcher:
         """The results of `items`, decoded as one batch of their own, at once."""
         self.batches += 1
         self.items += len(items)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, self.work, key, items)
+        results: list[Any] = [None] * len(items)
+
+        def answer(index: int, result: Any) -> None:
+            results[index] = result
+
+        await self._pieces(key, items, answer, lambda: False)
+        return results
 
     async def _run_batches(self) -> None:
         """Batches, one after another, until no work is left."""
@@ -72,19 +85,47 @@ class Batcher:
     async def _run(self, key: Hashable, queue: list[tuple[Any, asyncio.Future]]) -> None:
         self.batches += 1
         self.items += len(queue)
-        items = [item for item, _ in queue]
-        loop = asyncio.get_running_loop()
+        futures = [future for _, future in queue]
+
+        def answer(index: int, result: Any) -> None:
+            if not futures[index].done():  # else its request timed out or went away
+                futures[index].set_result(result)
+
         try:
-            results = await loop.run_in_executor(self.executor, self.work, key, items)
-        except Exception as error:  # every request of the batch hears it
-            results = [error] * len(queue)
-        for (_, future), result in zip(queue, results, strict=True):
-            if future.done():  # its request timed out or went away
-                continue
-            if isinstance(result, Exception):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
+            await self._pieces(
+                key, [item for item, _ in queue], answer, lambda: all(f.done() for f in futures)
+            )
+        except Exception as error:  # every request of the batch not yet answered hears it
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+
+    async def _pieces(
+        self,
+        key: Hashable,
+        items: list[Any],
+        answer: Callable[[int, Any], None],
+        gone: Callable[[], bool],
+    ) -> None:
+        """Run `work(key, items)` on the executor and `answer` each item's result: a list
+        at once, or a generator's pieces one job each, stopped early once `gone()`."""
+        loop = asyncio.get_running_loop()
+        done = await loop.run_in_executor(self.executor, self.work, key, items)
+        if not isinstance(done, Generator):
+            for index, result in enumerate(done):
+                answer(index, result)
+            return
+        try:
+            while not gone():
+                piece = await loop.run_in_executor(self.executor, next, done, None)
+                if piece is None:
+                    break
+                for index, result in piece:
+                    answer(index, result)
+        finally:
+            # on the decoding thread, after the piece that may be running there
+            with contextlib.suppress(RuntimeError):  # a scheduler shut down closes nothing
+                self.executor.submit(done.close)
 
     def close(self) -> None:
         """Drop the work not started (at the server's shutdown)."""

@@ -17,7 +17,9 @@ gets `DEFAULT_TEMPLATE`, the play-script layout of Tiny Shakespeare:
 
 Templates run in Jinja's immutable sandbox: a template (or a message crafted
 to look like template code, which is only ever data here) cannot reach Python's
-objects, files or modules, nor change the values it is given. A conversation the
+objects, files or modules, nor change the values it is given; one that would read
+another template (`{% include %}`, `{% import %}`, `{% extends %}`) is refused when
+it is compiled, at the server's start. A conversation the
 template refuses (`raise_exception`) is a 400 with the template's own words.
 """
 
@@ -28,11 +30,15 @@ from datetime import datetime
 from typing import Any
 
 import jinja2
+from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from attnkit.errors import AttnkitError
 from attnkit.run import RunFolder
 from attnkit.serve.errors import ServeError
+
+# the tags that read another template: a served template is one text, reading no file
+_OUTSIDE = (nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)
 
 DEFAULT_TEMPLATE = (
     "{% for message in messages %}"
@@ -67,10 +73,19 @@ class ChatTemplate:
         self.source = DEFAULT_TEMPLATE if source is None else source
         self.is_default = source is None
         self.tokens = {"bos_token": bos_token, "eos_token": eos_token}
+        env = _environment()
         try:
-            self.template = _environment().from_string(self.source)
+            parsed = env.parse(self.source)
+            self.template = env.from_string(self.source)
         except jinja2.TemplateError as err:
             raise AttnkitError(f"the chat template does not compile: {err}") from None
+        outside = next(parsed.find_all(_OUTSIDE), None)
+        if outside is not None:
+            tag = type(outside).__name__.lower().replace("fromimport", "from ... import")
+            raise AttnkitError(
+                f"the chat template uses {{% {tag} %}} (line {outside.lineno}), which reads "
+                "another file; a chat template is one text: put what it reads in it"
+            )
 
     def render(self, messages: list[dict[str, str]]) -> str:
         """The prompt of a conversation: messages of `role` and `content`, the last one to be

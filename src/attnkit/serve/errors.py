@@ -7,7 +7,8 @@
 when none is); `code` is a string or None. Statuses: 400 a request the server
 cannot do (a field's value, an unknown or unsupported parameter, a body that is
 not JSON, a model of the wrong shape), 401 a missing or wrong API key, 404 an
-unknown model or path, 405 a wrong method, 413 a body over `max_body_bytes`, 429
+unknown model or path, 405 a wrong method, 408 a body slower than `body_timeout_s`,
+413 a body over `max_body_bytes`, 429
 too many requests in flight (with Retry-After), 503 a server shutting down, 504 a
 result slower than `timeout_s`, 500 a fault of the server itself (logged, said in
 one sentence, never a traceback).
@@ -84,14 +85,16 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+        code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
+                413: "request_too_large"}  # fmt: skip
         message = str(error.detail).rstrip(".") + "."
         return ServeError(error.status_code, message, code=code.get(error.status_code)).response()
 
     @app.exception_handler(Exception)
     async def fault(request: Request, error: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
-        message = f"the server failed on this request ({type(error).__name__}: {error})."
+        # the kind of failure only: its text may name the server's files, which its log keeps
+        message = f"the server failed on this request ({type(error).__name__}); its log says more."
         return ServeError(500, message, code="internal_error").response()
 
 

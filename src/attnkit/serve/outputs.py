@@ -11,6 +11,9 @@ next step.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +52,11 @@ class Outputs:
         prompts: list[list[int]],
         sampling: GenerationConfig,
         n: int = 1,
+        arrived: float | None = None,
     ) -> None:
+        """`arrived`: when the request came (`time.perf_counter`), which its time to first
+        token counts from; None: now."""
+        arrived = time.perf_counter() if arrived is None else arrived
         self.n = n
         self.copies = n if sampling.greedy else 1  # indexes each decoded output stands for
         self.queue: asyncio.Queue[Event] = asyncio.Queue()
@@ -60,10 +67,11 @@ class Outputs:
 
         per_prompt = n // self.copies
         self.sequences = [
-            Sequence(model, prompt, sampling, emit, index=(i * n + j * self.copies))
+            Sequence(model, prompt, choice_sampling(sampling, j), emit,
+                     index=(i * n + j * self.copies), arrived=arrived)
             for i, prompt in enumerate(prompts)
             for j in range(per_prompt)
-        ]
+        ]  # fmt: skip
         self.scheduler = scheduler
         scheduler.add(self.sequences)
 
@@ -126,6 +134,23 @@ class Outputs:
         """Let the outputs still decoding leave the batch at the next step."""
         for sequence in self.sequences:
             sequence.cancelled = True
+
+
+def choice_seed(seed: int, choice: int) -> int:
+    """The seed of a prompt's `choice`-th output: the request's own for the first (so one
+    output draws as `generate(..., seed=seed)` does), then one drawn from (seed, choice), so
+    that n outputs differ from each other and each is the same again with the same seed."""
+    if choice == 0:
+        return seed
+    digest = hashlib.sha256(f"{seed}/{choice}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1  # below 2**63, as torch's seeds are
+
+
+def choice_sampling(sampling: GenerationConfig, choice: int) -> GenerationConfig:
+    """The options of a prompt's `choice`-th output: its own seed, if the request has one."""
+    if sampling.seed is None or choice == 0:
+        return sampling
+    return dataclasses.replace(sampling, seed=choice_seed(sampling.seed, choice))
 
 
 def _moved(event: Event, index: int) -> Event:

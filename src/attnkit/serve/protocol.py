@@ -12,15 +12,32 @@ request argument"), but for the extensions vLLM users know: `top_k` and
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from attnkit.generation import GenerationConfig
 from attnkit.serve.errors import ServeError, invalid
 
 MAX_OUTPUTS = 16  # outputs (n, best_of), beams or n-best a request may ask for
 MAX_STOPS = 4  # stop strings, as OpenAI allows
+# The least values that can be computed: below them float32 logits overflow (temperature,
+# repetition_penalty divide them) or every token is dropped (top_p), for one row or the batch
+MIN_TEMPERATURE = 1e-4
+MIN_TOP_P = 1e-6
+MIN_REPETITION_PENALTY = 1e-2
+_TOKEN_ID = re.compile(r"[0-9]{1,10}")  # ASCII digits only: "²" or "٣" is no token id
+
+
+def _temperature(value: float | None) -> float | None:
+    if value is not None and 0 < value < MIN_TEMPERATURE:
+        raise ValueError(
+            f"must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, not {value:g}: smaller ones "
+            "overflow the logits"
+        )
+    return value
+
 
 Texts = str | list[str] | list[int] | list[list[int]]  # text(s), or token ids
 
@@ -44,7 +61,7 @@ class _Sampled(_Body):
     """What completions and chat completions share: how tokens are chosen and sent."""
 
     temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
+    top_p: float | None = Field(None, ge=MIN_TOP_P, le=1)
     n: int | None = Field(None, ge=1, le=MAX_OUTPUTS)
     stop: str | list[str] | None = None
     stream: bool | None = False
@@ -55,7 +72,11 @@ class _Sampled(_Body):
     seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     user: str | None = None  # the caller's name for its user: no effect on the output
     top_k: int | None = Field(None, ge=0)
-    repetition_penalty: float | None = Field(None, gt=0, le=10)
+    repetition_penalty: float | None = Field(None, ge=MIN_REPETITION_PENALTY, le=10)
+
+    LOGPROBS: ClassVar[str] = "logprobs"  # the field that asks for alternatives
+
+    _check_temperature = field_validator("temperature")(_temperature)
 
     def stops(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -70,7 +91,7 @@ class _Sampled(_Body):
         (temperature 0: greedy); `logit_bias` ids are checked against the vocabulary."""
         bias = []
         for key, value in (self.logit_bias or {}).items():
-            if not key.strip().isdigit() or int(key) >= vocab_size:
+            if not _TOKEN_ID.fullmatch(key) or int(key) >= vocab_size:
                 raise invalid(
                     "logit_bias",
                     f"logit_bias keys are token ids from 0 to {vocab_size - 1}, not {key!r}.",
@@ -78,6 +99,12 @@ class _Sampled(_Body):
             if not -100 <= value <= 100:
                 raise invalid("logit_bias", f"a logit_bias is from -100 to 100, not {value}.")
             bias.append((int(key), float(value)))
+        if logprobs is not None and logprobs > vocab_size:
+            raise invalid(
+                self.LOGPROBS,
+                f"{self.LOGPROBS} asks for {logprobs} alternatives, but the model has "
+                f"{vocab_size} tokens in all.",
+            )
         if self.stream_options is not None and not self.stream:
             raise invalid("stream_options", "stream_options is only for stream: true.")
         temperature = 1.0 if self.temperature is None else self.temperature
@@ -162,6 +189,8 @@ class Message(BaseModel):
 
 
 class ChatRequest(_Sampled):
+    LOGPROBS: ClassVar[str] = "top_logprobs"
+
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -230,9 +259,9 @@ class TranslationRequest(_Body):
     beam: int = Field(1, ge=1, le=MAX_OUTPUTS)
     length_penalty: float = 1.0
     sample: bool = False
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE)
     top_k: int = Field(0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    top_p: float = Field(1.0, ge=MIN_TOP_P, le=1)
     n_best: int = Field(1, ge=1, le=MAX_OUTPUTS)
     max_new_tokens: int = Field(128, ge=1)
     seed: int | None = Field(None, ge=0, lt=2**63)

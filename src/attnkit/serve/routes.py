@@ -36,7 +36,7 @@ from attnkit.serve.errors import ServeError, invalid
 from attnkit.serve.outputs import Output, Outputs
 from attnkit.serve.protocol import ChatRequest, CompletionRequest, EmbeddingRequest
 from attnkit.serve.runs import Served
-from attnkit.serve.server import Server, ServerDep
+from attnkit.serve.server import ArrivedDep, Server, ServerDep
 
 operations = APIRouter()
 openai = APIRouter(prefix="/v1")
@@ -61,32 +61,36 @@ async def metrics(srv: ServerDep) -> Response:
     return Response(srv.metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
 
-def _model_card(served: Served, created: int) -> dict[str, Any]:
+def _model_card(srv: Server, served: Served) -> dict[str, Any]:
+    """A model as OpenAI lists it, with what it serves: `max_model_len`, the tokens it reads
+    (an encoder's as its pooling cuts them, a decoder's context), and `max_input_tokens`, the
+    longest input this server takes."""
+    served_len = served.encoder.limit if served.shape == "encoder" else served.max_len
     return {
         "id": served.name,
         "object": "model",
-        "created": created,
+        "created": int(srv.started),
         "owned_by": "attnkit",
         "shape": served.shape,
-        "max_model_len": served.max_len,
+        "max_model_len": served_len,
+        "max_input_tokens": srv.input_limit(served),
         "positional": served.model.config.positional,
     }
 
 
 @openai.get("/models")
 async def list_models(srv: ServerDep) -> dict[str, Any]:
-    created = int(srv.started)
-    return {"object": "list", "data": [_model_card(s, created) for s in srv.models.values()]}
+    return {"object": "list", "data": [_model_card(srv, s) for s in srv.models.values()]}
 
 
 @openai.get("/models/{model_id:path}")
 async def retrieve_model(model_id: str, srv: ServerDep) -> dict[str, Any]:
-    return _model_card(srv.model(model_id, None, "/v1/models"), int(srv.started))
+    return _model_card(srv, srv.model(model_id, None, "/v1/models"))
 
 
 @openai.post("/completions", response_model=None)
 async def completions(
-    body: CompletionRequest, srv: ServerDep
+    body: CompletionRequest, srv: ServerDep, arrived: ArrivedDep
 ) -> dict[str, Any] | StreamingResponse:
     body.refusals()
     served = srv.model(body.model, ("decoder",), "/v1/completions")
@@ -95,6 +99,8 @@ async def completions(
     n = body.n or 1
     best_of = body.best_of or n
     max_tokens = srv.new_tokens(served, body.max_tokens, "max_tokens")
+    outputs_named = "prompts x best_of x max_tokens" if body.best_of else "prompts x n x max_tokens"
+    srv.budget(len(prompts), best_of, max_tokens, outputs_named)
     # best_of ranks outputs by their log-probabilities, so they are computed even unasked
     logprobs = body.logprobs if body.logprobs is not None else (0 if best_of > n else None)
     sampling = body.sampling(max_tokens, served.model.config.vocab_size, logprobs)
@@ -114,7 +120,7 @@ async def completions(
             text, tokens = echoed[index // n]
             return choice(index, text, tokens, None)
 
-        outputs = Outputs(srv.scheduler, served, prompts, sampling, n)
+        outputs = Outputs(srv.scheduler, served, prompts, sampling, n, arrived)
         stream = Stream(
             head, outputs, choice, opening, body.include_usage, prompt_tokens,
             srv.settings.timeout_s, lambda p, c: srv.metrics.tokens(served.name, p, c),
@@ -123,7 +129,7 @@ async def completions(
     if max_tokens == 0:  # echo alone: the prompts scored
         outputs = [Output(i, "", "length", [], len(prompts[i // n])) for i in range(n * len(texts))]
     else:
-        outputs = await Outputs(srv.scheduler, served, prompts, sampling, best_of).collect(
+        outputs = await Outputs(srv.scheduler, served, prompts, sampling, best_of, arrived).collect(
             srv.settings.timeout_s
         )
         outputs = _best(outputs, best_of, n)
@@ -164,7 +170,9 @@ def _best(outputs: list[Output], best_of: int, n: int) -> list[Output]:
 
 
 @openai.post("/chat/completions", response_model=None)
-async def chat_completions(body: ChatRequest, srv: ServerDep) -> dict[str, Any] | StreamingResponse:
+async def chat_completions(
+    body: ChatRequest, srv: ServerDep, arrived: ArrivedDep
+) -> dict[str, Any] | StreamingResponse:
     body.refusals()
     served = srv.model(body.model, None, "/v1/chat/completions")
     if served.chat is None:
@@ -183,11 +191,12 @@ async def chat_completions(body: ChatRequest, srv: ServerDep) -> dict[str, Any] 
     n = body.n or 1
     param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
     max_tokens = srv.new_tokens(served, body.new_tokens, param)
+    srv.budget(1, n, max_tokens, f"a chat x n x {param}", param)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     sampling = body.sampling(max_tokens, served.model.config.vocab_size, logprobs)
     head = Head("chat.completion", body.model)
     extra = {"service_tier": "default"} if body.service_tier else {}
-    outputs = Outputs(srv.scheduler, served, prompts, sampling, n)
+    outputs = Outputs(srv.scheduler, served, prompts, sampling, n, arrived)
     if body.stream:
 
         def chunk(index: int, text: str, tokens: list[Token], reason: str | None) -> dict:

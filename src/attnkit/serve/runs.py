@@ -12,12 +12,16 @@ G2P word spelled out).
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from attnkit.data.section import prepare_sources
+from attnkit.devices import check_device
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel
 from attnkit.pooling import SentenceEncoder
@@ -25,7 +29,12 @@ from attnkit.run import Run, load_run
 from attnkit.serve.chat import ChatTemplate, read_template
 from attnkit.tokenizer import Tokenizer
 
+log = logging.getLogger(__name__)
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+# --dtype: the type of every weight and activation (a GPU's bf16 or fp16 halves the memory
+# and runs on its tensor cores); --compute-type is the CPU's other way, the linear layers only
+DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: hashed by identity, a part of batch keys
@@ -34,6 +43,7 @@ class Served:
 
     name: str
     run: Run
+    chat_template: str | None = None  # the operator's (`--chat-template`), over the run's own
 
     @property
     def model(self) -> TransformerModel:
@@ -63,7 +73,17 @@ class Served:
             has = tokenizer.has(role)
             return tokenizer.id_to_token(getattr(tokenizer, f"{role}_id")) if has else ""
 
-        return ChatTemplate(read_template(self.run.folder), name("bos"), name("eos"))
+        source = self.chat_template
+        if source is None:
+            source = read_template(self.run.folder)
+        return ChatTemplate(source, name("bos"), name("eos"))
+
+    @functools.cached_property
+    def longest_token(self) -> int:
+        """The most characters one token of the vocabulary spells: a text of more than
+        `limit x (longest + 1)` characters is over `limit` tokens, known before tokenizing."""
+        vocab = self.tokenizer.backend.get_vocab(with_added_tokens=True)
+        return max((len(token) for token in vocab), default=1)
 
     @functools.cached_property
     def encoder(self) -> SentenceEncoder:
@@ -86,21 +106,53 @@ class Served:
         return [row or [tokenizer.bos_id] for row in tokenizer.encode_batch(texts)]
 
 
-def served_runs(specs: Sequence[str], compute_type: str = "float32") -> list[Served]:
+def served_runs(
+    specs: Sequence[str],
+    compute_type: str = "float32",
+    device: str | torch.device = "cpu",
+    dtype: str = "float32",
+    chat_template: str | None = None,
+) -> list[Served]:
     """The runs of `specs`, loaded: each `RUN_DIR` under its folder's name, or `NAME=RUN_DIR`
     under NAME. A name given twice is refused.
 
     compute_type: the linear layers' type for decoding (float32, int8, bf16, auto).
+    device: where every model is loaded and decodes (cpu, cuda, cuda:N, ...), checked first.
+    dtype: the models' weights and activations (float32, bf16, fp16); with a compute type
+        other than float32 it is refused, the two being two answers to one question.
+    chat_template: a Jinja chat template for every decoder, over each run's own.
+
+    What is served is checked here, once, so that an operator's mistake (a chat template
+    that does not compile, a tokenizer_config.json that is not JSON) stops the start in one
+    sentence rather than failing every request.
     """
+    if dtype not in DTYPES:
+        raise AttnkitError(f"--dtype is one of {', '.join(DTYPES)}, not {dtype!r}")
+    if dtype != "float32" and compute_type != "float32":
+        raise AttnkitError(
+            f"--dtype {dtype} and --compute-type {compute_type} both choose the type the model "
+            "computes in; give one of them"
+        )
+    device = check_device(device, "--device")
     named = [_name_and_path(spec) for spec in specs]
     names = [name for name, _ in named]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise AttnkitError(f"two runs are named {twice[0]!r}; name them apart with NAME=RUN_DIR")
-    return [
-        Served(name, load_run(path, compute_type=compute_type))  # logs the type it chose
-        for name, path in named
-    ]
+    served = []
+    for name, path in named:
+        run = load_run(path, device, compute_type=compute_type)  # logs the type it chose
+        if dtype != "float32":
+            run.model.to(DTYPES[dtype])
+            log.info("%s: weights and activations in %s on %s", name, dtype, device)
+        one = Served(name, run, chat_template)
+        if one.shape == "decoder":
+            try:
+                one.chat  # noqa: B018 -- compiled now: a broken template stops the start
+            except AttnkitError as err:
+                raise AttnkitError(f"model {name!r} cannot be served: {err}") from None
+        served.append(one)
+    return served
 
 
 def _name_and_path(spec: str) -> tuple[str, str]:

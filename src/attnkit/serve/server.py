@@ -10,6 +10,7 @@ text delays only its own request; its length is checked against the server's
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -46,16 +47,14 @@ class Server:
         scheduler = self.scheduler
         metrics.gauge("attnkit_queue_length", "Outputs waiting to join.", lambda: scheduler.queued)
         metrics.gauge("attnkit_running_rows", "Rows decoding.", lambda: scheduler.running)
-        metrics.gauge("attnkit_decode_steps_total", "Decoding steps run.", lambda: scheduler.steps)
+        metrics.counter("attnkit_decode_steps", "Decoding steps run.", lambda: scheduler.steps)
         metrics.gauge(
             "attnkit_generation_tokens_per_second",
             "Tokens chosen a second over the last 10 s.",
             lambda: metrics.rate(scheduler.tokens),
         )
-        metrics.gauge("attnkit_batches_total", "Batches of work run.", lambda: self.batcher.batches)
-        metrics.gauge(
-            "attnkit_batched_requests_total", "Items those held.", lambda: self.batcher.items
-        )
+        metrics.counter("attnkit_batches", "Batches of work run.", lambda: self.batcher.batches)
+        metrics.counter("attnkit_batched_requests", "Items those held.", lambda: self.batcher.items)
         metrics.gauge(
             "attnkit_requests_in_flight", "/v1 requests being answered.", lambda: self.in_flight
         )
@@ -70,6 +69,9 @@ class Server:
                 code="model_not_found",
             )
         served = self.models[name]
+        noted = REQUEST_NOTES.get()
+        if noted is not None:  # the model the request's latency is labelled with
+            noted["model"] = name
         if shapes is not None and served.shape not in shapes:
             needs = " or ".join(with_article(s) for s in shapes)
             raise invalid(
@@ -98,8 +100,9 @@ class Server:
         if not texts or len(texts) > limit:
             raise invalid(param, f"{param} must hold 1 to {limit} texts, not {len(texts)}.")
         for i, text in enumerate(texts):
-            blank = not text.strip() if isinstance(text, str) else not text
-            if blank and not empty:
+            if isinstance(text, list) and not text:  # no token to read: nothing to continue
+                raise invalid(param, f"{param} {i} is an empty list of token ids.")
+            if not empty and isinstance(text, str) and not text.strip():
                 raise invalid(param, f"{param} {i} is empty.")
         return texts
 
@@ -114,11 +117,12 @@ class Server:
         """The ids a model reads for `texts` (token ids are checked against its vocabulary),
         each within the server's and the model's limits; tokenized off the event loop. A text
         too long is named `what`, else `param` and its index."""
+        limit = self.input_limit(served)
         if texts and isinstance(texts[0], list):
             ids_of = self._given_ids(served, texts, param, truncate)
         else:
+            texts = self._bounded(served, texts, limit, param, truncate, what)
             ids_of = await asyncio.to_thread(served.encode, texts, truncate)
-        limit = self.input_limit(served)
         for i, row in enumerate(ids_of):
             if len(row) > limit:
                 raise ServeError(
@@ -128,6 +132,32 @@ class Server:
                     code="context_length_exceeded",
                 )
         return ids_of
+
+    def _bounded(
+        self,
+        served: Served,
+        texts: list[str],
+        limit: int,
+        param: str,
+        truncate: bool,
+        what: str | None,
+    ) -> list[str]:
+        """The texts, each checked by its characters before it is tokenized: one longer than
+        `limit` tokens could spell (each its longest token and a space) is over the limit,
+        said without tokenizing it whole; one to be truncated is cut there first."""
+        most = limit * (served.longest_token + 1)
+        if truncate:
+            return [text[:most] for text in texts]
+        for i, text in enumerate(texts):
+            if len(text) > most:
+                raise ServeError(
+                    400,
+                    f"{what or f'{param} {i}'} has {len(text):,} characters, more than "
+                    f"{limit:,} tokens of this model can hold; the limit is {limit} tokens.",
+                    param=param,
+                    code="context_length_exceeded",
+                )
+        return texts
 
     def _given_ids(
         self, served: Served, rows: list[list[int]], param: str, truncate: bool
@@ -165,6 +195,23 @@ class Server:
             tokens = min(tokens, served.max_len - 1)
         return tokens
 
+    def budget(
+        self, texts: int, outputs: int, max_tokens: int, names: str, param: str = "max_tokens"
+    ) -> None:
+        """Refuse a request whose new tokens in all (texts x outputs x max_tokens, `names`
+        saying what they are called) outgrow `max_request_tokens`."""
+        most, asked = self.settings.max_request_tokens, texts * outputs * max_tokens
+        if asked > most:
+            default = ServeSettings().max_request_tokens
+            raise ServeError(
+                400,
+                f"this request asks for up to {asked:,} new tokens ({names}: {texts} x "
+                f"{outputs} x {max_tokens}), over the server's max_request_tokens of {most:,} "
+                f"(--max-request-tokens, default {default:,}); ask for fewer.",
+                param=param,
+                code="request_too_large",
+            )
+
     async def run(self, key: tuple, items: list[Any], alone: bool = False) -> list[Any]:
         """The results of `items` from the batcher, batched with other requests' unless
         `alone`, within the request's time limit."""
@@ -192,4 +239,19 @@ def server(request: Request) -> Server:
     return request.app.state.server
 
 
+# What a request's handling notes for the guard (its model): a dict the guard sets before the
+# app runs, which the app's task sees through its copy of the context
+REQUEST_NOTES: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "attnkit_request_notes", default=None
+)
+ARRIVED = "attnkit.arrived"  # the scope's key: when the guard first saw the request
+
+
+def arrived(request: Request) -> float:
+    """When the request arrived (`time.perf_counter`), as the guard noted it: a time to first
+    token counts from there, as its client's does."""
+    return request.scope.get(ARRIVED, time.perf_counter())
+
+
 ServerDep = Annotated[Server, Depends(server)]
+ArrivedDep = Annotated[float, Depends(arrived)]

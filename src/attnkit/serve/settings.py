@@ -18,9 +18,13 @@ class ServeSettings:
     max_input_tokens: the longest prompt or source (each model's max_len bounds it too).
     max_new_tokens: the most tokens a request may ask for (and what a chat gets by default).
     max_texts: texts in one request at most (prompts, inputs, sources).
+    max_request_tokens: the new tokens one request may ask for in all, prompts x outputs
+        (n, best_of, a beam's or n-best's width) x max_tokens: its bound on one request's work.
     max_concurrent: /v1 requests in flight at once; one more is answered 429 with
         Retry-After. /health, /ready, /metrics and the page never count.
     max_body_bytes: the largest request body; a larger one is answered 413 before it is read.
+    body_timeout_s: how long a request's body may take to arrive whole; then 408, so clients
+        sending bytes slowly cannot hold every in-flight place.
     timeout_s: a request's longest wait for its result (a stream's, for its next token);
         then 504.
     api_key: if set, every /v1 request must send `Authorization: Bearer <key>`.
@@ -33,8 +37,10 @@ class ServeSettings:
     max_input_tokens: int = 1024
     max_new_tokens: int = 512
     max_texts: int = 64
+    max_request_tokens: int = 65536
     max_concurrent: int = 64
     max_body_bytes: int = 2 * 1024 * 1024
+    body_timeout_s: float = 30.0
     timeout_s: float = 120.0
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
@@ -44,11 +50,13 @@ class ServeSettings:
         finite_fields(self, "serve")
         non_negative("batch_wait_ms", self.batch_wait_ms)
         positive("timeout_s", self.timeout_s)
+        positive("body_timeout_s", self.body_timeout_s)
         for name in (
             "max_batch",
             "max_input_tokens",
             "max_new_tokens",
             "max_texts",
+            "max_request_tokens",
             "max_concurrent",
             "max_body_bytes",
         ):

@@ -20,20 +20,23 @@ from attnkit.serve import work
 from attnkit.serve.answers import Head, Stream
 from attnkit.serve.outputs import Outputs
 from attnkit.serve.protocol import AttentionRequest, TranslationRequest
-from attnkit.serve.server import Server, ServerDep
+from attnkit.serve.server import ArrivedDep, Server, ServerDep
 
 router = APIRouter(prefix="/v1")
 
 
 @router.post("/translate", response_model=None)
 async def translations(
-    body: TranslationRequest, srv: ServerDep
+    body: TranslationRequest, srv: ServerDep, arrived: ArrivedDep
 ) -> dict[str, Any] | StreamingResponse:
     body.refusals()
     served = srv.model(body.model, ("encoder-decoder",), "/v1/translate")
     texts = srv.texts(body.texts, "texts")
     sources = await srv.encode(served, texts, "texts")
     max_new = srv.new_tokens(served, body.max_new_tokens, "max_new_tokens")
+    width = max(body.beam, body.n_best)
+    names = "texts x beam x max_new_tokens" if body.beam > 1 else "texts x n_best x max_new_tokens"
+    srv.budget(len(texts), width, max_new, names, "max_new_tokens")
     on_scheduler = body.beam == 1 and served.model.config.copy_attention == "none"
     if on_scheduler:
         sampling = GenerationConfig(
@@ -45,7 +48,8 @@ async def translations(
             seed=body.seed,
         )
         todo = [i for i, t in enumerate(texts) if t.strip()]  # an empty text: an empty one
-        outputs = Outputs(srv.scheduler, served, [sources[i] for i in todo], sampling, body.n_best)
+        todo_sources = [sources[i] for i in todo]
+        outputs = Outputs(srv.scheduler, served, todo_sources, sampling, body.n_best, arrived)
         if body.stream:
             return _stream(srv, served.name, body, outputs, len(sources[0]))
         done = await outputs.collect(srv.settings.timeout_s)

@@ -2,13 +2,21 @@
 beam search and a pointer-generator's translations, a prompt's log-probabilities, and the
 attention views of the page.
 
-Each function runs as a job of the decoding thread with every item of one batch
-(`batching.Batcher`). A beam search's outputs end for a `stop` (the model's end
-token) or their `length` (`max_new_tokens` spent), as OpenAI names the two.
+Each function is given every item of one batch (`batching.Batcher`) and yields
+its results in pieces, (item index, result) pairs, each piece a job of the
+decoding thread of its own: the streams under way take a decoding step between
+two pieces. A piece is sized to take about `SLICE_S` by the `Pace` each model's
+work has shown so far (sentence vectors: rows x padded length; beam search: texts
+x beams x new tokens); a prompt's log-probabilities and an attention view are a
+piece each. A beam search's outputs end for a `stop` (the model's end token) or
+their `length` (`max_new_tokens` spent), as OpenAI names the two.
 """
 
 from __future__ import annotations
 
+import time
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +28,37 @@ from attnkit.generation.rows import Token
 from attnkit.generation.text import token_text
 from attnkit.inference import translate as translate_texts
 from attnkit.serve.runs import Served
+
+SLICE_S = 0.1  # about how long one piece of batch work holds the decoding thread
+FIRST_PIECE = 256  # the work units (tokens) of a model's first piece, before any is timed
+
+Pieces = Iterator[list[tuple[int, object]]]  # a batch's results, piece by piece
+
+
+class Pace:
+    """How many units of a kind of work fit in `SLICE_S` on one model, learnt from the
+    pieces run so far (a running mean of seconds per unit)."""
+
+    def __init__(self) -> None:
+        self.seconds_per_unit: float | None = None
+
+    def units(self) -> int:
+        if self.seconds_per_unit is None:
+            return FIRST_PIECE
+        return max(1, int(SLICE_S / self.seconds_per_unit))
+
+    def timed(self, units: int, seconds: float) -> None:
+        rate = seconds / max(units, 1)
+        last = self.seconds_per_unit
+        self.seconds_per_unit = rate if last is None else (last + rate) / 2
+
+
+_paces: weakref.WeakKeyDictionary[Served, dict[str, Pace]] = weakref.WeakKeyDictionary()
+
+
+def pace(served: Served, kind: str) -> Pace:
+    """The pace of `kind` of work (embed, translate) on a served model."""
+    return _paces.setdefault(served, {}).setdefault(kind, Pace())
 
 
 @dataclass(frozen=True)
@@ -34,95 +73,134 @@ class Translated:
 
 def translate(
     served: Served, decoding: GenerationConfig, items: list[tuple[str, list[int]]]
-) -> list[Translated]:
-    """Translate each (text, source ids) with an encoder-decoder; an empty text gives an empty
-    translation. A pointer-generator translates through `attnkit.inference.translate`, which
-    writes its copied words back; its token counts are those of its output re-read."""
-    tokenizer = served.tokenizer
-    config = resolve(decoding, {}, served.model.config, tokenizer)
+) -> Pieces:
+    """Translate each (text, source ids) with an encoder-decoder, a few texts a piece (all at
+    once with a seed, whose draws depend on the batch); an empty text gives an empty
+    translation."""
+    config = resolve(decoding, {}, served.model.config, served.tokenizer)
     n = config.num_return_sequences
-    outputs = [Translated([""] * n, ["stop"] * n, 0, 0) for _ in items]
+    empty = [(i, Translated([""] * n, ["stop"] * n, 0, 0))
+             for i, (text, _) in enumerate(items) if not text.strip()]  # fmt: skip
+    if empty:
+        yield empty
     todo = [i for i, (text, _) in enumerate(items) if text.strip()]
-    if not todo:
-        return outputs
+    per_text = config.num_beams * n * config.max_new_tokens
+    speed, start = pace(served, "translate"), 0
+    while start < len(todo):
+        size = len(todo) if config.seed is not None else max(1, speed.units() // per_text)
+        piece, start = todo[start : start + size], start + size
+        began = time.perf_counter()
+        done = _translate(served, config, [items[i] for i in piece])
+        speed.timed(len(piece) * per_text, time.perf_counter() - began)
+        yield list(zip(piece, done, strict=True))
+
+
+def _translate(
+    served: Served, config: GenerationConfig, items: list[tuple[str, list[int]]]
+) -> list[Translated]:
+    """A pointer-generator translates through `attnkit.inference.translate`, which writes its
+    copied words back; its token counts are those of its output re-read."""
+    tokenizer, n = served.tokenizer, config.num_return_sequences
     if served.model.config.copy_attention != "none" and n == 1:
-        texts = served.sources([items[i][0] for i in todo])
+        texts = served.sources([text for text, _ in items])
         done = translate_texts(served.model, tokenizer, texts, config, batch_size=len(texts))
         new = [tokenizer.encode(t) for t in done]
     else:
-        ids, mask = pad([items[i][1] for i in todo], tokenizer.pad_id)
-        new = generate(served.model, ids, mask, config).new_tokens()
+        ids, mask = pad([source for _, source in items], tokenizer.pad_id)
+        device = served.model.device
+        new = generate(served.model, ids.to(device), mask.to(device), config).new_tokens()
     texts = tokenizer.decode_batch(new)
-    for k, i in enumerate(todo):
+    outputs = []
+    for k, (_, source) in enumerate(items):
         rows = range(k * n, (k + 1) * n)
-        outputs[i] = Translated(
-            [texts[r] for r in rows],
-            ["length" if len(new[r]) >= decoding.max_new_tokens else "stop" for r in rows],
-            len(items[i][1]),
-            sum(len(new[r]) for r in rows),
+        outputs.append(
+            Translated(
+                [texts[r] for r in rows],
+                ["length" if len(new[r]) >= config.max_new_tokens else "stop" for r in rows],
+                len(source),
+                sum(len(new[r]) for r in rows),
+            )
         )
     return outputs
 
 
-def embed(served: Served, options: None, ids: list[list[int]]) -> list[torch.Tensor]:
-    """Each input's sentence vector, pooled as the model's own pooling says."""
-    return list(served.encoder.encode_ids(ids, batch_size=max(len(ids), 1)))
+def embed(served: Served, options: None, ids: list[list[int]]) -> Pieces:
+    """Each input's sentence vector, pooled as the model's own pooling says: inputs of like
+    length together, as many a piece as its pace allows (rows x padded length)."""
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    speed, start = pace(served, "embed"), 0
+    while start < len(order):
+        budget, end = speed.units(), start + 1
+        while end < len(order) and (end + 1 - start) * len(ids[order[end]]) <= budget:
+            end += 1
+        piece, start = order[start:end], end
+        rows = [ids[i] for i in piece]
+        began = time.perf_counter()
+        vectors = served.encoder.encode_ids(rows, batch_size=len(rows))
+        speed.timed(len(rows) * len(rows[-1]), time.perf_counter() - began)
+        yield list(zip(piece, vectors, strict=True))
+
+
+def prompt_logprobs(served: Served, top: int, prompts: list[list[int]]) -> Pieces:
+    """Each prompt token's log-probability after the tokens before it, with the `top` most
+    likely there (the first token has none: nothing predicts it); a prompt a piece."""
+    for i, ids in enumerate(prompts):
+        yield [(i, _prompt_logprobs(served, top, ids))]
 
 
 @torch.no_grad()
-def prompt_logprobs(served: Served, top: int, prompts: list[list[int]]) -> list[list[Token]]:
-    """Each prompt token's log-probability after the tokens before it, with the `top` most
-    likely there (the first token has none: nothing predicts it)."""
-    tokenizer, out = served.tokenizer, []
-    for ids in prompts:
-        logprobs = torch.log_softmax(served.model(torch.tensor([ids])).logits[0].float(), -1)
-        tokens = [Token(token_text(tokenizer, None, ids[0]), None)]
-        for i in range(1, len(ids)):
-            row = logprobs[i - 1]
-            best = row.topk(top) if top else None
-            alternatives = (
-                ()
-                if best is None
-                else tuple(
-                    (token_text(tokenizer, ids[i - 1], t), v)
-                    for t, v in zip(best.indices.tolist(), best.values.tolist(), strict=True)
-                )
+def _prompt_logprobs(served: Served, top: int, ids: list[int]) -> list[Token]:
+    tokenizer = served.tokenizer
+    logprobs = torch.log_softmax(served.model(_tensor(served, [ids])).logits[0].float(), -1)
+    tokens = [Token(token_text(tokenizer, None, ids[0]), None)]
+    for i in range(1, len(ids)):
+        row = logprobs[i - 1]
+        best = row.topk(top) if top else None
+        alternatives = (
+            ()
+            if best is None
+            else tuple(
+                (token_text(tokenizer, ids[i - 1], t), v)
+                for t, v in zip(best.indices.tolist(), best.values.tolist(), strict=True)
             )
-            text = token_text(tokenizer, ids[i - 1], ids[i])
-            tokens.append(Token(text, float(row[ids[i]]), alternatives))
-        out.append(tokens)
-    return out
+        )
+        text = token_text(tokenizer, ids[i - 1], ids[i])
+        tokens.append(Token(text, float(row[ids[i]]), alternatives))
+    return tokens
 
 
 VIEW_TOKENS = 24  # the most tokens the attention viewer decodes after the text
 VIEW_LIMIT = 64  # the most tokens a side of an attention view shows: weights grow as its square
 
 
-@torch.no_grad()
-def attention(served: Served, options: None, items: list[tuple[str, str | None]]) -> list[dict]:
+def attention(served: Served, options: None, items: list[tuple[str, str | None]]) -> Pieces:
     """For the viewer: for each (text, output) the output (given, or the model's greedy one of
     up to VIEW_TOKENS), their tokens (up to VIEW_LIMIT a side) and every attention weight, as
-    `{kind: [layer][head][query][key]}` (kinds "encoder", "decoder", "cross", as the model has)."""
-    return [_attention(served, text, output) for text, output in items]
+    `{kind: [layer][head][query][key]}` (kinds "encoder", "decoder", "cross", as the model has);
+    a view a piece."""
+    for i, (text, output) in enumerate(items):
+        yield [(i, _attention(served, text, output))]
+
+
+def translation_attention(served: Served, options: None, pairs: list[tuple[str, str]]) -> Pieces:
+    """The attention of each (source, translation) pair, the translation given as text; a
+    pair a piece."""
+    for i, (source, translation) in enumerate(pairs):
+        yield [(i, _translation_attention(served, source, translation))]
 
 
 @torch.no_grad()
-def translation_attention(
-    served: Served, options: None, pairs: list[tuple[str, str]]
-) -> list[dict]:
-    """The attention of each (source, translation) pair, the translation given as text."""
+def _translation_attention(served: Served, source: str, translation: str) -> dict:
     tokenizer, limit = served.tokenizer, min(served.max_len - 1, VIEW_LIMIT)
-    views = []
-    for source, translation in pairs:
-        (src,) = served.encode([source])
-        tgt = [tokenizer.bos_id, *tokenizer.encode(translation)]
-        total = {"queries": len(tgt), "keys": len(src)}
-        src, tgt = src[:limit], tgt[:limit]
-        out = served.model(torch.tensor([src]), torch.tensor([tgt]), need_weights=True)
-        views.append(_view(served, out.attentions, tgt, src, translation, total))
-    return views
+    (src,) = served.encode([source])
+    tgt = [tokenizer.bos_id, *tokenizer.encode(translation)]
+    total = {"queries": len(tgt), "keys": len(src)}
+    src, tgt = src[:limit], tgt[:limit]
+    out = served.model(_tensor(served, [src]), _tensor(served, [tgt]), need_weights=True)
+    return _view(served, out.attentions, tgt, src, translation, total)
 
 
+@torch.no_grad()
 def _attention(served: Served, text: str, output: str | None) -> dict:
     model, tokenizer = served.model, served.tokenizer
     # an encoder-decoder stops at its max_len: ask no more (`generate` would say so each time)
@@ -132,19 +210,19 @@ def _attention(served: Served, text: str, output: str | None) -> dict:
     (ids,) = served.encode([text])
     if served.shape == "encoder-decoder":
         if output is None:
-            new = generate(model, torch.tensor([ids[:limit]]), config=config).new_tokens()[0]
+            new = generate(model, _tensor(served, [ids[:limit]]), config=config).new_tokens()[0]
             output = tokenizer.decode(new)
-        return translation_attention(served, None, [(text, output)])[0]
+        return _translation_attention(served, text, output)
     if served.shape == "encoder":
         new = []
     elif output is not None:
         new = tokenizer.encode(output)
     else:
-        new = generate(model, torch.tensor([ids[-limit:]]), config=config).new_tokens()[0]
+        new = generate(model, _tensor(served, [ids[-limit:]]), config=config).new_tokens()[0]
     ids = ids + new
     total = {"queries": len(ids), "keys": len(ids)}
     ids = ids[:limit]
-    out = model(torch.tensor([ids]), need_weights=True)
+    out = model(_tensor(served, [ids]), need_weights=True)
     return _view(served, out.attentions, ids, ids, tokenizer.decode(new), total)
 
 
@@ -182,3 +260,8 @@ def _view(
         "total": total,
         "attention": weights,
     }
+
+
+def _tensor(served: Served, rows: list[list[int]]) -> torch.Tensor:
+    """Token ids on the served model's device."""
+    return torch.tensor(rows, device=served.model.device)
