@@ -143,7 +143,7 @@ def choice_seed(seed: int, choice: int) -> int:
     if choice == 0:
         return seed
     digest = hashlib.sha256(f"{seed}/{choice}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1  # below 2**63, as torch's seeds are
+    return int.from_bytes(digest[:4], "little")  # below 2**32, as GenerationConfig's seeds are
 
 
 def choice_sampling(sampling: GenerationConfig, choice: int) -> GenerationConfig:
