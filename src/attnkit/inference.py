@@ -232,28 +232,32 @@ def _pieces(
 ) -> Iterator[str]:
     """The new text of `complete`, yielded as it grows."""
     steps = (int(step[0]) for step in stream(model, prompt_ids, None, config))
-    yield from TextPieces(tokenizer, set() if eos is None else {eos}).feed(steps)
+    ends = set() if eos is None else {eos}
+    yield from TextPieces(tokenizer, ends, context=prompt_ids[0].tolist()).feed(steps)
 
 
 @dataclass
 class TextPieces:
     """Token ids made text as they come: `feed` yields each piece the text grows by, until an
     end token; `ids` holds the ids read (the end token not among them), `stopped` whether an
-    end token came. A byte-level token that ends inside a character waits for the rest."""
+    end token came. A byte-level token that ends inside a character waits for the rest. The
+    text is what the ids add after `context` (a prompt's ids), decoded together with it
+    (`Tokenizer.decode_continuation`), so a word's space before it is kept."""
 
     tokenizer: Tokenizer
     eos: set[int]
     ids: list[int] = field(default_factory=list)
+    context: list[int] = field(default_factory=list)
     stopped: bool = False
 
     def feed(self, tokens: Iterable[int]) -> Iterator[str]:
-        shown = self.tokenizer.decode(self.ids)
+        shown = self.tokenizer.decode_continuation(self.context, self.ids)
         for token in tokens:
             if token in self.eos:
                 self.stopped = True
                 return
             self.ids.append(token)
-            text = self.tokenizer.decode(self.ids)
+            text = self.tokenizer.decode_continuation(self.context, self.ids)
             if text.startswith(shown) and len(text) > len(shown) and not text.endswith("\ufffd"):
                 yield text[len(shown) :]
                 shown = text

@@ -73,7 +73,9 @@ class Sequence:
 
     def __post_init__(self) -> None:
         self.row = Row(self.sampling, self.prompt)
-        self.text = TextState(self.model.tokenizer, self.sampling.stop)
+        decoder = self.model.model.config.shape == "decoder"  # a source is not continued
+        context = self.prompt if decoder else None
+        self.text = TextState(self.model.tokenizer, self.sampling.stop, context)
         self.pending: list[Token] = []
 
     @property
