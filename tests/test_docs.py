@@ -133,6 +133,43 @@ def test_the_site_renders_in_a_browser(site: Path) -> None:
         browser.close()
 
 
+# A script or stylesheet that a page loads from another host: offline, the page lacks it.
+REMOTE_ASSET = re.compile(r"<(?:script|link)\b[^>]*\b(?:src|href)=\"(?:https?:)?//[^\"]+\"")
+
+
+def test_the_site_reads_offline_its_formulas_typeset_by_its_own_mathjax(site: Path) -> None:
+    for page in site.rglob("*.html"):
+        assert not REMOTE_ASSET.findall(page.read_text()), page  # no CDN: MathJax included
+    course = (site / "learn" / "attention.html").read_text()
+    assert 'src="../_static/mathjax/tex-chtml.js' in course
+    fonts = site / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
+    assert len(list(fonts.glob("*.woff"))) > 10
+    with sync_playwright() as p:  # typeset in a browser that may reach no other host
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        asked: list[str] = []
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(
+            "file:") else (asked.append(route.request.url), route.abort()))  # fmt: skip
+        page.goto((site / "learn" / "attention.html").as_uri())
+        page.wait_for_selector("mjx-container", timeout=30_000)
+        typeset = page.eval_on_selector_all("mjx-container", "m => m.length")
+        raw = page.inner_text("article").count("\\sqrt")
+        browser.close()
+    assert typeset >= 3 and raw == 0 and not asked, (typeset, raw, asked)
+
+
+def test_the_sidebar_lists_guides_and_results_in_a_readers_order(site: Path) -> None:
+    home = (site / "index.html").read_text()
+    sidebar = home[home.index("sidebar-tree") :]
+
+    def order(folder: str) -> list[str]:
+        return list(dict.fromkeys(re.findall(rf'href="{folder}/([\w-]+)\.html"', sidebar)))
+
+    howto, results = order("howto"), order("results")
+    assert howto[:3] == ["recipes", "your-own-data", "runs-from-python"], howto
+    assert results[0] == "real-data", results
+
+
 def test_every_run_config_key_has_its_sentence() -> None:
     missing = [
         f"{section}.{key.name}"
