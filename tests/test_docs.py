@@ -95,6 +95,20 @@ def test_the_course_runs_its_code_and_draws_its_pictures(site: Path) -> None:
     assert len(drawn) >= 9
 
 
+def test_every_figure_is_drawn_and_captioned(site: Path) -> None:
+    for page in pages():
+        text = page.read_text()
+        html = (site / page.relative_to(DOCS).with_suffix(".html")).read_text()
+        article = html[html.index("<article") : html.index("</article>")]
+        figures = re.findall(r"<figure\b.*?</figure>", article, re.S)
+        # A picture in Markdown (![...]) has no caption; a course cell's is `mystnb: figure`.
+        asked = len(re.findall(r"^```\{figure\}|^  figure:$", text, re.M))
+        assert not re.search(r"^!\[", text, re.M), f"{page}: give the picture a {{figure}} caption"
+        assert len(figures) == asked, page  # each drawn: a cell that draws nothing has none
+        for figure in figures:
+            assert "<img" in figure and "<figcaption" in figure, page
+
+
 def test_the_reference_is_generated_from_the_code(site: Path) -> None:
     cli = (site / "reference" / "cli.html").read_text()
     for command in ("demo", "train", "recipes", "translate", "generate", "eval", "embed", "serve"):
