@@ -172,6 +172,25 @@ def test_the_site_reads_offline_its_formulas_typeset_by_its_own_mathjax(site: Pa
     assert typeset >= 3 and raw == 0 and not asked, (typeset, raw, asked)
 
 
+def test_no_table_is_cut_at_a_laptops_width(site: Path) -> None:
+    """At 1280 px every table shows its last column (the reference's "what it does", the
+    results' commands) without scrolling sideways (docs/_static/attnkit.css)."""
+    cut = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        for source in pages():
+            page.goto((site / source.relative_to(DOCS).with_suffix(".html")).as_uri())
+            widths = page.eval_on_selector_all(
+                "article table", "ts => ts.map(t => [t.parentElement.scrollWidth, "
+                "t.parentElement.clientWidth])",
+            )  # fmt: skip
+            if over := [w for w in widths if w[0] > w[1] + 1]:
+                cut[str(source.relative_to(DOCS))] = over
+        browser.close()
+    assert not cut, cut  # (table's width, room) of each table that does not fit
+
+
 def test_the_sidebar_lists_guides_and_results_in_a_readers_order(site: Path) -> None:
     home = (site / "index.html").read_text()
     sidebar = home[home.index("sidebar-tree") :]
