@@ -61,6 +61,14 @@ autodoc_default_options = {"members": True, "show-inheritance": True}
 html_theme = "furo"
 html_title = f"attnkit {version}"
 html_static_path = ["_static"]
+html_css_files = ["attnkit.css"]  # wide tables scroll within the page; see the file
+
+# MathJax is served from the site itself, not a CDN, so the course's formulas read offline. Its
+# files come from the PyPI package sphinx-mathjax-offline (MathJax 3, the [docs] extra); only
+# what TeX in HTML-CSS needs is copied (the loader, its fonts, the TeX extensions and the
+# menu), not the package's 24 MB of other bundles and speech rules.
+MATHJAX_FILES = ("tex-chtml.js", "output/chtml", "input/tex", "ui", "a11y")
+mathjax_path = "mathjax/tex-chtml.js"  # under _static
 html_theme_options = {"navigation_with_keys": True}
 
 # Quotes and ellipses typeset, but not dashes: `--help` and `--set` stay as typed.
@@ -75,5 +83,37 @@ def _open_execution_cache(app) -> None:
     get_cache(app.env.mystnb_config.execution_cache_path).db  # noqa: B018 (opening creates it)
 
 
+def mathjax_folder() -> Path:
+    """The MathJax of the package sphinx-mathjax-offline (its import name has hyphens, so it
+    is found by its distribution's files)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        found = distribution("sphinx-mathjax-offline")
+    except PackageNotFoundError:
+        raise RuntimeError(
+            "the docs serve MathJax from the site: pip install -e '.[docs]' (or "
+            "sphinx-mathjax-offline) first"
+        ) from None
+    return Path(found.locate_file("sphinx-mathjax-offline/static/mathjax"))
+
+
+def _copy_mathjax(app, error) -> None:
+    """Copy MathJax's files into the built site's _static/mathjax, where `mathjax_path` points."""
+    if error is not None or app.builder.format != "html":
+        return
+    from sphinx.util.fileutil import copy_asset
+
+    source, target = mathjax_folder(), Path(app.outdir) / "_static" / "mathjax"
+    for name in MATHJAX_FILES:
+        if (source / name).is_dir():
+            copy_asset(str(source / name), str(target / name))
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+            copy_asset(str(source / name), str(target))
+
+
 def setup(app) -> None:
     app.connect("builder-inited", _open_execution_cache, priority=900)  # after myst-nb's own
+    app.connect("builder-inited", lambda app: mathjax_folder())  # missing: said at once
+    app.connect("build-finished", _copy_mathjax)

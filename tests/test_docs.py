@@ -95,6 +95,20 @@ def test_the_course_runs_its_code_and_draws_its_pictures(site: Path) -> None:
     assert len(drawn) >= 9
 
 
+def test_every_figure_is_drawn_and_captioned(site: Path) -> None:
+    for page in pages():
+        text = page.read_text()
+        html = (site / page.relative_to(DOCS).with_suffix(".html")).read_text()
+        article = html[html.index("<article") : html.index("</article>")]
+        figures = re.findall(r"<figure\b.*?</figure>", article, re.S)
+        # A picture in Markdown (![...]) has no caption; a course cell's is `mystnb: figure`.
+        asked = len(re.findall(r"^```\{figure\}|^  figure:$", text, re.M))
+        assert not re.search(r"^!\[", text, re.M), f"{page}: give the picture a {{figure}} caption"
+        assert len(figures) == asked, page  # each drawn: a cell that draws nothing has none
+        for figure in figures:
+            assert "<img" in figure and "<figcaption" in figure, page
+
+
 def test_the_reference_is_generated_from_the_code(site: Path) -> None:
     cli = (site / "reference" / "cli.html").read_text()
     for command in ("demo", "train", "recipes", "translate", "generate", "eval", "embed", "serve"):
@@ -131,6 +145,62 @@ def test_the_site_renders_in_a_browser(site: Path) -> None:
                 page.locator("article img").first.scroll_into_view_if_needed()  # in the shot
             page.screenshot(path=str(ARTIFACTS / picture))
         browser.close()
+
+
+# A script or stylesheet that a page loads from another host: offline, the page lacks it.
+REMOTE_ASSET = re.compile(r"<(?:script|link)\b[^>]*\b(?:src|href)=\"(?:https?:)?//[^\"]+\"")
+
+
+def test_the_site_reads_offline_its_formulas_typeset_by_its_own_mathjax(site: Path) -> None:
+    for page in site.rglob("*.html"):
+        assert not REMOTE_ASSET.findall(page.read_text()), page  # no CDN: MathJax included
+    course = (site / "learn" / "attention.html").read_text()
+    assert 'src="../_static/mathjax/tex-chtml.js' in course
+    fonts = site / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
+    assert len(list(fonts.glob("*.woff"))) > 10
+    with sync_playwright() as p:  # typeset in a browser that may reach no other host
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        asked: list[str] = []
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(
+            "file:") else (asked.append(route.request.url), route.abort()))  # fmt: skip
+        page.goto((site / "learn" / "attention.html").as_uri())
+        page.wait_for_selector("mjx-container", timeout=30_000)
+        typeset = page.eval_on_selector_all("mjx-container", "m => m.length")
+        raw = page.inner_text("article").count("\\sqrt")
+        browser.close()
+    assert typeset >= 3 and raw == 0 and not asked, (typeset, raw, asked)
+
+
+def test_no_table_is_cut_at_a_laptops_width(site: Path) -> None:
+    """At 1280 px every table shows its last column (the reference's "what it does", the
+    results' commands) without scrolling sideways (docs/_static/attnkit.css)."""
+    cut = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_FLAGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        for source in pages():
+            page.goto((site / source.relative_to(DOCS).with_suffix(".html")).as_uri())
+            widths = page.eval_on_selector_all(
+                "article table", "ts => ts.map(t => [t.parentElement.scrollWidth, "
+                "t.parentElement.clientWidth])",
+            )  # fmt: skip
+            if over := [w for w in widths if w[0] > w[1] + 1]:
+                cut[str(source.relative_to(DOCS))] = over
+        browser.close()
+    assert not cut, cut  # (table's width, room) of each table that does not fit
+
+
+def test_the_sidebar_lists_guides_and_results_in_a_readers_order(site: Path) -> None:
+    home = (site / "index.html").read_text()
+    sidebar = home[home.index("sidebar-tree") :]
+
+    def order(folder: str) -> list[str]:
+        return list(dict.fromkeys(re.findall(rf'href="{folder}/([\w-]+)\.html"', sidebar)))
+
+    howto, results = order("howto"), order("results")
+    assert howto[:3] == ["recipes", "your-own-data", "runs-from-python"], howto
+    assert results[0] == "real-data", results
 
 
 def test_every_run_config_key_has_its_sentence() -> None:

@@ -24,6 +24,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -113,6 +114,14 @@ def _warn_unknown(tokenizer: Tokenizer, encoded: list[list[int]]) -> list[list[i
     return encoded
 
 
+class Hypothesis(NamedTuple):
+    """One translation of an n-best list: its text and its score, beam search's
+    length-penalised log-probability (None where greedy decoding gives no score)."""
+
+    text: str
+    score: float | None
+
+
 def translate(
     model: TransformerModel,
     tokenizer: Tokenizer,
@@ -124,6 +133,27 @@ def translate(
     progress: Callable[[int], None] | None = None,
 ) -> list[str]:
     """One output line per input line, in order; `progress(n)` is told of each n lines done."""
+    best = translate_n_best(
+        model, tokenizer, texts, 1, config,
+        batch_size=batch_size, refuse_long=refuse_long, progress=progress,
+    )  # fmt: skip
+    return [hypotheses[0].text for hypotheses in best]
+
+
+def translate_n_best(
+    model: TransformerModel,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    n: int,
+    config: GenerationConfig | None = None,
+    *,
+    batch_size: int = 32,
+    refuse_long: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> list[list[Hypothesis]]:
+    """The `n` best translations of each input line, best first, with their scores; beam
+    search (`config.num_beams`) must keep at least `n` hypotheses. An empty line gets `n`
+    empty translations; `progress(k)` is told of each k lines done."""
     if model.config.shape != "encoder-decoder":
         raise AttnkitError(
             f"translation needs an encoder-decoder model, but this one is "
@@ -134,9 +164,10 @@ def translate(
     for line, text in enumerate(texts, start=1):
         check_utf8(text, f"input line {line}")
     config = dataclasses.replace(
-        resolve(config, {}, model.config, tokenizer), num_return_sequences=1
+        resolve(config, {}, model.config, tokenizer),
+        num_return_sequences=n,  # checked here: at most num_beams
     )
-    outputs = [""] * len(texts)
+    outputs = [[Hypothesis("", None)] * n for _ in texts]
     todo = [i for i, text in enumerate(texts) if text.strip()]
     if progress is not None and len(todo) < len(texts):
         progress(len(texts) - len(todo))
@@ -153,13 +184,18 @@ def translate(
         chunk = order[start : start + batch_size]
         src, src_mask = pad([ids[j] for j in chunk], tokenizer.pad_id)
         result = generate(model, src.to(device), src_mask.to(device), config)
-        new = result.new_tokens()
+        new = result.new_tokens()  # n rows a source, best first
         if unknown is None:
             texts_out = tokenizer.decode_batch(new)
         else:  # copied words are ids past the vocabulary, which only their source can name
-            texts_out = extended.decode(tokenizer, new, [unknown[j] for j in chunk])
-        for j, text in zip(chunk, texts_out, strict=True):
-            outputs[todo[j]] = text
+            texts_out = extended.decode(
+                tokenizer, new, [unknown[j] for j in chunk for _ in range(n)]
+            )
+        scores = result.sequences_scores
+        scores = [None] * len(new) if scores is None else scores.tolist()
+        for k, j in enumerate(chunk):
+            rows = range(k * n, (k + 1) * n)
+            outputs[todo[j]] = [Hypothesis(texts_out[r], scores[r]) for r in rows]
         if progress is not None:
             progress(len(chunk))
     return outputs
@@ -223,28 +259,33 @@ def _pieces(
 ) -> Iterator[str]:
     """The new text of `complete`, yielded as it grows."""
     steps = (int(step[0]) for step in stream(model, prompt_ids, None, config))
-    yield from TextPieces(tokenizer, set(config.eos_ids)).feed(steps)
+    yield from TextPieces(tokenizer, set(config.eos_ids), context=prompt_ids[0].tolist()).feed(
+        steps
+    )
 
 
 @dataclass
 class TextPieces:
     """Token ids made text as they come: `feed` yields each piece the text grows by, until an
     end token; `ids` holds the ids read (the end token not among them), `stopped` whether an
-    end token came. A byte-level token that ends inside a character waits for the rest."""
+    end token came. A byte-level token that ends inside a character waits for the rest. The
+    text is what the ids add after `context` (a prompt's ids), decoded together with it
+    (`Tokenizer.decode_continuation`), so a word's space before it is kept."""
 
     tokenizer: Tokenizer
     eos: set[int]
     ids: list[int] = field(default_factory=list)
+    context: list[int] = field(default_factory=list)
     stopped: bool = False
 
     def feed(self, tokens: Iterable[int]) -> Iterator[str]:
-        shown = self.tokenizer.decode(self.ids)
+        shown = self.tokenizer.decode_continuation(self.context, self.ids)
         for token in tokens:
             if token in self.eos:
                 self.stopped = True
                 return
             self.ids.append(token)
-            text = self.tokenizer.decode(self.ids)
+            text = self.tokenizer.decode_continuation(self.context, self.ids)
             if text.startswith(shown) and len(text) > len(shown) and not text.endswith("\ufffd"):
                 yield text[len(shown) :]
                 shown = text

@@ -263,6 +263,23 @@ class Tokenizer:
         """Clean text from ids (a list or a 1-D tensor); special tokens dropped unless asked."""
         return self.decode_batch([token_ids("ids", ids)], skip_special=skip_special)[0]
 
+    def decode_continuation(self, context: Sequence[int], ids: Sequence[int]) -> str:
+        """The text `ids` add after `context` (a prompt's ids, say): decode(context + ids) less
+        decode(context), so that text + continuation reads as the tokenizer decodes them together.
+
+        Decoded alone, a continuation loses what joins it to the text before: word-level, BPE,
+        WordPiece and Unigram decoders put the space between two words, not at a word's start,
+        so `the cat` went on as `the cateats`. Both decodings include the context in whole, as
+        a pretokenizer's restoring (`attnkit.pretokenize`) may look past the last few tokens.
+        A continuation that ends inside a character (byte-level) ends in U+FFFD, as `decode`.
+        """
+        context = token_ids("context", context)
+        ids = token_ids("ids", ids)
+        if not context:
+            return self.decode(ids)
+        before, text = self.decode_batch([context, [*context, *ids]])
+        return text[len(before) :]
+
     def decode_batch(self, batch: Sequence[Sequence[int]], skip_special: bool = True) -> list[str]:
         """`decode` for many sequences (a list of lists or a 2-D tensor)."""
         rows = _as_list(batch) if hasattr(batch, "tolist") else batch

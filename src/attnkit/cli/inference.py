@@ -38,7 +38,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     """Translate lines from --input (or stdin), one output line per input line, in order."""
     from attnkit.data.section import prepare_sources
     from attnkit.files import check_writable
-    from attnkit.inference import read_texts, translate_run, write_lines
+    from attnkit.inference import read_texts, translate_n_best, translate_run, write_lines
     from attnkit.run import RunFolder
 
     inputs = [("--input", args.input), *RunFolder(args.run_dir).inputs()]
@@ -48,20 +48,31 @@ def cmd_translate(args: argparse.Namespace) -> int:
         from attnkit.viz import check_picture
 
         check_picture(args.attention_plot, "--attention-plot", inputs)
+    if args.n_best is not None:
+        _check_n_best(args.n_best, args.beam)
     lines = read_texts(args.input)
     run = load_run_of(args)
     model, tokenizer = run.model, run.tokenizer
     config = generation_config(args, model)
+    options = {"batch_size": args.batch_size, "refuse_long": args.refuse_long}
     with _progress(len(lines), "translating", not args.no_progress) as bar:
-        outputs = translate_run(
-            run,
-            lines,
-            config,
-            batch_size=args.batch_size,
-            refuse_long=args.refuse_long,
-            progress=bar.update,
-        )
-    write_lines(outputs, args.output)
+        if args.n_best is None:
+            outputs = translate_run(run, lines, config, **options, progress=bar.update)
+            write_lines(outputs, args.output)
+        else:
+            sources = prepare_sources(run.data, lines)  # as translate_run reads them
+            best = translate_n_best(
+                model, tokenizer, sources, args.n_best, config, **options, progress=bar.update
+            )
+            outputs = [hypotheses[0].text for hypotheses in best]
+            # Moses' n-best format: the input's line number from 0, the text, its score (an
+            # empty line is not decoded: its empty translations have none, and show nan).
+            n_best = [
+                f"{i} ||| {h.text} ||| {float('nan') if h.score is None else h.score:.4f}"
+                for i, hs in enumerate(best)
+                for h in hs
+            ]
+            write_lines(n_best, args.output)
     if args.attention_plot and lines:
         from attnkit.viz import plot_model_attention
 
@@ -74,6 +85,18 @@ def cmd_translate(args: argparse.Namespace) -> int:
         )  # fmt: skip
         print(f"{args.attention_kind} attention of the first input: {picture}", file=sys.stderr)
     return 0
+
+
+def _check_n_best(n: int, beam: int) -> None:
+    from attnkit.errors import AttnkitError
+
+    if n < 1:
+        raise AttnkitError(f"--n-best must be at least 1, got {n}")
+    if beam < max(n, 2):
+        raise AttnkitError(
+            f"--n-best {n} lists beam search's best translations with their scores, but "
+            f"--beam is {beam}; give --beam {max(n, 2)} or more"
+        )
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -154,6 +177,14 @@ def add_inference_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", help="write the translations here (default: stdout)")
     p.add_argument(
         "--refuse-long", action="store_true", help="stop on inputs over max_len, not cut them"
+    )
+    p.add_argument(
+        "--n-best",
+        type=int,
+        metavar="K",
+        help="print the K best translations of each line (needs --beam K or more), one a line "
+        "as `LINE ||| TEXT ||| SCORE`: the input's line from 0, the beam's length-penalised "
+        "log-probability (default: the best alone, without its score)",
     )
     p.add_argument("--attention-plot", metavar="PNG", help="draw the first input's attention")
     p.add_argument(

@@ -81,7 +81,8 @@ class Sequence:
         decoder = self.model.model.config.shape == "decoder"
         prefix = self.prompt if decoder else [self.config.decoder_start_token_id]
         self.row = Row(self.config, prefix)
-        self.text = TextState(self.model.tokenizer, self.config.stop_strings)
+        context = self.prompt if decoder else None  # a decoder's text continues its prompt
+        self.text = TextState(self.model.tokenizer, self.config.stop_strings, context)
         self.pending: list[Token] = []
 
     @property

@@ -16,8 +16,11 @@ from attnkit.tokenizer import Tokenizer
 class TextState:
     """The text of one output as its tokens arrive (`add`), with what is still to be sent."""
 
-    def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, stop: tuple[str, ...] = (), context: list[int] | None = None
+    ) -> None:
         self.tokenizer, self.stop = tokenizer, tuple(s for s in stop if s)
+        self.context = context or []  # a decoder's prompt: the text continues it
         self.ids: list[int] = []
         self.text = ""  # the text so far, cut at a stop string once one came
         self.sent = 0  # characters of `text` handed out
@@ -26,7 +29,7 @@ class TextState:
     def add(self, token: int) -> str:
         """Take one more token; return the text that may be sent now (maybe none)."""
         self.ids.append(token)
-        text = self.tokenizer.decode(self.ids)
+        text = self.tokenizer.decode_continuation(self.context, self.ids)
         if text.endswith("\ufffd"):  # the token ends inside a character
             return ""
         self.text = text

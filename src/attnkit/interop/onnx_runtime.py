@@ -210,9 +210,8 @@ class OnnxModel:
         ids = tokenizer.encode(prompt) or [tokenizer.bos_id]
         ids = ids[-(self.config.max_len - 1) :]
         eos = tokenizer_ids(tokenizer, self.config)["eos_token_id"]
-        return tokenizer.decode(
-            self.greedy([ids], max_new_tokens=max_new_tokens, eos_token_id=eos)[0]
-        )
+        new = self.greedy([ids], max_new_tokens=max_new_tokens, eos_token_id=eos)[0]
+        return tokenizer.decode_continuation(ids, new)
 
     def translate(
         self, texts: Sequence[str], max_new_tokens: int, batch_size: int = 32
