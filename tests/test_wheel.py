@@ -86,10 +86,10 @@ def test_the_installed_wheel_runs_the_demo(venv: Path, tmp_path: Path) -> None:
 
 
 def test_the_installed_wheel_trains_a_recipe_by_its_name(
-    venv: Path, tmp_path: Path, data_dir: Path
+    venv: Path, tmp_path: Path, samples: Path
 ) -> None:
     sets = ["train.steps=3", "eval.every=3", "eval.max_batches=2", "train.threads=1",
-            f"data.data_dir={data_dir}", "train.out_dir=run"]  # fmt: skip
+            f"data.data_dir={samples}", "train.out_dir=run"]  # fmt: skip
     command = [str(venv / "bin" / "attnkit"), "train", "tinyshakespeare_char"]
     out = run([*command, *(a for s in sets for a in ("--set", s))], tmp_path)
     assert "finished at step 3" in out
