@@ -37,6 +37,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert f"attnkit/recipes/{name}.toml" in names, name
     assert any(n.startswith("attnkit/kernels/") and n.endswith(".c") for n in names)
     assert any(n.startswith("attnkit/serve/page/") for n in names)
+    assert "attnkit/py.typed" in names  # type checkers read the package's annotations
     env = tmp / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(env)], tmp)
     python = env / "bin" / "python"
