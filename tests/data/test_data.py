@@ -273,7 +273,7 @@ def test_without_files_or_network_the_error_names_files_and_place(
     with pytest.raises(AttnkitError, match=r"tinyshakespeare needs input\.txt.*downloads are off"):
         corpus_files("tinyshakespeare", "train", data_dir=empty, download=False)
     assert list(isolated_cache.rglob("*")) == [isolated_cache / "multi30k"]
-    # A relative data_dir with "..", as the recipes' "../shared/data", is named normalized.
+    # A relative data_dir with "..", such as "../shared/data", is named normalized.
     monkeypatch.chdir(empty)
     with pytest.raises(AttnkitError) as refused:
         corpus_files("tinyshakespeare", "train", data_dir="../shared", download=False)
