@@ -1,6 +1,9 @@
 """Shared test settings and fixtures: deterministic small runs, corpora, run folders.
 
-The corpora are those in ../shared/data; the run folders are built by `tests.helpers`.
+The corpora: `samples`, a few hundred lines shipped in tests/samples/, for most tests; and
+`data_dir`, the whole corpora, found as the library finds them (../shared/data beside the
+repository where it exists, $ATTNKIT_DATA, the cache, else a download). The run folders are
+built by `tests.helpers`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import gpt2_folder, tiny_g2p_run, tiny_run
+from tests.helpers import SAMPLES, gpt2_folder, tiny_g2p_run, tiny_run, whole_corpora
 
 
 def pytest_configure() -> None:
@@ -50,11 +53,17 @@ def _seed() -> None:
 
 
 @pytest.fixture(scope="session")
-def data_dir() -> Path:
-    """../shared/data beside the repository, or $ATTNKIT_TEST_DATA."""
-    return Path(
-        os.environ.get("ATTNKIT_TEST_DATA") or Path(__file__).parents[2] / "shared" / "data"
-    )
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of the whole known corpora, `<corpus>/<file>`: those in ../shared/data beside
+    the repository where it exists, else in $ATTNKIT_DATA or the cache, else downloaded into the
+    cache (`tests.helpers.whole_corpora`). Only for tests that need a whole corpus."""
+    return whole_corpora(tmp_path_factory.mktemp("corpora"))
+
+
+@pytest.fixture(scope="session")
+def samples() -> Path:
+    """A folder of small cuts of the corpora, `<corpus>/<file>` (tests/samples/README.md)."""
+    return SAMPLES
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from attnkit.config import ModelConfig
 from attnkit.data import cmudict
 from attnkit.data.batch import Batch, pad
+from attnkit.data.corpora import CORPORA, corpus_files
 from attnkit.interop import save_hf
 from attnkit.models import TransformerModel, build_model
 from attnkit.nn import LoRALinear, MultiHeadAttention, apply_lora
@@ -31,6 +32,12 @@ from attnkit.train.run_config import TrainSection
 ROOT = Path(__file__).parents[1]  # the repository's
 VOCAB = 24
 
+# The corpora. SAMPLES: a few hundred lines of Multi30k and a few speeches of Tiny Shakespeare,
+# shipped with the tests as `<corpus>/<file>` (tests/samples/README.md: what, and whence).
+# SHARED_DATA: where this project's machines keep the whole corpora, beside the repository.
+SAMPLES = Path(__file__).parent / "samples"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
 # The browser the page tests drive (Debian's Chromium, through Playwright), and where they keep
 # their screenshots (under $ATTNKIT_TEST_ARTIFACTS, else test-artifacts/, which git ignores).
 CHROMIUM = "/usr/bin/chromium"
@@ -39,6 +46,29 @@ BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
 ARTIFACTS = Path(
     os.environ.get("ATTNKIT_TEST_ARTIFACTS", Path(__file__).parents[1] / "test-artifacts")
 )
+
+
+def whole_corpora(folder: Path) -> Path:
+    """A folder holding every file of the known corpora as `<corpus>/<file>`, each found as the
+    library finds it (`attnkit.data.corpora.corpus_files`): in SHARED_DATA where that folder
+    exists, then $ATTNKIT_DATA, then the cache, else downloaded into the cache. The folder they
+    all lie in, or else `folder`, made of links to them."""
+    given = SHARED_DATA if SHARED_DATA.is_dir() else None
+    found = [
+        path
+        for corpus in CORPORA.values()
+        if corpus.sha256  # a corpus of files, not one a Python package holds
+        for split in corpus.splits[: 1 if not corpus.langs else None]  # one file, every split
+        for path in corpus_files(corpus.name, split, langs=corpus.langs, data_dir=given)
+    ]
+    if len({path.parents[1] for path in found}) == 1:
+        return found[0].parents[1]
+    for path in found:
+        link = folder / path.parent.name / path.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(path)
+    return folder
+
 
 # The text of the run folders `tiny_run` builds: German and English, for their tokenizer.
 # The RLHF recipes, each reading the one before it: tested as a chain (test_rlhf_recipes.py).

@@ -33,8 +33,8 @@ VOCAB = {"bpe": 800, "byte-bpe": 600, "wordpiece": 800, "unigram": 800, "char": 
 
 
 @pytest.fixture(scope="module")
-def lines(data_dir: Path) -> list[str]:
-    multi30k = data_dir / "multi30k"
+def lines(samples: Path) -> list[str]:
+    multi30k = samples / "multi30k"
     return [*read_lines(multi30k / "val.en.gz"), *read_lines(multi30k / "val.de.gz")]
 
 
@@ -75,9 +75,9 @@ def test_decode_restores_training_text_exactly(
 
 
 @pytest.mark.parametrize("kind", ["bpe", "byte-bpe", "unigram", "char"])
-def test_newlines_of_running_text_are_not_unknown(data_dir: Path, kind: str) -> None:
+def test_newlines_of_running_text_are_not_unknown(samples: Path, kind: str) -> None:
     # Training files are read a line at a time, so no line holds a newline.
-    tok = Tokenizer.train(kind, files=[data_dir / "multi30k" / "val.en.gz"], vocab_size=VOCAB[kind])
+    tok = Tokenizer.train(kind, files=[samples / "multi30k" / "val.en.gz"], vocab_size=VOCAB[kind])
     text = "A dog runs.\nTwo men sit.\n\nA girl."
     ids = tok.encode(text)
     assert UNK_ID not in ids
@@ -179,8 +179,8 @@ def test_normalization_is_applied_before_tokenizing(lines: list[str]) -> None:
     assert raw.encode("\ufb01") == [UNK_ID]
 
 
-def test_joint_vocabulary_is_shared_and_per_side_vocabularies_differ(data_dir: Path) -> None:
-    files = {lang: [data_dir / "multi30k" / f"test_2016_flickr.{lang}.gz"] for lang in ("de", "en")}
+def test_joint_vocabulary_is_shared_and_per_side_vocabularies_differ(samples: Path) -> None:
+    files = {lang: [samples / "multi30k" / f"test_2016_flickr.{lang}.gz"] for lang in ("de", "en")}
     src, tgt = Tokenizer.train_pair("bpe", src_files=files["de"], tgt_files=files["en"])
     assert src is tgt
     assert src.token_to_id("▁Mann") is not None and src.token_to_id("▁man") is not None

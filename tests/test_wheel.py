@@ -1,12 +1,13 @@
 """A non-editable install works: the wheel, installed in a fresh virtual environment, runs the
 demo and a packaged recipe by its bare name, from a folder that is not the repository.
 
-The environment sees the system's packages (`--system-site-packages`, so torch is not installed
+The environment sees the packages of the interpreter running the tests (so torch is not installed
 again) and gets the wheel alone (`--no-deps`); nothing points it at the source tree.
 """
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -36,11 +37,29 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert f"attnkit/recipes/{name}.toml" in names, name
     assert any(n.startswith("attnkit/kernels/") and n.endswith(".c") for n in names)
     assert any(n.startswith("attnkit/serve/page/") for n in names)
+    assert "attnkit/py.typed" in names  # type checkers read the package's annotations
     env = tmp / "venv"
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)], tmp)
+    run([sys.executable, "-m", "venv", "--without-pip", str(env)], tmp)
     python = env / "bin" / "python"
+    see_site_packages(python)
     run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)], tmp)
     return env
+
+
+def see_site_packages(python: Path) -> None:
+    """Let the environment of `python` import the packages this interpreter has, after its own.
+
+    Not `--system-site-packages`: inside a virtual environment that sees the base interpreter's
+    packages, not the environment's, and so no torch. A `.pth` file's lines are appended to
+    `sys.path` without running the `.pth` files they hold, so an editable attnkit there stays
+    out of sight, and the wheel, in the environment's own site-packages, comes first.
+    """
+    own = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    ours = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    Path(own, "_parent_site_packages.pth").write_text("".join(f"{p}\n" for p in ours))
 
 
 def run(command: list[str], cwd: Path) -> str:
@@ -68,10 +87,10 @@ def test_the_installed_wheel_runs_the_demo(venv: Path, tmp_path: Path) -> None:
 
 
 def test_the_installed_wheel_trains_a_recipe_by_its_name(
-    venv: Path, tmp_path: Path, data_dir: Path
+    venv: Path, tmp_path: Path, samples: Path
 ) -> None:
     sets = ["train.steps=3", "eval.every=3", "eval.max_batches=2", "train.threads=1",
-            f"data.data_dir={data_dir}", "train.out_dir=run"]  # fmt: skip
+            f"data.data_dir={samples}", "train.out_dir=run"]  # fmt: skip
     command = [str(venv / "bin" / "attnkit"), "train", "tinyshakespeare_char"]
     out = run([*command, *(a for s in sets for a in ("--set", s))], tmp_path)
     assert "finished at step 3" in out

@@ -89,9 +89,7 @@ def test_wrong_shape_is_a_clear_error(lm_run, mt_run, tmp_path, capsys):
     )
 
 
-def test_eval_translation_prints_bleu_and_chrf_with_signatures(mt_run, data_dir, capsys):
-    if not (data_dir / "multi30k" / "test_2016_flickr.de.gz").is_file():
-        pytest.skip("Multi30k is not in ../shared/data")
+def test_eval_translation_prints_bleu_and_chrf_with_signatures(mt_run, samples, capsys):
     code = main(
         [
             "eval",
@@ -99,7 +97,7 @@ def test_eval_translation_prints_bleu_and_chrf_with_signatures(mt_run, data_dir,
             "--split",
             "test",
             "--data-dir",
-            str(data_dir),
+            str(samples),
             "--limit",
             "4",
             "--max-new-tokens",
@@ -114,9 +112,7 @@ def test_eval_translation_prints_bleu_and_chrf_with_signatures(mt_run, data_dir,
     assert "BLEU (lowercased)" in out and "case:lc" in out
 
 
-def test_eval_language_model_prints_perplexity_on_val_by_default(lm_run, data_dir, capsys):
-    if not (data_dir / "tinyshakespeare" / "input.txt").is_file():
-        pytest.skip("Tiny Shakespeare is not in ../shared/data")
+def test_eval_language_model_prints_perplexity_on_val_by_default(lm_run, samples, capsys):
     code = main(
         [
             "eval",
@@ -124,7 +120,7 @@ def test_eval_language_model_prints_perplexity_on_val_by_default(lm_run, data_di
             "--corpus",
             "tinyshakespeare",
             "--data-dir",
-            str(data_dir),
+            str(samples),
             "--limit",
             "1",
             "--batch-size",
@@ -183,11 +179,11 @@ def test_generate_draws_the_self_attention_of_its_text(tmp_path, capsys):
     assert picture.stat().st_size > 0 and "self-attention" in capsys.readouterr().err
 
 
-def test_eval_and_generate_take_a_compute_type(lm_run, data_dir, capsys):
+def test_eval_and_generate_take_a_compute_type(lm_run, samples, capsys):
     from attnkit.nn.compute_type import refusal, resolve
 
     chosen = resolve("auto", load_run(lm_run).model.embed.token.weight.device)
-    args = ["eval", str(lm_run), "--data-dir", str(data_dir), "--limit", "2", "--no-progress"]
+    args = ["eval", str(lm_run), "--data-dir", str(samples), "--limit", "2", "--no-progress"]
     assert main([*args, "--block-size", "16", "--compute-type", "auto"]) == 0
     out = capsys.readouterr().out
     assert (f"linear layers in {chosen}" in out) == (chosen != "float32")

@@ -32,11 +32,12 @@ from attnkit.data import (
 from attnkit.data.batch import pad
 from attnkit.errors import AttnkitError
 from attnkit.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from tests import helpers
 
 
 @pytest.fixture(scope="module")
-def tok(data_dir: Path) -> Tokenizer:
-    files = [data_dir / "multi30k" / f"val.{lang}.gz" for lang in ("de", "en")]
+def tok(samples: Path) -> Tokenizer:
+    files = [samples / "multi30k" / f"val.{lang}.gz" for lang in ("de", "en")]
     return Tokenizer.train("byte-bpe", files=files, vocab_size=1000)
 
 
@@ -224,10 +225,10 @@ def test_multi30k_loads_from_data_dir(tok: Tokenizer, data_dir: Path, isolated_c
 
 
 def test_tinyshakespeare_loads_through_attnkit_data(
-    data_dir: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+    samples: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ATTNKIT_DATA", str(data_dir))
-    text = (data_dir / "tinyshakespeare" / "input.txt").read_text()
+    monkeypatch.setenv("ATTNKIT_DATA", str(samples))
+    text = (samples / "tinyshakespeare" / "input.txt").read_text()
     chars = Tokenizer.train("char", texts=[text])
     val = load_corpus("tinyshakespeare", "val", tokenizer=chars, block_size=256)
     assert chars.decode(val.stream) == text[-len(val.stream) :]
@@ -272,7 +273,7 @@ def test_without_files_or_network_the_error_names_files_and_place(
     with pytest.raises(AttnkitError, match=r"tinyshakespeare needs input\.txt.*downloads are off"):
         corpus_files("tinyshakespeare", "train", data_dir=empty, download=False)
     assert list(isolated_cache.rglob("*")) == [isolated_cache / "multi30k"]
-    # A relative data_dir with "..", as the recipes' "../shared/data", is named normalized.
+    # A relative data_dir with "..", such as "../shared/data", is named normalized.
     monkeypatch.chdir(empty)
     with pytest.raises(AttnkitError) as refused:
         corpus_files("tinyshakespeare", "train", data_dir="../shared", download=False)
@@ -319,6 +320,34 @@ def test_checksum_table_matches_the_shared_copies(data_dir: Path) -> None:
         for name, digest in corpus.sha256.items():
             path = data_dir / corpus.name / name
             assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, name
+
+
+def test_the_tests_find_whole_corpora_as_the_library_does(
+    data_dir: Path, isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clone without ../shared/data beside it: the corpora come from $ATTNKIT_DATA and the
+    cache, as a recipe finds them, and nothing is downloaded that either holds."""
+    monkeypatch.setattr(helpers, "SHARED_DATA", tmp_path / "no such folder")
+    monkeypatch.setattr(corpora, "urlopen", serve({}, []))  # a download would be a KeyError
+    mine = tmp_path / "mine"
+    (mine / "multi30k").mkdir(parents=True)
+    for path in (data_dir / "multi30k").iterdir():
+        (mine / "multi30k" / path.name).symlink_to(path)
+    monkeypatch.setenv("ATTNKIT_DATA", str(mine))
+    (isolated_cache / "tinyshakespeare").mkdir(parents=True)
+    (isolated_cache / "tinyshakespeare" / "input.txt").symlink_to(
+        data_dir / "tinyshakespeare" / "input.txt"
+    )
+    found = helpers.whole_corpora(tmp_path / "links")
+    assert found == tmp_path / "links"  # two folders: one of links to both
+    assert (found / "multi30k" / "val.de.gz").resolve() == (
+        mine / "multi30k" / "val.de.gz"
+    ).resolve()
+    assert (found / "tinyshakespeare" / "input.txt").read_text().startswith("First Citizen:")
+    assert len(list((found / "multi30k").iterdir())) == 9
+    (mine / "tinyshakespeare").mkdir()
+    (mine / "tinyshakespeare" / "input.txt").symlink_to(data_dir / "tinyshakespeare" / "input.txt")
+    assert helpers.whole_corpora(tmp_path / "unused") == mine  # one folder: that one
 
 
 @pytest.mark.parametrize(

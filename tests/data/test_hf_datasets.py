@@ -31,9 +31,9 @@ def head(path: Path, n: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def multi30k(data_dir: Path) -> dict[str, dict[str, list[str]]]:
+def multi30k(samples: Path) -> dict[str, dict[str, list[str]]]:
     """300 training and 40 validation pairs of Multi30k, one training pair empty on both sides."""
-    folder = data_dir / "multi30k"
+    folder = samples / "multi30k"
     splits = {
         split: {lang: head(folder / f"{split}.{lang}.gz", n) for lang in ("de", "en")}
         for split, n in (("train", 300), ("val", 40))
@@ -143,9 +143,9 @@ def lm_jsonl_gz(folder: Path, lines: list[str]) -> Path:
     ("write", "kind"), [(lm_saved, "char"), (lm_txt_folder, "byte-bpe"), (lm_jsonl_gz, "char")]
 )
 def test_language_model_batches_from_a_dataset_equal_those_from_a_text_file(
-    tmp_path, data_dir, write, kind
+    tmp_path, samples, write, kind
 ):
-    lines = head(data_dir / "multi30k" / "train.en.gz", 200)
+    lines = head(samples / "multi30k" / "train.en.gz", 200)
     lines[3] = ""  # an empty line is content in running text, in both
     text = tmp_path / "text.txt"
     text.write_text("".join(f"{line}\n" for line in lines))
@@ -265,9 +265,9 @@ def test_fields_set_for_a_corpus_that_is_no_dataset_are_refused(tmp_path):
         build_task(config)
 
 
-def test_a_masked_lm_reads_a_saved_datasets_text_as_it_reads_a_text_file(tmp_path, data_dir):
+def test_a_masked_lm_reads_a_saved_datasets_text_as_it_reads_a_text_file(tmp_path, samples):
     """A dataset folder is no folder of {split}.{lang} files: its text field is the text."""
-    lines = head(data_dir / "multi30k" / "train.en.gz", 200)
+    lines = head(samples / "multi30k" / "train.en.gz", 200)
     text = tmp_path / "text.txt"
     text.write_text("".join(f"{line}\n" for line in lines))
     corpus = lm_saved(tmp_path / "dataset", lines)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -118,3 +120,27 @@ def test_a_score_that_is_not_a_number_is_named(tmp_path: Path) -> None:
     ours, _ = _both(["cat", "dog"])
     with pytest.raises(AttnkitError, match="line 1: the score 'high' is not a number"):
         word_similarity(ours, tmp_path / "pairs.txt")
+
+
+def test_without_gensim_the_benchmarks_name_the_embed_extra(monkeypatch) -> None:
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "gensim" else found(name, *args),
+    )
+    with pytest.raises(AttnkitError, match=r"pip install 'attnkit\[embed\]' \(or gensim\)"):
+        benchmark_file("wordsim353")
+
+
+def test_the_embed_extra_brings_gensim_and_dev_brings_the_extra() -> None:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+
+    root = Path(__file__).parents[2]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    extras = extras["optional-dependencies"]
+    assert any(r.startswith("gensim") for r in extras["embed"])
+    assert "embed" in extras["dev"][0].split("[")[1]

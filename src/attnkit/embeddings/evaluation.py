@@ -82,7 +82,8 @@ def benchmark_file(name: str) -> Path:
     spec = importlib.util.find_spec("gensim")
     if spec is None or spec.origin is None:
         raise AttnkitError(
-            f"the {name} file ships with gensim: `pip install gensim`, or give the file's path."
+            f"the {name} file ships with gensim, which attnkit's embed extra installs: "
+            "pip install 'attnkit[embed]' (or gensim), or give the file's path."
         )
     return Path(spec.origin).parent / "test" / "test_data" / BENCHMARKS[name]
 

@@ -1,5 +1,10 @@
 """A Hugging Face model folder, read and written with `json` and `safetensors` alone.
 
+A model is named by its folder, or by its Hub id (ORG/NAME, as transformers'
+`from_pretrained` takes it): `model_folder` finds the id's snapshot in the
+`huggingface_hub` cache, downloading the files attnkit reads when the Hub can
+be reached (not with HF_HUB_OFFLINE=1).
+
 SRC_DIR/config.json                        model_type and hyper-parameters
 SRC_DIR/model.safetensors                  the weights (or pytorch_model.bin,
     or shards listed in model.safetensors.index.json)
@@ -34,6 +39,70 @@ from attnkit.weights import read_weights as read_safetensors
 
 SHARD_INDEX = "model.safetensors.index.json"
 TORCH_WEIGHTS = "pytorch_model.bin"
+
+# What a Hub id's download fetches: the files this module, the tokenizer and the pooling of a
+# sentence-transformers model read (`attnkit.interop.sentence_transformers`), and the weights as
+# safetensors (one file or shards); pytorch_model.bin only for a model that has no safetensors.
+HUB_FILES = [CONFIG_FILE, "model*.safetensors", SHARD_INDEX, TOKENIZER_FILE,
+             "tokenizer_config.json", "modules.json", "sentence_bert_config.json",
+             "*_Pooling/config.json"]  # fmt: skip
+# A Hub id: NAME or ORG/NAME, as the Hub spells them (letters, digits, - _ .).
+HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+
+
+def model_folder(source: str | Path) -> Path:
+    """The folder of a model named by `source`: a folder on disk as it is, else a Hub id
+    (ORG/NAME) as its snapshot in the huggingface_hub cache, fetched when missing.
+
+    A name that is neither a folder nor a Hub id, an id the Hub does not know, and an id with
+    no copy in the cache while offline are refused, each in one sentence.
+    """
+    path = Path(source)
+    if path.exists():
+        return path
+    name = str(source)
+    if not HUB_ID.fullmatch(name) or name.startswith(".") or ".." in name or "--" in name:
+        raise AttnkitError(
+            f"there is no folder {name}; give a Hugging Face model folder, or a model's Hub id "
+            "such as openai-community/gpt2"
+        )
+    return _hub_snapshot(name)
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    """The cached snapshot of `repo_id` holding HUB_FILES, downloaded where they are missing."""
+    try:
+        from huggingface_hub import constants, snapshot_download
+        from huggingface_hub.utils import HFValidationError, RepositoryNotFoundError
+    except ImportError:
+        raise AttnkitError(
+            f"there is no folder {repo_id}, and reading it as a Hugging Face Hub id needs the "
+            "huggingface_hub package: pip install huggingface_hub, or give the model's folder"
+        ) from None
+    offline = constants.HF_HUB_OFFLINE
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
+        if not any(folder.glob("model*.safetensors")):
+            folder = Path(snapshot_download(repo_id, allow_patterns=[TORCH_WEIGHTS]))
+    except (HFValidationError, RepositoryNotFoundError):  # a gated model's error is one too
+        raise AttnkitError(
+            f"{repo_id} is neither a folder here nor a model on the Hugging Face Hub (or one "
+            "you may not read: log in with `hf auth login`); give a model folder or a Hub id "
+            "such as openai-community/gpt2"
+        ) from None
+    except OSError as err:  # not in the cache, and no download: offline, or no connection
+        why = (
+            "HF_HUB_OFFLINE=1 forbids a download"
+            if offline
+            else f"the Hub could not be reached ({type(err).__name__})"
+        )
+        raise AttnkitError(
+            f"{repo_id} is not a folder here, the Hugging Face Hub cache "
+            f"({constants.HF_HUB_CACHE}) has no copy of it, and {why}: download it where there "
+            "is network, with HF_HUB_OFFLINE unset, or give the model's own folder, as in "
+            "attnkit import hf PATH/TO/MODEL RUN_DIR"
+        ) from None
+    return folder
 
 
 def is_hf_folder(path: str | Path) -> bool:

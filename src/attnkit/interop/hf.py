@@ -33,6 +33,7 @@ from attnkit.interop.bloom import BLOOM
 from attnkit.interop.folder import (
     inside,
     is_hf_folder,
+    model_folder,
     read_config,
     read_weights,
     tokenizer_file,
@@ -122,12 +123,13 @@ class Imported:
 
 
 def load_hf(src_dir: str | Path, device: str | torch.device = "cpu") -> Imported:
-    """Build the attnkit model of a Hugging Face folder, in eval mode.
+    """Build the attnkit model of a Hugging Face folder (or Hub id, `model_folder`), in eval mode.
 
     Tensors the model does not use (BERT's pooler, a masked-LM head) are
     listed in `Imported.unused` and logged as a warning.
     """
     device = check_device(device)
+    src_dir = model_folder(src_dir)
     hf_config = read_config(src_dir)
     family = family_for(hf_config.get("model_type"))
     model = build_model(family.config_from_hf(hf_config))
@@ -164,11 +166,15 @@ def save_hf(
 def import_hf(src_dir: str | Path, run_dir: str | Path, *, overwrite: bool = False) -> Imported:
     """Turn a Hugging Face folder into an attnkit run folder (with its tokenizer.json).
 
+    `src_dir` is a folder, or a Hub id such as openai-community/gpt2, read from the
+    huggingface_hub cache and downloaded into it when missing (`model_folder`).
+
     The run folder's weights carry the tokenizer's fingerprint, which loading checks; it
     keeps tokenizer_config.json (its chat template) and, from a sentence-transformers
     folder, the pooling of its sentence vectors. A folder that is not empty is
     refused unless `overwrite` (`new_folder`).
     """
+    src_dir = model_folder(src_dir)
     target = new_folder(run_dir, overwrite, source=src_dir)
     imported = load_hf(src_dir)
     if imported.tokenizer is not None:  # another model's would be copied in, then misread

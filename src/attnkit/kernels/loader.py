@@ -7,6 +7,11 @@ compiler (`$CC`, else `cc`) and a fraction of a second; the shared library
 goes to `$XDG_CACHE_HOME/attnkit` (`~/.cache/attnkit`) under a name hashed from
 the source, the compiler and the flags, so an edited source is rebuilt and
 processes that start together each write their own file before renaming it.
+
+Without a C compiler nothing is built: the decoding kernels give way to their
+pure-PyTorch equivalents (the same results, slower), and one warning, the first
+time a kernel is asked for, says so and what is slower; word2vec and GloVe, whose
+loops have no such equivalent, stop in one sentence when they start.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import hashlib
 import logging
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -28,6 +34,19 @@ logger = logging.getLogger(__name__)
 # -ffp-contract=fast turns each multiply-add into one FMA instruction.
 BASE_FLAGS = ("-O3", "-ffp-contract=fast", "-fopenmp", "-shared", "-fPIC")
 AVX2_FLAGS = ("-mavx2", "-mfma")
+
+# What runs slower, or not at all, without a C compiler: the warning's words.
+WITHOUT_A_COMPILER = (
+    "decoding (the linear layers of a few rows, int8 rows and each step's attention) runs in "
+    "plain PyTorch operations, slower on a CPU, and word2vec and GloVe cannot train"
+)
+
+
+class NoCompiler(OSError):
+    """No C compiler: `$CC`, else `cc`, is not a program on this machine."""
+
+
+_warned_no_compiler = False
 
 
 def cache_dir() -> Path:
@@ -49,6 +68,8 @@ def build(source: Path, flags: Sequence[str], compiler: str, directory: Path) ->
     library = directory / f"{source.stem}-{key[:16]}.so"
     if library.exists():
         return library
+    if shutil.which(compiler) is None:
+        raise NoCompiler(f"{compiler} is not a program here: install gcc, or name one in $CC")
     directory.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(suffix=".so", dir=directory)
     os.close(fd)
@@ -65,10 +86,19 @@ def build(source: Path, flags: Sequence[str], compiler: str, directory: Path) ->
 
 
 def load(source: Path, flags: Sequence[str], without: str) -> ctypes.CDLL | None:
-    """The built library of `source`, or None with one warning saying what goes `without` it."""
+    """The built library of `source`, or None with a warning saying what goes `without` it:
+    one a process for all kernels when there is no compiler (`WITHOUT_A_COMPILER`)."""
+    global _warned_no_compiler
     compiler = os.environ.get("CC", "cc")
     try:
         return ctypes.CDLL(str(build(source, flags, compiler, cache_dir())))
+    except NoCompiler as error:
+        if not _warned_no_compiler:
+            _warned_no_compiler = True
+            logger.warning("no C compiler (%s), so attnkit's C kernels are not built: %s",
+                           error, WITHOUT_A_COMPILER)  # fmt: skip
+        logger.debug("%s was not built, %s", source.name, without)
+        return None
     except (OSError, RuntimeError, subprocess.SubprocessError) as error:  # RuntimeError: no home
         logger.warning("%s was not built, %s: %s", source.name, without, error)
         return None
