@@ -367,9 +367,9 @@ def train(config: ModelConfig, args: argparse.Namespace) -> list[Result]:
     }
     if peak.flops:
         extra["transformers MFU %"] = 100 * theirs["tokens/s"] * flops / peak.flops
+    how = "bf16, compiled, fused AdamW" if args.device == "cuda" else "a CPU's dry run"
     result = Result(
-        f"1B training, {tokens:,} tokens a step, "
-        + ("bf16, compiled, fused AdamW" if args.device == "cuda" else "a CPU's dry run"), "tokens/s",
+        f"1B training, {tokens:,} tokens a step, {how}", "tokens/s",
         [ours["tokens/s"]], [theirs["tokens/s"]], "transformers LlamaForCausalLM loop",
         extra=extra,
     )  # fmt: skip
