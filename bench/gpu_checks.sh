@@ -4,7 +4,13 @@
 # decoding against transformers' generate. Run from the repository root with the Tiny
 # Shakespeare text under DATA (default ../shared/data); results and logs go to OUT.
 #
-#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p]
+#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p] [llm]
+#
+# `llm` (8 minutes at most) runs `python -m bench llm` on TinyLlama-1.1B's shape in three
+# parts, each under its own time limit: greedy decoding at batch 1, 8 and 64 against
+# transformers' static cache (bandwidth and kernels a step), 8-bit weights at batch 1 against
+# bf16 (with the validation loss of the `recipe` step's run, where it ran first), and
+# training against transformers' LlamaForCausalLM (MFU, peak memory and the memory plan).
 #
 # `g2p` trains the CMUdict recipe on the GPU for G2P_MINUTES (default 7.5) with G2P_TOKENS
 # (default 8192) tokens a batch, decodes validation greedily and with beam 4, and decodes test
@@ -61,6 +67,14 @@ PY
     decode)
         python -m bench generate --device cuda --reps 2 --out "$OUT/generate_gpu" 2>&1 \
             | grep -v "Writing model" | tail -20 ;;
+    llm)
+        recipe_run="$OUT/recipe"; [ -f "$OUT/recipe_default/config.json" ] && recipe_run="$OUT/recipe_default"
+        timeout 230 python -m bench llm --device cuda --parts decode --reps 2 \
+            --out "$OUT/llm_decode" 2>&1 | grep -v Warning | tail -12
+        timeout 110 python -m bench llm --device cuda --parts int8 --reps 2 \
+            --recipe-run "$recipe_run" --out "$OUT/llm_int8" 2>&1 | grep -v Warning | tail -10
+        timeout 140 python -m bench llm --device cuda --parts train \
+            --out "$OUT/llm_train" 2>&1 | grep -v Warning | tail -8 ;;
     g2p)
         run="$OUT/g2p"
         python -m attnkit train cmudict_g2p --set train.device=cuda --set train.steps=1000000 \
