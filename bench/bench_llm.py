@@ -31,7 +31,6 @@ train   steps of `--train-batch` x `--train-length` random tokens, bf16 autocast
 from __future__ import annotations
 
 import argparse
-import copy
 import itertools
 import statistics
 import tempfile
@@ -194,7 +193,8 @@ def decode_row(
     rate = batch * n
     result = Result(
         f"1B greedy batch {batch} {label}", "tokens/s", [rate / t_ours],
-        None if t_peer is None else [rate / t_peer], "transformers static cache", extra=extra,
+        None if t_peer is None else [rate / t_peer],
+        "" if t_peer is None else "transformers static cache", extra=extra,
     )  # fmt: skip
     print(result.name, f"{rate / t_ours:,.1f} tokens/s", result.extra, flush=True)
     return result
@@ -214,7 +214,7 @@ def weights_in_8_bits(ours: TransformerModel, args: argparse.Namespace) -> list[
     baseline = decode_row(ours, None, ours.config, 1, args, "bf16 (int8's baseline)")
     results = []
     for kind in types:
-        model = copy.deepcopy(ours)
+        model = _copy_of(ours, args.device)
         _convert(model, kind, args.device)
         result = decode_row(model, None, ours.config, 1, args, kind)
         result.peer, result.peer_name = baseline.ours, "bf16"
@@ -223,6 +223,14 @@ def weights_in_8_bits(ours: TransformerModel, args: argparse.Namespace) -> list[
     if args.recipe_run is not None:
         results += recipe_quality(args, ["bf16", *types])
     return [baseline, *results]
+
+
+def _copy_of(ours: TransformerModel, device: str) -> TransformerModel:
+    """A fresh model with `ours`'s weights (a deep copy would take its compiled steps too)."""
+    model = on_meta(ours.config)
+    materialize(model, torch.device(device))
+    model.load_state_dict(ours.state_dict())
+    return model.to(torch.bfloat16).eval()
 
 
 def _convert(model: TransformerModel, kind: str, device: str) -> None:
