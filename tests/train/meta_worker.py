@@ -4,8 +4,9 @@
 
 Each rank writes OUT/rankR.pt: the parameters of Llama 2 7B's shape built on meta and
 sharded over the two ranks, whether every weight is this rank's half on meta, the process's
-peak resident memory (`ru_maxrss`) after that, and of a small Llama-shaped model sharded from
-meta, drawn and trained two steps: whether its losses are finite and the same on both ranks.
+peak resident memory (`ru_maxrss`) after that, and of two small models (Llama's shape, and
+GPT's with its head tied to its table) sharded from meta, drawn and trained two steps:
+whether the losses are finite and the same on both ranks, and the head still tied.
 """
 
 import math
@@ -48,22 +49,25 @@ def sharded_7b(info: dist.DistInfo, out: Path) -> dict:
     return {"parameters": parameters, "halves": halves, "max_rss_bytes": rss}
 
 
-def small_run(info: dist.DistInfo, out: Path) -> dict:
-    config = ModelConfig.from_preset("llama-tiny", n_decoder_layers=2, vocab_size=64)
+def small_run(info: dist.DistInfo, out: Path, preset: str) -> dict:
+    config = ModelConfig.from_preset(preset, n_decoder_layers=2, vocab_size=64)
     g = torch.Generator().manual_seed(info.rank)
     ids = torch.randint(5, 64, (2, 4, 16), generator=g)
     batches = [Batch(tgt=t, tgt_mask=torch.ones_like(t, dtype=torch.bool)) for t in ids]
     settings = TrainSection(
-        out_dir=str(out / "small"), steps=2, lr=1e-3, schedule="constant", warmup=0,
+        out_dir=str(out / preset), steps=2, lr=1e-3, schedule="constant", warmup=0,
         log_every=1, save_every=100, device="cpu", parallel="fsdp", threads=1,
     )  # fmt: skip
-    result = Trainer(on_meta(config), batches, train=settings).fit()
+    model = on_meta(config)
+    result = Trainer(model, batches, train=settings).fit()
+    tied = config.tie_embeddings == "none" or model.head.weight is model.embed.token.weight
     losses = torch.tensor([r["train_loss"] for r in result.history if "train_loss" in r])
     everyone = [torch.zeros_like(losses) for _ in range(info.world_size)]
     torch_dist.all_gather(everyone, losses)
     return {
         "small_losses_finite": bool(torch.isfinite(losses).all()) and len(losses) == 2,
         "ranks_agree": all(torch.equal(everyone[0], x) for x in everyone),
+        "still_tied": tied,
     }
 
 
@@ -71,7 +75,8 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     info = dist.setup("cpu")
     report = sharded_7b(info, out)
-    report |= small_run(info, out)
+    for preset in ("llama-tiny", "gpt-tiny"):  # RoPE and an untied head; a tied head
+        report[preset] = small_run(info, out, preset)
     torch.save(report, out / f"rank{info.rank}.pt")
     dist.teardown()
 

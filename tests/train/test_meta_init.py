@@ -89,7 +89,8 @@ def test_a_7b_model_is_built_and_sharded_from_meta_on_two_ranks_without_its_memo
         report = torch.load(tmp_path / f"rank{rank}.pt")
         assert report["parameters"] == 6_738_415_616
         assert report["halves"]  # each weight's first dimension cut in two, on meta
-        # 27 GB whole; the process (torch, the interpreter, one table drawn on the CPU) < 2 GB
-        assert report["max_rss_bytes"] < 2e9, report["max_rss_bytes"]
-        assert report["small_losses_finite"]
-        assert report["ranks_agree"]
+        # 27 GB whole; the process (torch and the interpreter) peaked near 0.34 GB
+        assert report["max_rss_bytes"] < 1e9, report["max_rss_bytes"]
+        for preset in ("llama-tiny", "gpt-tiny"):
+            small = report[preset]
+            assert small["small_losses_finite"] and small["ranks_agree"] and small["still_tied"]
