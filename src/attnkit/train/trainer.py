@@ -369,7 +369,8 @@ class Trainer:
         sums = torch.zeros(6, dtype=torch.float64, device=self.device)
         for i in range(n):
             batch = next(batches).to(self.device, non_blocking=True)
-            self.length = (batch.tgt if batch.tgt is not None else batch.src).shape[1]
+            # The positions a token attends over: a target reads all but its last token.
+            self.length = batch.tgt.shape[1] - 1 if batch.tgt is not None else batch.src.shape[1]
             # DDP all-reduces on every backward unless told to wait for the last micro-batch;
             # FSDP reduce-scatters each, which keeps the gradients sharded.
             sync = i == n - 1 or not self.dist.active or self.parallel.sharded
