@@ -8,10 +8,12 @@ from attnkit.config import ModelConfig
 from attnkit.data.batch import Batch
 from attnkit.errors import AttnkitError
 from attnkit.models import build_model
+from attnkit.tokenizer import Tokenizer
 from attnkit.train import Trainer
 from attnkit.train.meta_init import is_on_meta, materialize, on_meta
-from attnkit.train.run_config import TrainSection
-from tests.helpers import VOCAB, run_worker, tiny_config
+from attnkit.train.run_config import RunConfig, TrainSection
+from attnkit.train.run_model import run_model
+from tests.helpers import RUN_LINES, VOCAB, run_worker, tiny_config
 
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
@@ -71,6 +73,21 @@ def test_the_trainer_draws_a_model_built_on_meta_as_a_normal_build(tmp_path):
     assert [r["train_loss"] for r in meta.history] == [r["train_loss"] for r in normal.history]
     for (name, got), (_, want) in zip(
         meta.model.state_dict().items(), normal.model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(got, want), name
+
+
+def test_a_run_config_with_init_on_meta_builds_its_model_on_meta_for_the_trainer():
+    tokenizer = Tokenizer.train("char", texts=RUN_LINES * 3)
+    sections = {"model": {"preset": "llama-tiny"}, "data": {"task": "language-model"}}
+    meta = run_model(RunConfig.from_dict({**sections, "train": {"init_on_meta": True}}), tokenizer)
+    normal = run_model(RunConfig.from_dict(sections), tokenizer)
+    assert is_on_meta(meta) and not is_on_meta(normal)
+    assert meta.config == normal.config
+    torch.manual_seed(0)  # train.seed, as the Trainer draws it
+    materialize(meta, torch.device("cpu"))
+    for (name, got), (_, want) in zip(
+        meta.state_dict().items(), normal.state_dict().items(), strict=True
     ):
         assert torch.equal(got, want), name
 
