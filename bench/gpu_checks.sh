@@ -30,7 +30,7 @@ for step in $steps; do
     start=$(date +%s)
     case $step in
     tests)
-        python -m pytest -x -p no:cacheprovider -n 4 tests/models/test_models.py \
+        python -m pytest -x -p no:cacheprovider -n 4 tests/models/test_models.py tests/nn/test_weight_only.py \
             tests/train/test_trainer.py tests/nn/test_lora.py tests/data/test_lm_windows.py \
             tests/train/test_loss_watch.py tests/train/test_trainer_cuda.py tests/generation \
             tests/train/test_activation_checkpointing.py \

@@ -113,3 +113,20 @@ def test_convert_swaps_a_models_linears_for_8_bit_weights(monkeypatch, name):
     assert ct.linear_weight_bytes(model) < before / 2
     got = model(ids).logits
     assert ((got - expected).norm() / expected.norm()) < 0.06
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", ["int8-weights", "fp8"])
+def test_on_a_gpu_the_8_bit_layers_give_the_cpus_numbers(name):
+    if name == "fp8" and ct.refusal("fp8", torch.device("cuda")) is not None:
+        pytest.skip("this GPU has no float8 tensor cores")  # what the refusal says, tested above
+    linear = _linear(True, torch.bfloat16, out=64)
+    kind = {"int8-weights": WeightOnlyInt8Linear, "fp8": Float8Linear}[name]
+    layer = kind(linear)
+    x = torch.randn(3, 64, dtype=torch.bfloat16)
+    on_cpu = layer(x).float()
+    on_gpu = layer.cuda()(x.cuda()).float().cpu()
+    torch.testing.assert_close(on_gpu, on_cpu, rtol=2e-2, atol=2e-2)
