@@ -120,6 +120,10 @@ BENCHMARKS = {
         "bench.bench_fsdp",
         "one GPU: peak memory and tokens/s of FSDP and activation checkpointing modes",
     ),
+    "llm": Benchmark(
+        "bench.bench_llm",
+        "the 1B shape on a GPU: decoding vs bandwidth, 8-bit weights, training MFU vs transformers",
+    ),
     "memory": Benchmark(
         "bench.memory_plan",
         "on paper: memory per GPU of 1B, 7B, 8x7B with DDP, FSDP, checkpointing, LoRA",

@@ -4,7 +4,15 @@
 # decoding against transformers' generate. Run from the repository root with the Tiny
 # Shakespeare text under DATA (default ../shared/data); results and logs go to OUT.
 #
-#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p]
+#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p] [llm] [serve-deps] [serve]
+#
+# `llm` (8 minutes at most) runs `python -m bench llm` on TinyLlama-1.1B's shape in three
+# parts, each under its own time limit: greedy decoding at batch 1, 8 and 64 against
+# transformers' static cache (bandwidth and kernels a step), 8-bit weights at batch 1 against
+# bf16 (with the validation loss of the `recipe` step's run, where it ran first), and
+# training against transformers' LlamaForCausalLM (MFU, peak memory and the memory plan).
+# A part cut short by its limit (210, 90 and 180 s) prints no table: the sizes were set
+# without a GPU to try them on, so adjust --batches, --new-tokens or --train-steps there.
 #
 # `serve` measures `attnkit serve --device cuda` under 1/8/32/128 streaming clients against
 # transformers' continuous batching (`python -m bench serve --device cuda`, SERVE_ARGS added).
@@ -28,7 +36,7 @@ for step in $steps; do
     start=$(date +%s)
     case $step in
     tests)
-        python -m pytest -x -p no:cacheprovider -n 4 tests/models/test_models.py \
+        python -m pytest -x -p no:cacheprovider -n 4 tests/models/test_models.py tests/nn/test_weight_only.py \
             tests/train/test_trainer.py tests/nn/test_lora.py tests/data/test_lm_windows.py \
             tests/train/test_loss_watch.py tests/train/test_trainer_cuda.py tests/generation \
             tests/train/test_activation_checkpointing.py \
@@ -76,6 +84,14 @@ PY
         [ -d "$deps" ] || { echo "no $deps: make it with the serve-deps step and carry it"; continue; }
         PYTHONPATH="$PYTHONPATH:$deps" python -m bench.bench_serve_gpu --device cuda --dtype bf16 \
             ${SERVE_ARGS:-} --out "$OUT/serve_gpu" 2>&1 | grep -v Warning | tail -16 ;;
+    llm)
+        recipe_run="$OUT/recipe"; [ -f "$OUT/recipe_default/config.json" ] && recipe_run="$OUT/recipe_default"
+        timeout 210 python -m bench llm --device cuda --parts decode --reps 2 \
+            --out "$OUT/llm_decode" 2>&1 | grep -v Warning | tail -12
+        timeout 90 python -m bench llm --device cuda --parts int8 --reps 2 \
+            --recipe-run "$recipe_run" --out "$OUT/llm_int8" 2>&1 | grep -v Warning | tail -10
+        timeout 180 python -m bench llm --device cuda --parts train \
+            --out "$OUT/llm_train" 2>&1 | grep -v Warning | tail -8 ;;
     g2p)
         run="$OUT/g2p"
         python -m attnkit train cmudict_g2p --set train.device=cuda --set train.steps=1000000 \

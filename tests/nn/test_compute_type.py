@@ -36,7 +36,9 @@ def test_float32_converts_nothing_and_unknown_types_are_refused():
     model = peaked("decoder")
     assert ct.convert(model, "float32") == "float32"
     assert ct.compute_type_of(model) == "float32"
-    with pytest.raises(AttnkitError, match="not one of float32, int8, bf16, auto"):
+    with pytest.raises(
+        AttnkitError, match="not one of float32, int8, bf16, int8-weights, fp8, auto"
+    ):
         ct.convert(model, "int4")
 
 

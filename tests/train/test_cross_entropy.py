@@ -6,6 +6,7 @@ import torch
 from attnkit.train import cross_entropy
 from attnkit.train.cross_entropy import (
     IGNORE,
+    chunked_cross_entropy,
     label_smoothed_cross_entropy,
     linear_cross_entropy,
 )
@@ -117,3 +118,59 @@ def test_fused_loss_with_a_frozen_head_gives_only_the_hidden_gradient():
     fused = linear_cross_entropy(hidden, weight, bias, targets, 0.1)
     (got,) = torch.autograd.grad(fused.loss, hidden)
     torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("chunks", [1, 3, 8])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("with_padding", [False, True])
+@pytest.mark.parametrize("recompute", [True, False])
+def test_chunked_loss_and_gradients_equal_the_plain_path(chunks, eps, with_padding, recompute):
+    hidden, weight, bias, targets = _problem(with_padding, True)
+    tensors = [hidden, weight, bias]
+    plain = label_smoothed_cross_entropy(hidden @ weight.t() + bias, targets, eps)
+    expected = _grads(plain, tensors)
+    chunked = chunked_cross_entropy(
+        hidden, weight, bias, targets, eps, chunks=chunks, recompute=recompute
+    )
+    assert int(chunked.tokens) == int(plain.tokens)
+    torch.testing.assert_close(chunked.loss, plain.loss)
+    torch.testing.assert_close(chunked.nll, plain.nll)
+    assert not chunked.nll.requires_grad
+    for got, want in zip(_grads(chunked, tensors), expected, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def _largest_saved(loss_of) -> int:
+    """Elements of the largest tensor autograd keeps for backward while `loss_of()` runs."""
+    largest = 0
+
+    def pack(t):
+        nonlocal largest
+        largest = max(largest, t.numel())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss_of().loss.backward()
+    return largest
+
+
+def test_chunked_loss_never_keeps_the_whole_logits_under_bf16_autocast():
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(4, 32, 16, generator=g, requires_grad=True)
+    weight = torch.randn(500, 16, generator=g, requires_grad=True)
+    targets = torch.randint(0, 500, (4, 32), generator=g)
+    whole = 4 * 32 * 500
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        plain = _largest_saved(
+            lambda: label_smoothed_cross_entropy(hidden @ weight.t(), targets, 0.1)
+        )
+        chunked = _largest_saved(
+            lambda: chunked_cross_entropy(hidden, weight, None, targets, 0.1, chunks=8)
+        )
+        terms = chunked_cross_entropy(hidden, weight, None, targets, 0.1, chunks=8)
+    assert plain >= whole  # the plain path keeps the (tokens, V) float32 log-probabilities
+    assert chunked <= whole // 8  # one chunk's logits at most, recomputed in backward
+    assert terms.loss.dtype == torch.float32
+    with torch.no_grad():
+        reference = label_smoothed_cross_entropy(hidden @ weight.t(), targets, 0.1)
+    torch.testing.assert_close(terms.loss, reference.loss, rtol=2e-2, atol=0)

@@ -168,7 +168,8 @@ def add_compute_type_option(p: argparse.ArgumentParser) -> None:
         choices=COMPUTE_TYPES,
         default="float32",
         help="linear layers in float32 (default, exact), int8 or bf16 (faster; within 0.1 BLEU "
-        "of float32 on Multi30k), or auto: the fastest of them this CPU runs",
+        "of float32 on Multi30k), int8-weights or fp8 (a GPU's weights in 8 bits), or auto: "
+        "the fastest of them this CPU runs",
     )
 
 

@@ -1,4 +1,4 @@
-"""Compute types for decoding: every linear layer in float32, int8 or bfloat16.
+"""Compute types for decoding: every linear layer in float32, int8, bfloat16 or 8-bit weights.
 
 A decoding step's time is nearly all in its linear layers (Q, K, V, the output
 of attention, the feed-forward network, the pre-softmax head), and their speed
@@ -21,6 +21,11 @@ does per cycle; both change with the number format. `convert` swaps each
   device: elsewhere torch runs bfloat16 through a fallback slower than
   float32, so it is refused.
 
+- `WeightOnlyInt8Linear` (`int8-weights`) and `Float8Linear` (`fp8`), for a GPU
+  (`weight_only.py`): W in 8 bits per output channel, x in bfloat16; int8 widened inside
+  the compiled step's product, float8 multiplied on the tensor cores of GPUs of compute
+  capability 8.9 and up (`torch._scaled_mm`). Half of bfloat16's bytes a weight.
+
 With int8 the token embeddings are held in int8 too (`Int8Embedding`, one
 scale per row; a table tied to the head shares the head's int8 matrix).
 Everything else (positions, norms, attention's softmax, the KV cache) stays
@@ -42,10 +47,11 @@ from attnkit.errors import AttnkitError
 from attnkit.kernels.cpu import this_cpu
 from attnkit.nn.embedding import TokenEmbedding
 from attnkit.nn.int8_linear import Int8Embedding, Int8Linear
+from attnkit.nn.weight_only import Float8Linear, WeightOnlyInt8Linear, float8_fits
 
 log = logging.getLogger(__name__)
 
-COMPUTE_TYPES = ("float32", "int8", "bf16", "auto")
+COMPUTE_TYPES = ("float32", "int8", "bf16", "int8-weights", "fp8", "auto")
 
 
 class BFloat16Linear(nn.Module):
@@ -70,7 +76,14 @@ class BFloat16Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bf16"
 
 
-CONVERTERS = {"int8": Int8Linear, "bf16": BFloat16Linear}
+CONVERTERS = {
+    "int8": Int8Linear,
+    "bf16": BFloat16Linear,
+    "int8-weights": WeightOnlyInt8Linear,
+    "fp8": Float8Linear,
+}
+# Float8 lowest compute capability: Ada (8.9) and Hopper have float8 tensor cores.
+FLOAT8_CAPABILITY = (8, 9)
 
 
 def refusal(compute_type: str, device: torch.device) -> str | None:
@@ -79,12 +92,19 @@ def refusal(compute_type: str, device: torch.device) -> str | None:
         return f"compute type {compute_type!r} is not one of {', '.join(COMPUTE_TYPES)}"
     if compute_type == "int8":
         if device.type != "cpu":
-            return "compute type 'int8' runs on the CPU; on CUDA use bf16"
+            return "compute type 'int8' runs on the CPU; on CUDA use int8-weights or bf16"
         if not this_cpu().has("avx2"):
             return "compute type 'int8' needs an x86 CPU with AVX2; use float32"
         fbgemm = "fbgemm" in torch.backends.quantized.supported_engines
         if not this_cpu().has("avx512_vnni") and not fbgemm:
             return "compute type 'int8' needs torch's FBGEMM kernels on this CPU; use float32"
+    if compute_type in ("int8-weights", "fp8") and device.type != "cuda":
+        return f"compute type {compute_type!r} is for a CUDA GPU; on the CPU use int8"
+    if compute_type == "fp8" and torch.cuda.get_device_capability(device) < FLOAT8_CAPABILITY:
+        return (
+            "compute type 'fp8' needs a GPU with float8 tensor cores (compute capability 8.9 or "
+            "up: L4, H100, H200); use int8-weights"
+        )
     if compute_type == "bf16":
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             return "compute type 'bf16' needs a GPU with bfloat16; use float32"
@@ -124,6 +144,8 @@ def convert(model: nn.Module, compute_type: str) -> str:
     make = CONVERTERS[chosen]
     converted = {}
     for parent, name, child in _children(model, nn.Linear):
+        if chosen == "fp8" and not float8_fits(child):
+            continue  # the float8 product takes sizes in multiples of 16 only
         if child.in_features >= 2:  # one input feature stays float32: the guard row needs two
             converted[id(child.weight)] = made = make(child).to(device)
             setattr(parent, name, made)
@@ -158,7 +180,7 @@ def linear_weight_bytes(model: nn.Module) -> int:
     """Bytes the linear layers' weights and biases hold resident, in whatever type they are."""
     total = 0
     for module in model.modules():
-        if isinstance(module, Int8Linear | BFloat16Linear):
+        if isinstance(module, Int8Linear | BFloat16Linear | WeightOnlyInt8Linear | Float8Linear):
             total += module.weight_bytes()
         elif isinstance(module, nn.Linear):
             total += sum(p.numel() * p.element_size() for p in module.parameters(recurse=False))

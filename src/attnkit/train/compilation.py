@@ -6,11 +6,19 @@ kernels in a 12 ms step). `reduce-overhead` records the step once as a CUDA grap
 replays it with one launch, which needs the same shapes every step: a language model's
 batches of fixed blocks, not sentences of many lengths (a graph each), and one process (DDP's
 and FSDP's collectives run between the graph's pieces). `auto` takes it exactly there.
+
+`train.compile_scope = "block"` compiles each `Block` on its own, in place
+(`nn.Module.compile`, so the state dict keeps its names), as torchtitan does under FSDP2:
+a Block is FSDP's unit, whose gathers and reduce-scatters then run between the compiled
+Blocks, and the Blocks of one shape share one compiled graph.
 """
 
 from __future__ import annotations
 
 import torch
+from torch import nn
+
+from attnkit.models.block import Block
 
 MODES = ("auto", "default", "reduce-overhead", "max-autotune")
 
@@ -21,3 +29,11 @@ def compile_mode(mode: str, device: torch.device, *, one_shape: bool, alone: boo
     if mode != "auto":
         return mode
     return "reduce-overhead" if device.type == "cuda" and one_shape and alone else "default"
+
+
+def compile_blocks(model: nn.Module, mode: str) -> int:
+    """Compile every `Block` of `model` in place with torch.compile's `mode`; how many."""
+    blocks = [m for m in model.modules() if isinstance(m, Block)]
+    for block in blocks:
+        block.compile(mode=mode)
+    return len(blocks)

@@ -22,6 +22,7 @@ or another loss, as DPO's over preference pairs (`train/preference.py`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -73,6 +74,10 @@ class Objective(TrainingObjective):
     """The cross-entropy of the tokens a model predicts; subclasses compute hidden states and
     targets, and the head is read from the plain model."""
 
+    # The loss over the head: (hidden, weight, bias, targets, label_smoothing) -> LossTerms; the
+    # Trainer swaps in `chunked_cross_entropy` where `train.cross_entropy` asks.
+    head_loss: Callable[..., LossTerms] = staticmethod(linear_cross_entropy)
+
     def __init__(self, label_smoothing: float = 0.0) -> None:
         super().__init__()
         self.label_smoothing = label_smoothing
@@ -80,7 +85,7 @@ class Objective(TrainingObjective):
     def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
         hidden, targets = self.predict(model, batch)
         head = unwrap(model).head
-        terms = linear_cross_entropy(hidden, head.weight, head.bias, targets, self.label_smoothing)
+        terms = self.head_loss(hidden, head.weight, head.bias, targets, self.label_smoothing)
         return with_router_loss(model, terms)
 
     @abstractmethod

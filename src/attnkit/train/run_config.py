@@ -79,6 +79,7 @@ DECAYS = ("cosine", "linear")  # the schedules with an end
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 PARALLELS = ("ddp", "fsdp")  # how torchrun's ranks hold the model (`attnkit.train.parallel`)
 REDUCE_PRECISIONS = ("fp32", "bf16")
+COMPILE_SCOPES, CROSS_ENTROPIES = ("model", "block"), ("fused", "chunked")
 # The ModelConfig fields that the tokenizer sets, which the [model] section may not.
 TOKENIZER_SIZES = ("vocab_size", "src_vocab_size")
 
@@ -169,6 +170,14 @@ class TrainSection:
     compile_mode: torch.compile's mode; `auto` replays CUDA graphs (`reduce-overhead`) where
         every batch has one shape (a language model's blocks) on one GPU, which takes the
         launch of each kernel off the host, and is torch's `default` elsewhere.
+    compile_scope: with `compile`, `model` compiles the whole model; `block` each Block in
+        place (FSDP's units under `fsdp`, whose collectives then run between them).
+    init_on_meta: build a new model's weights on `meta`, shard them, then draw each rank's
+        slices on the device as a normal build does (`attnkit.train.meta_init`).
+    cross_entropy, cross_entropy_chunks: a decoder-only model's loss over its head: `fused`
+        forms the gradient inside the loss; `chunked` runs that many chunks of positions
+        through head and loss under autograd, recomputed in backward (no float32 logits).
+    peak_tflops: the device's peak for the log's MFU; 0: the GPU's by name (`train.mfu`).
     device: `auto` (a CUDA GPU where there is one, else the CPU) or any torch device:
         `cpu`, `cuda`, `cuda:1`, `mps`, `xpu`, ...; one this machine lacks is refused.
     log_to, log_project, log_name: where metrics.jsonl's records, the curves and an
@@ -199,6 +208,11 @@ class TrainSection:
     precision: str = "fp32"
     compile: bool = False
     compile_mode: str = "auto"
+    compile_scope: str = "model"
+    init_on_meta: bool = False
+    cross_entropy: str = "fused"
+    cross_entropy_chunks: int = 8
+    peak_tflops: float = 0.0
     device: str = "auto"
     threads: int = 0
     parallel: str = "ddp"
@@ -223,14 +237,17 @@ class TrainSection:
             parse_device(self.device, "train.device")
         choice("train.compile_mode", self.compile_mode, COMPILE_MODES)
         choice("train.parallel", self.parallel, PARALLELS)
+        choice("train.compile_scope", self.compile_scope, COMPILE_SCOPES)
+        choice("train.cross_entropy", self.cross_entropy, CROSS_ENTROPIES)
         choice("train.reduce_precision", self.reduce_precision, REDUCE_PRECISIONS)
         choice("train.activation_checkpointing", self.activation_checkpointing, CHECKPOINTING)
         each(positive, "train", self, "steps", "lr", "accumulate", "log_every", "save_every")
         each(positive, "train", self, "keep_last", "average_last", "beta1", "eps")
         positive("train.rendezvous_timeout", self.rendezvous_timeout)
+        each(positive, "train", self, "cross_entropy_chunks")
         seed_value("train.seed", self.seed)
         each(non_negative, "train", self, "min_lr", "warmup", "weight_decay", "clip_norm")
-        each(non_negative, "train", self, "threads", "max_minutes")
+        each(non_negative, "train", self, "threads", "max_minutes", "peak_tflops")
         known("sink", self.log_to, list(LOGGERS), owner="train.log_to")
         check(self.min_lr <= self.lr, "train.min_lr must not exceed train.lr")
         check(self.beta1 < 1 and 0 < self.beta2 < 1, "train.beta1 and train.beta2 must be < 1")
@@ -239,6 +256,11 @@ class TrainSection:
             self.parallel != "fsdp" or self.precision != "fp16",
             "train.precision 'fp16' needs a loss scaler, which FSDP's sharded gradients do not "
             "take; use 'bf16' with train.parallel 'fsdp'",
+        )
+        check(
+            not self.init_on_meta or not (self.init_from or self.init_embeddings),
+            "train.init_on_meta draws a new model's weights; with init_from or init_embeddings, "
+            "set it to false",
         )
         check(
             self.schedule != "inverse-sqrt" or self.warmup > 0,

@@ -3,7 +3,8 @@
 With `train.init_from` the model (config and weights) is that run's, of the
 task's shape (`attnkit.train.validate` checked it); otherwise a preset and the
 [model] fields, sized to the run's tokenizer, with its decoding ids, the
-weights drawn from `train.seed` and, with `train.init_embeddings`, the token
+weights drawn from `train.seed` (or left on the meta device with `train.init_on_meta`,
+for the Trainer to draw after sharding) and, with `train.init_embeddings`, the token
 embeddings started from word vectors. Either way the [lora] or [adapters]
 section then freezes it under LoRA updates or Houlsby adapters
 (`attnkit.train.fine_tuning`), before the task makes its objective: DPO's
@@ -24,6 +25,7 @@ from attnkit.models import TransformerModel, build_model
 from attnkit.run import RunFolder, load_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
 from attnkit.train.fine_tuning import fine_tune
+from attnkit.train.meta_init import on_meta
 from attnkit.train.run_config import RunConfig
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ def _base_model(config: RunConfig, tokenizer: Tokenizer, **resolved: Any) -> Tra
     model_config = config.model.build(vocab_size=tokenizer.vocab_size, **resolved)
     model_config = with_decoding_ids(model_config, tokenizer)
     torch.manual_seed(config.train.seed)
+    if config.train.init_on_meta:  # the Trainer shards it, then draws the weights
+        return on_meta(model_config)
     model = build_model(model_config)
     if config.train.init_embeddings:
         vectors = load_vectors(_vector_file(config.train.init_embeddings))

@@ -28,12 +28,14 @@ written and resumed by `attnkit.train.checkpoint`, and the run folder is held
 by one training at a time (`attnkit.train.lock`). How the ranks hold the model (DDP,
 FSDP) is `attnkit.train.parallel`'s, with its sharded checkpoints in
 `attnkit.train.distributed_checkpoint`; recomputing activations is
-`attnkit.train.activation_checkpointing`'s.
+`attnkit.train.activation_checkpointing`'s; a model built on the meta device is sharded, then
+initialised, by `attnkit.train.meta_init`; the MFU of the log is `attnkit.train.mfu`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
@@ -51,13 +53,15 @@ from attnkit.nn.moe import take_dropped_tokens
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train import distributed as dist
-from attnkit.train import distributed_checkpoint, lock, loggers, new_run
+from attnkit.train import distributed_checkpoint, lock, loggers, meta_init, new_run
 from attnkit.train.activation_checkpointing import apply_activation_checkpointing
-from attnkit.train.compilation import compile_mode
+from attnkit.train.compilation import compile_blocks, compile_mode
+from attnkit.train.cross_entropy import chunked_cross_entropy
 from attnkit.train.host_memory import reuse_freed_memory
 from attnkit.train.loss_watch import LossWatch
 from attnkit.train.metrics import Interval, Metric, validate
-from attnkit.train.objectives import TrainingObjective, objective_for
+from attnkit.train.mfu import MFU
+from attnkit.train.objectives import Objective, TrainingObjective, objective_for
 from attnkit.train.optim import optimization
 from attnkit.train.parallel import Parallel
 from attnkit.train.precision import training_precision
@@ -106,6 +110,11 @@ class Trainer:
             vocab_size=model.config.vocab_size,
             copy=model.config.copy_attention != "none",
         )
+        c = self.train_cfg
+        chunked = c.cross_entropy == "chunked" and model.config.shape == "decoder"
+        if chunked and isinstance(self.objective, Objective):  # its head's loss, by chunks
+            chunks = c.cross_entropy_chunks
+            self.objective.head_loss = functools.partial(chunked_cross_entropy, chunks=chunks)
         self.train_data, self.val_data = train_data, val_data
         self.metrics, self.callbacks = list(metrics), list(callbacks)
         self.run_dir = Path(run_dir if run_dir is not None else self.train_cfg.out_dir)
@@ -116,7 +125,7 @@ class Trainer:
         e = self.eval_cfg
         self.best = BestMetric(e.lower_is_better, e.patience)  # eval.metric's, for patience
         self.history: list[dict[str, Any]] = []
-        c = self.train_cfg
+        self.length = 0  # of the last batch's sequences, for the MFU's attention term
         self.stopping = Stopping(c.max_minutes, resume_command)
         self.precision = training_precision(c.precision, resolve_device(c.device))
 
@@ -185,10 +194,20 @@ class Trainer:
             log.info("removed %d temporary files of saves cut short in %s", cut, self.run_dir)
         if self.device.type == "cpu" and c.reuse_freed_memory:
             reuse_freed_memory()
-        torch.manual_seed(c.seed + self.dist.rank)
-        self.model.to(self.device)
+        on_meta = meta_init.is_on_meta(self.model)  # weights without memory until sharded
+        if not on_meta:
+            self.model.to(self.device)
         apply_activation_checkpointing(self.model, c.activation_checkpointing)
         self.parallel.shard(self.model)  # before the optimizer, which then updates the shards
+        if on_meta:  # this rank's slices, drawn as a normal build draws them
+            torch.manual_seed(c.seed)
+            meta_init.materialize(self.model, self.device)
+        torch.manual_seed(c.seed + self.dist.rank)
+        one_shape = getattr(getattr(self.train_data, "dataset", None), "one_shape", False)
+        alone = not (self.dist.active or self.parallel.sharded)
+        mode = compile_mode(c.compile_mode, self.device, one_shape=one_shape, alone=alone)
+        if c.compile and c.compile_scope == "block":  # in place: FSDP's units, names kept
+            compile_blocks(self.model, mode)
         self.optimizer, self.scheduler, self.budget = optimization(self.model, c)
         self.scaler = torch.amp.GradScaler(
             "cuda", enabled=self.precision == "fp16" and self.device.type == "cuda"
@@ -198,13 +217,11 @@ class Trainer:
         else:
             self._start()
         forward = self.parallel.wrap(self.model)
-        one_shape = getattr(getattr(self.train_data, "dataset", None), "one_shape", False)
-        alone = not (self.dist.active or self.parallel.sharded)
-        mode = compile_mode(c.compile_mode, self.device, one_shape=one_shape, alone=alone)
         self.cuda_graphs = c.compile and mode == "reduce-overhead"
-        if c.compile:
+        if c.compile and c.compile_scope == "model":
             forward = torch.compile(forward, mode=mode)
         self.forward_model = forward
+        self.mfu = MFU(self.model, self.device, self.dist.world_size, c.peak_tflops)
 
     def _start(self) -> None:
         if self.dist.is_main:
@@ -361,6 +378,8 @@ class Trainer:
         sums = torch.zeros(6, dtype=torch.float64, device=self.device)
         for i in range(n):
             batch = next(batches).to(self.device, non_blocking=True)
+            # The positions a token attends over: a target reads all but its last token.
+            self.length = batch.tgt.shape[1] - 1 if batch.tgt is not None else batch.src.shape[1]
             # DDP all-reduces on every backward unless told to wait for the last micro-batch;
             # FSDP reduce-scatters each, which keeps the gradients sharded.
             sync = i == n - 1 or not self.dist.active or self.parallel.sharded
@@ -395,6 +414,9 @@ class Trainer:
         dropped = take_dropped_tokens(unwrap(self.model))
         if dropped is not None:  # tokens a switch router had no room for, since the last record
             record["dropped_tokens"] = dropped
+        if (mfu := self.mfu.of(record["tokens_per_s"], self.length)) is not None:
+            record["mfu"] = mfu
+            log.info("step %d  MFU %.1f%%", self.step, 100 * mfu)
         self._record(record)
         return {"loss": record["train_loss"], "tokens_per_s": record["tokens_per_s"]}
 
