@@ -321,7 +321,9 @@ def test_objectives_of_several_backward_passes_are_refused_under_ddp(tmp_path, m
     from attnkit.train.objectives import TranslationObjective
     from attnkit.train.scheduled_sampling import ScheduledSampling, ScheduledSamplingSection
 
-    monkeypatch.setattr(distributed, "setup", lambda device, alone: distributed.DistInfo(0, 2, 0))
+    monkeypatch.setattr(
+        distributed, "setup", lambda device, alone, timeout: distributed.DistInfo(0, 2, 0)
+    )
     settings = {"decay": "constant", "k": 0.5, "mix": "softmax"}
     both = ScheduledSamplingSection(**settings, first_pass_grad=True)
     trainer = Trainer(

@@ -1,4 +1,5 @@
-"""A training run's configuration: one TOML file, one frozen dataclass per section.
+"""A training run's configuration (over 400 lines: the [train] section's many keys, each
+documented and checked beside the other sections): one TOML file, one frozen dataclass a section.
 
     [model]  a preset and `ModelConfig` fields       [data]  task, corpus, tokenizer, batching
                                                      (`attnkit.data.section`)
