@@ -31,6 +31,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from attnkit.checks import token_ids
+from attnkit.config import ModelConfig
 from attnkit.data.batch import Batch, pad
 from attnkit.errors import AttnkitError
 from attnkit.files import read_lines
@@ -249,3 +250,25 @@ class PreferenceDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[Ids, Ids, Ids]:
         return self.examples[index]
+
+
+def preference_splits(
+    folder: str | Path,
+    splits: Sequence[str],
+    tokenizer: Tokenizer,
+    model: ModelConfig,
+    max_len: int,
+) -> list[PreferenceDataset]:
+    """The pairs of `folder`'s `{split}.jsonl` for each split, as ids for `model`: an
+    encoder-decoder reads each prompt as its source and each response after its start id."""
+    start = model.decoder_start_id if model.shape == "encoder-decoder" else None
+    return [
+        PreferenceDataset(
+            read_pairs(Path(folder) / f"{split}.jsonl"),
+            tokenizer,
+            decoder_start_id=start,
+            max_len=min(max_len, model.max_len),
+            name=f"{split}.jsonl",
+        )
+        for split in splits
+    ]

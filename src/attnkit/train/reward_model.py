@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from attnkit.checks import check, with_article
 from attnkit.config import ModelConfig
 from attnkit.data.batch import Batch, pad
-from attnkit.data.preference import PreferenceBatch, PreferenceDataset, read_pairs
+from attnkit.data.preference import PreferenceBatch, preference_splits
 from attnkit.devices import check_device
 from attnkit.errors import AttnkitError
 from attnkit.models import TransformerModel, build_model
@@ -153,17 +153,8 @@ def task_parts(config: RunConfig) -> tuple:
     d = config.data
     tokenizer = run_tokenizer(config, ())  # train.init_from's
     model = add_reward_head(run_model(config, tokenizer), config.train.seed)
-    encoder_decoder = model.config.shape == "encoder-decoder"
-    train, val = (
-        PreferenceDataset(
-            read_pairs(Path(d.corpus) / f"{split}.jsonl"),
-            tokenizer,
-            decoder_start_id=model.config.decoder_start_id if encoder_decoder else None,
-            max_len=min(d.max_len, model.config.max_len),
-            name=f"{split}.jsonl",
-        )
-        for split in (d.train_split, d.valid_split)
-    )
+    splits = (d.train_split, d.valid_split)
+    train, val = preference_splits(d.corpus, splits, tokenizer, model.config, d.max_len)
     # Rank 0 validates (the Trainer's metrics), over every validation pair.
     metric = reward_metric(run_loader(config, val, False, shard=False), config.eval.max_batches)
     return model, run_loader(config, train, True), None, [metric], tokenizer, BradleyTerry()

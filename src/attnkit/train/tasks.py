@@ -53,7 +53,7 @@ from attnkit.data import (
     hf_datasets,
 )
 from attnkit.data.batch import Batch
-from attnkit.data.preference import PreferenceDataset, read_pairs
+from attnkit.data.preference import preference_splits
 from attnkit.data.reverse import BOS, EOS, VOCAB, ReverseBatches, ReverseTask
 from attnkit.data.reverse import tokenizer as reverse_tokenizer
 from attnkit.data.sources import corpus_text, text_lines
@@ -320,18 +320,8 @@ def _preference(config: RunConfig) -> TaskSetup:
     d = config.data
     tokenizer = run_tokenizer(config, ())  # train.init_from's
     model = run_model(config, tokenizer)
-    # An encoder-decoder reads the prompt as its source, each response after its start id.
-    encoder_decoder = model.config.shape == "encoder-decoder"
-    train, val = (
-        PreferenceDataset(
-            read_pairs(Path(d.corpus) / f"{split}.jsonl"),
-            tokenizer,
-            decoder_start_id=model.config.decoder_start_id if encoder_decoder else None,
-            max_len=min(d.max_len, model.config.max_len),
-            name=f"{split}.jsonl",
-        )
-        for split in (d.train_split, d.valid_split)
-    )
+    splits = (d.train_split, d.valid_split)
+    train, val = preference_splits(d.corpus, splits, tokenizer, model.config, d.max_len)
     dpo = DPO(model, config.dpo.beta)
     # Rank 0 validates (the Trainer's metrics), over every validation pair.
     val_data = run_loader(config, val, False, shard=False)
