@@ -121,6 +121,8 @@ def test_serve_takes_a_hub_id_imported_once_into_attnkits_cache(
     assert served.run.folder.root == folder and sorted(p.name for p in folder.parent.iterdir()) == [
         revision
     ]  # the stage was renamed into place, nothing half-made beside it
+    (tmp_path / "plain").mkdir()
+    assert folder.stat().st_mode == (tmp_path / "plain").stat().st_mode  # the umask's mode
     import_hf(hf_folder, tmp_path / "imported")
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():

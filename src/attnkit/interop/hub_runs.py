@@ -16,8 +16,8 @@ the model (a new snapshot) is a new folder.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-import tempfile
 from pathlib import Path
 
 from attnkit.data.corpora import cache_dir
@@ -44,7 +44,10 @@ def hub_run(repo_id: str) -> Path:
     if target.is_dir():  # only a complete run is ever renamed to this name
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{snapshot.name}-", suffix=".part", dir=target.parent))
+    # A name of its own (two starts at once build apart), made by mkdir, which gives the
+    # umask's mode: mkdtemp's 0700 would become the run folder's when renamed.
+    stage = target.parent / f".{snapshot.name}-{os.getpid()}-{secrets.token_hex(4)}.part"
+    stage.mkdir()
     try:
         import_hf(snapshot, stage)
         try:
