@@ -1,7 +1,8 @@
 """`attnkit serve RUN [NAME=RUN ...]`: the runs behind an HTTP API (attnkit.serve), until Ctrl-C.
 
 Each run is served under its folder's name (`runs/multi30k_de_en` as
-`multi30k_de_en`), or under NAME when given as NAME=RUN_DIR; it needs the `serve`
+`multi30k_de_en`), or under NAME when given as NAME=RUN_DIR; a Hub id (ORG/NAME) is
+imported once into attnkit's cache (`attnkit.interop.hub_runs`); it needs the `serve`
 extra: `pip install -e ".[serve]"`. The address is taken before anything is
 printed, so a busy port is one sentence, not a traceback after "serving on".
 """
@@ -27,7 +28,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve runs over HTTP: OpenAI's API, translate, a page")
     p.add_argument("runs", nargs="+", metavar="RUN",
                    help="run folders (attnkit's, or imported from HF), each RUN_DIR or "
-                   "NAME=RUN_DIR to serve it as NAME")  # fmt: skip
+                   "NAME=RUN_DIR to serve it as NAME; a Hugging Face Hub id (ORG/NAME) where "
+                   "no such folder is, imported once into attnkit's cache (hub-runs/) and "
+                   "served under its NAME part")  # fmt: skip
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     p.add_argument(

@@ -61,12 +61,20 @@ def model_folder(source: str | Path) -> Path:
     if path.exists():
         return path
     name = str(source)
-    if not HUB_ID.fullmatch(name) or name.startswith(".") or ".." in name or "--" in name:
+    if not is_hub_id(name):
         raise AttnkitError(
             f"there is no folder {name}; give a Hugging Face model folder, or a model's Hub id "
             "such as openai-community/gpt2"
         )
     return _hub_snapshot(name)
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether `name` is shaped like a Hub id (NAME or ORG/NAME), not a relative path such as
+    ./model or ../models/x (the Hub refuses names starting with . or holding .. or --)."""
+    return bool(HUB_ID.fullmatch(name)) and not (
+        name.startswith(".") or ".." in name or "--" in name
+    )
 
 
 def _hub_snapshot(repo_id: str) -> Path:

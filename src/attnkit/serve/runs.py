@@ -23,6 +23,7 @@ import torch
 from attnkit.data.section import prepare_sources
 from attnkit.devices import check_device
 from attnkit.errors import AttnkitError
+from attnkit.interop.hub_runs import run_folder
 from attnkit.models import TransformerModel
 from attnkit.pooling import SentenceEncoder
 from attnkit.run import Run, load_run
@@ -114,7 +115,9 @@ def served_runs(
     chat_template: str | None = None,
 ) -> list[Served]:
     """The runs of `specs`, loaded: each `RUN_DIR` under its folder's name, or `NAME=RUN_DIR`
-    under NAME. A name given twice is refused.
+    under NAME. A name given twice is refused. A RUN_DIR that is not a folder but is shaped
+    like a Hub id (ORG/NAME) is that model, imported once into attnkit's cache (`run_folder`)
+    and served as NAME.
 
     compute_type: the linear layers' type for decoding (float32, int8, bf16, auto).
     device: where every model is loaded and decodes (cpu, cuda, cuda:N, ...), checked first.
@@ -141,7 +144,8 @@ def served_runs(
         raise AttnkitError(f"two runs are named {twice[0]!r}; name them apart with NAME=RUN_DIR")
     served = []
     for name, path in named:
-        run = load_run(path, device, compute_type=compute_type)  # logs the type it chose
+        folder = run_folder(path)  # a Hub id: its run, imported once into attnkit's cache
+        run = load_run(folder, device, compute_type=compute_type)  # logs the type it chose
         if dtype != "float32":
             run.model.to(DTYPES[dtype])
             log.info("%s: weights and activations in %s on %s", name, dtype, device)
