@@ -264,10 +264,16 @@ def _tensors(path) -> dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
-@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
-def test_a_ppo_run_stopped_halfway_and_resumed_ends_as_one_that_ran_through(tmp_path, shape):
+@pytest.mark.parametrize(
+    ("shape", "lora"), [("decoder", False), ("encoder-decoder", False), ("decoder", True)]
+)
+def test_a_ppo_run_stopped_halfway_and_resumed_ends_as_one_that_ran_through(tmp_path, shape, lora):
     base, corpus, rm = reward_model_run(tmp_path, shape)
     path = ppo_config(tmp_path, base, corpus, rm, 4)
+    if lora:  # the reference is the policy without its update; the factors resume apart
+        path = RunConfig.load(path, ["lora.rank=4"]).to_toml()
+        (tmp_path / "lora.toml").write_text(path)
+        path = str(tmp_path / "lora.toml")
     through, halves = tmp_path / "through", tmp_path / "halves"
     train(RunConfig.load(path, [f"train.out_dir={through}"]))
     with pytest.raises(AttnkitError, match=r"no trainer_state\.pt to resume from"):

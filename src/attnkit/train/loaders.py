@@ -43,7 +43,8 @@ def run_loader(
     if `shard`."""
     d = config.data
     info = dist.from_env() if shard else dist.DistInfo()
-    if config.segment_recurrence.carry == "stream" and max_batch_size is not None:
+    carried = config.segment_recurrence.carry == "stream" and d.task == "language-model"
+    if carried and max_batch_size is not None:
         # Transformer-XL's memory across batches: each row reads on along its own stream.
         streams = StreamBlocks(dataset, max_batch_size, info.rank, info.world_size)
         return DataLoader(
