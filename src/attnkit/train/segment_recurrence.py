@@ -190,8 +190,9 @@ class StreamBlocks(Dataset):
         if self.per_stream == 0:
             raise AttnkitError(
                 f"segment_recurrence.carry 'stream' reads the text as data.batch_size x ranks = "
-                f"{rows * world_size} streams, but it has {len(blocks)} blocks; lower "
-                "data.batch_size or data.block_size, or give more text"
+                f"{rows * world_size} streams, but a split has {len(blocks)} blocks; lower "
+                "data.batch_size or data.block_size, or give more text (for the validation "
+                "split, a larger data.valid_fraction)"
             )
         self.lengths = blocks.lengths
         self.inner_collate = blocks.collate
