@@ -307,8 +307,10 @@ def test_a_ppo_run_stopped_halfway_and_resumed_ends_as_one_that_ran_through(tmp_
         }
     state = RunFolder(halves).read_trainer_state()
     assert state["task"] == "ppo" and state["step"] == 4 and state["optimizer"]["state"]
+    before = (halves / "metrics.jsonl").read_text()
     with pytest.raises(AttnkitError, match=r"stopped at step 4, past train\.steps 3"):
         train(RunConfig.load(path, [f"train.out_dir={halves}", "train.steps=3"]), resume=True)
+    assert (halves / "metrics.jsonl").read_text() == before
 
 
 def test_with_lora_the_reference_is_the_policy_without_its_update():

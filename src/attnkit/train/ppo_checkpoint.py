@@ -106,13 +106,22 @@ def restore(
     optimizer: torch.optim.Optimizer,
     generator: torch.Generator,
     run: dict[str, Any],
+    steps: int,
 ) -> int:
-    """Load the latest checkpoint of a PPO run into its pieces; the step it saved. Refused: a
-    folder without one, another task's, changed settings or another reference."""
+    """Load the latest checkpoint of a PPO run into its pieces; the step it saved. Refused,
+    before anything is loaded or written: a folder without one, another task's, a step past
+    `steps` (train.steps), changed settings or another reference."""
     state = ckpt.load_trainer_state(folder)
     if state.get("task") != TASK:
         other = f"a {state['task']} run" if state.get("task") else "a supervised run"
         raise AttnkitError(f"{folder.root} holds {other}, not a ppo run; choose another out_dir")
+    step = state["step"]
+    if step > steps:
+        raise AttnkitError(
+            f"{folder.root} stopped at step {step:,}, past train.steps {steps:,}, so resuming "
+            f"would train nothing; give train.steps above {step:,} to train on "
+            "(--set train.steps=N), or use the run as it is"
+        )
     changed = [k for k, v in run["settings"].items() if state["settings"].get(k) != v]
     if changed:
         raise AttnkitError(
@@ -124,7 +133,6 @@ def restore(
             f"train.init_from's weights are not those {folder.root} started from, and they are "
             "its frozen reference; resume with the model the run started from"
         )
-    step = state["step"]
     weights = folder.step_weights(step)
     if not weights.is_file():
         raise AttnkitError(

@@ -38,7 +38,6 @@ from torch import Tensor, nn
 from attnkit.checks import check
 from attnkit.data.batch import pad
 from attnkit.devices import resolve_device
-from attnkit.errors import AttnkitError
 from attnkit.files import atomic_write
 from attnkit.generation import GenerationConfig, generate
 from attnkit.generation.state import evaluating
@@ -338,14 +337,8 @@ def train(
     with lock.hold(folder, check=check):
         if resume:
             step = ppo_checkpoint.restore(
-                folder, policy, ppo.value_head, ppo.optimizer, ppo.generator, run
+                folder, policy, ppo.value_head, ppo.optimizer, ppo.generator, run, c.steps
             )
-            if step > c.steps:
-                raise AttnkitError(
-                    f"{folder.root} stopped at step {step:,}, past train.steps {c.steps:,}, so "
-                    f"resuming would train nothing; give train.steps above {step:,} to train "
-                    "on (--set train.steps=N), or use the run as it is"
-                )
         saved = ppo_checkpoint.after_step(step, ppo.generator)
         folder.write_run_config(config.to_toml())
         tokenizer.save(folder.tokenizer)
