@@ -1,5 +1,6 @@
 """MFU in the training log (`attnkit.train.mfu`): 6N + 12 L d_model T FLOPs a token over the
-device's peak, the peak by the GPU's name or given, none on a CPU."""
+device's peak (an encoder-decoder's counted a side at a time, cross-attention included), the
+peak by the GPU's name or given, none on a CPU."""
 
 import logging
 
@@ -11,9 +12,16 @@ from attnkit.data.batch import Batch
 from attnkit.models import build_model
 from attnkit.train import Trainer
 from attnkit.train.meta_init import on_meta
-from attnkit.train.mfu import device_peak, flops_per_token, multiplied_parameters
+from attnkit.train.mfu import (
+    MFU,
+    device_peak,
+    encoder_decoder_flops,
+    flops_per_token,
+    multiplied_parameters,
+    parameters_by_side,
+)
 from attnkit.train.run_config import TrainSection
-from tests.helpers import VOCAB, tiny_model, translation_batches
+from tests.helpers import VOCAB, tiny_config, tiny_model, translation_batches
 
 
 def test_flops_a_token_of_the_1b_shape_are_6n_plus_the_attention_term():
@@ -83,13 +91,77 @@ def test_the_log_reports_mfu_against_a_given_peak(tmp_path, caplog):
     assert f"MFU {100 * records[-1]['mfu']:.1f}%" in caplog.text
 
 
-def test_no_mfu_on_a_cpu_without_a_peak_nor_for_an_encoder_decoder(tmp_path):
+def test_no_mfu_on_a_cpu_without_a_peak(tmp_path):
     model = tiny_model("decoder")
     result = Trainer(model, _lm_batches(2), train=_settings(tmp_path / "lm", steps=2)).fit()
     assert not any("mfu" in r for r in result.history)
-    settings = _settings(tmp_path / "mt", steps=2, peak_tflops=1.0)
-    result = Trainer(tiny_model(), translation_batches(2), train=settings).fit()
+    result = Trainer(tiny_model(), translation_batches(2), train=_settings(tmp_path / "mt")).fit()
     assert not any("mfu" in r for r in result.history)
+
+
+# The tiny encoder-decoder (d_model 16, 2 heads of 8, d_ff 32, one layer a side, biases, post-LN,
+# every table tied to the head, vocabulary 24), counted by hand:
+#   an encoder layer: qkv 48x16+48 = 816, out 16x16+16 = 272, norm 32, w_1 32x16+32 = 544,
+#     w_2 16x32+16 = 528, norm 32: 2,224; a cross-attention's kv 32x16+32 = 544 reads the
+#     source too: N_src = 2,768
+#   the decoder: self-attention 816 + 272 + 32 = 1,120; cross-attention's q 272, out 272,
+#     norm 32 = 576; feed-forward 544 + 528 + 32 = 1,104; the head 24x16 = 384: N_tgt = 3,184
+N_SRC, N_TGT = 2_768, 3_184
+
+
+def test_an_encoder_decoders_weights_split_by_the_side_whose_tokens_they_multiply():
+    model = tiny_model()
+    assert parameters_by_side(model) == (N_SRC, N_TGT)
+    assert sum(parameters_by_side(model)) == multiplied_parameters(model)
+
+
+def test_an_encoder_decoders_flops_are_each_sides_count_with_cross_attention():
+    config = tiny_config("encoder-decoder")
+    # 10 real source tokens over S = 5 positions, 7 real target tokens over T = 4:
+    #   source: 10 x (6 x 2,768 + 12 x 1 x 16 x 5) = 10 x 17,568 = 175,680
+    #   target: 7 x (6 x 3,184 + 12 x 1 x 16 x (4 + 5)) = 7 x 20,832 = 145,824
+    flops = encoder_decoder_flops(config, (N_SRC, N_TGT), (10, 7), (5, 4))
+    assert flops == 175_680 + 145_824
+
+
+def test_mfu_adds_an_encoder_decoders_batches_by_their_real_tokens():
+    model = tiny_model()
+    mfu = MFU(model, torch.device("cpu"), devices=2, given=1e-6)  # 1 MFLOP/s a device
+    batches = translation_batches(2)
+    expected, targets = 0.0, 0
+    for batch in batches:
+        mfu.add(batch)
+        s, t = batch.src.shape[1], batch.tgt.shape[1] - 1
+        src_tokens, tgt_tokens = int(batch.src_mask.sum()), int(batch.tgt_mask[:, 1:].sum())
+        expected += src_tokens * (6 * N_SRC + 12 * 16 * s)
+        expected += tgt_tokens * (6 * N_TGT + 12 * 16 * (t + s))
+        targets += tgt_tokens
+    assert mfu.of(100.0, length=0) == pytest.approx(100.0 * expected / targets / 2e6)
+    assert mfu.of(100.0, length=0) is None  # the interval's count starts again
+
+
+def test_the_log_reports_an_encoder_decoders_mfu(tmp_path, caplog):
+    model = tiny_model(dropout=0.0)
+    batches = translation_batches(4)
+    settings = _settings(tmp_path, peak_tflops=0.001, log_every=2)
+    with caplog.at_level(logging.INFO, logger="attnkit.train"):
+        result = Trainer(model, batches, train=settings).fit()
+    records = [r for r in result.history if "tokens_per_s" in r]
+    assert len(records) == 2
+    for r, pair in zip(records, (batches[:2], batches[2:]), strict=True):
+        flops = sum(
+            encoder_decoder_flops(
+                model.config,
+                (N_SRC, N_TGT),
+                (int(b.src_mask.sum()), int(b.tgt_mask[:, 1:].sum())),
+                (b.src.shape[1], b.tgt.shape[1] - 1),
+            )
+            for b in pair
+        )
+        targets = sum(int(b.tgt_mask[:, 1:].sum()) for b in pair)
+        assert r["mfu"] == pytest.approx(r["tokens_per_s"] * flops / targets / 1e9)
+    assert "12 L_d d (T + S)" in caplog.text
+    assert f"MFU {100 * records[-1]['mfu']:.1f}%" in caplog.text
 
 
 def test_the_chunked_cross_entropy_trains_as_the_fused_one(tmp_path):

@@ -1,12 +1,15 @@
 """PPO: GAE against a NumPy transcription, the clipped surrogate and the value loss against hand
-computations, the KL penalty zero while the policy is its reference, and a tiny PPO run of each
-model shape that raises the reward model's mean score."""
+computations, the KL penalty zero while the policy is its reference, a tiny PPO run of each
+model shape that raises the reward model's mean score, and one stopped halfway and resumed that
+ends with the weights of one that ran through."""
 
 import math
 
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from attnkit import AttnkitError
 from attnkit.cli import main
@@ -245,7 +248,7 @@ def _val_pairs(corpus):
     return read_pairs(corpus / "val.jsonl")
 
 
-def test_a_ppo_run_is_refused_without_a_reward_model_and_does_not_resume(tmp_path):
+def test_a_ppo_run_is_refused_without_a_reward_model(tmp_path):
     base = tiny_run(tmp_path / "base", "decoder")
     corpus = write_preference_pairs(tmp_path / "pairs", ALPHABET)
     config = RunConfig.load(ppo_config(tmp_path, base, corpus, "", 2))
@@ -254,9 +257,60 @@ def test_a_ppo_run_is_refused_without_a_reward_model_and_does_not_resume(tmp_pat
     config = RunConfig.load(ppo_config(tmp_path, base, corpus, base, 2))
     with pytest.raises(AttnkitError, match="without a reward head"):
         train(config)
-    with pytest.raises(AttnkitError, match="does not resume"):
-        train(config, resume=True)
     assert not (tmp_path / "ppo").exists()  # refused before anything was written
+
+
+def _tensors(path) -> dict[str, torch.Tensor]:
+    return load_file(str(path))
+
+
+@pytest.mark.parametrize(
+    ("shape", "lora"), [("decoder", False), ("encoder-decoder", False), ("decoder", True)]
+)
+def test_a_ppo_run_stopped_halfway_and_resumed_ends_as_one_that_ran_through(tmp_path, shape, lora):
+    base, corpus, rm = reward_model_run(tmp_path, shape)
+    path = ppo_config(tmp_path, base, corpus, rm, 4)
+    if lora:  # the reference is the policy without its update; the factors resume apart
+        path = RunConfig.load(path, ["lora.rank=4"]).to_toml()
+        (tmp_path / "lora.toml").write_text(path)
+        path = str(tmp_path / "lora.toml")
+    through, halves = tmp_path / "through", tmp_path / "halves"
+    train(RunConfig.load(path, [f"train.out_dir={through}"]))
+    with pytest.raises(AttnkitError, match=r"no trainer_state\.pt to resume from"):
+        train(RunConfig.load(path, [f"train.out_dir={halves}"]), resume=True)
+    train(RunConfig.load(path, [f"train.out_dir={halves}", "train.steps=2", "eval.every=1"]))
+    # Another start, other PPO settings or a changed reference are refused, the run untouched.
+    with pytest.raises(AttnkitError, match="was trained with other ppo"):
+        train(RunConfig.load(path, [f"train.out_dir={halves}", "ppo.beta=0.5"]), resume=True)
+    weights = base / "model.safetensors"
+    original = weights.read_bytes()
+    with safe_open(str(weights), "pt") as f:
+        metadata = f.metadata()
+    moved = {k: v + 0.01 for k, v in load_file(str(weights)).items()}
+    save_file(moved, str(weights), metadata=metadata)  # the reference is no longer the start
+    with pytest.raises(AttnkitError, match=r"not those .* started from"):
+        train(RunConfig.load(path, [f"train.out_dir={halves}"]), resume=True)
+    weights.write_bytes(original)
+    train(RunConfig.load(path, [f"train.out_dir={halves}"]), resume=True)
+    for name in ("model.safetensors", VALUE_HEAD_FILE):
+        want, got = _tensors(through / name), _tensors(halves / name)
+        assert want.keys() == got.keys()
+        for key in want:
+            assert torch.equal(want[key], got[key]), (name, key)
+    records = [
+        [r for r in RunFolder(run).read_metrics() if "reward" in r] for run in (through, halves)
+    ]
+    assert [r["step"] for r in records[1]] == [1, 2, 3, 4]
+    for want, got in zip(*records, strict=True):
+        assert {k: v for k, v in want.items() if k != "minutes"} == {
+            k: v for k, v in got.items() if k != "minutes"
+        }
+    state = RunFolder(halves).read_trainer_state()
+    assert state["task"] == "ppo" and state["step"] == 4 and state["optimizer"]["state"]
+    before = (halves / "metrics.jsonl").read_text()
+    with pytest.raises(AttnkitError, match=r"stopped at step 4, past train\.steps 3"):
+        train(RunConfig.load(path, [f"train.out_dir={halves}", "train.steps=3"]), resume=True)
+    assert (halves / "metrics.jsonl").read_text() == before
 
 
 def test_with_lora_the_reference_is_the_policy_without_its_update():

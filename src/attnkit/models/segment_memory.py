@@ -1,13 +1,14 @@
 """Segment recurrence (Transformer-XL, Dai et al. 2019): a decoder that reads a long text one
 segment at a time, each segment attending to the hidden states of the one before.
 
-For segment tau and layer l, with m_tau^(l-1) the input of layer l kept from segment
-tau - 1 (its last `mem_len` positions) and SG() a stop-gradient:
+For segment tau and layer l, with m_tau^(l-1) the input of layer l kept from the segments
+before (its last `mem_len` positions) and SG() a stop-gradient:
 
     h~ = [SG(m_tau^(l-1)) ; h_tau^(l-1)]                  (memory, then the segment)
     q = h_tau^(l-1) W_q,   k = h~ W_k,   v = h~ W_v         (keys and values over both)
     h_tau^l = Block_l(h_tau^(l-1) attending to h~, causally)
-    m_(tau+1)^(l-1) = h_tau^(l-1)                          (the new memory)
+    m_(tau+1)^(l-1) = the last mem_len rows of h~         (the new memory: the segment, and
+                                                           older rows if mem_len > n)
 
 so what a layer can see grows by a segment a layer: L layers reach back L segments, at the
 cost of one segment of memory each. The gradient stops at the memory (it is a constant of
@@ -70,8 +71,8 @@ def forward_segment(
 ) -> tuple[Output, Memory]:
     """One segment `ids` (batch, n) read after `memory` (the previous segment's, or None for
     the first): the logits of the segment (unless not `need_logits`: a fused loss projects
-    the hidden states itself) and the memory for the next one, each layer's input over the
-    last `mem_len` positions (default n), detached."""
+    the hidden states itself) and the memory for the next one, each layer's input (the memory
+    it read, then the segment) over the last `mem_len` positions (default n), detached."""
     check_recurrent(model)
     n = ids.shape[1]
     mem_len = n if mem_len is None else mem_len
@@ -91,8 +92,8 @@ def forward_segment(
     inputs = AttentionInputs(path=AttentionPath.FUSED, causal=True, positions=positions)
     new_memory: Memory = []
     for i, block in enumerate(model.decoder.blocks):
-        new_memory.append(h[:, -mem_len:].detach())
         both = h if memory is None else torch.cat((memory[i].detach().to(h.dtype), h), dim=1)
+        new_memory.append(both[:, -mem_len:].detach())  # a memory longer than n keeps older rows
         h = block(both, inputs)[0][:, held:]
     if model.decoder.norm is not None:
         h = model.decoder.norm(h)

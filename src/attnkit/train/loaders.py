@@ -5,7 +5,9 @@ Examples of similar length are grouped under `data.max_tokens` ids a side
 length for a language model's blocks. Training batches are shuffled by
 (seed, epoch); validation comes shortest first. Under torchrun each rank
 takes every world_size-th batch, unless the loader is unsharded (a metric
-that rank 0 computes over every example).
+that rank 0 computes over every example). With `segment_recurrence.carry = "stream"`, a
+language model's blocks come as contiguous streams instead, one a row
+(`attnkit.train.segment_recurrence.StreamBlocks`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from attnkit.data import TokenBudgetSampler
 from attnkit.devices import resolve_device
 from attnkit.train import distributed as dist
 from attnkit.train.run_config import RunConfig
+from attnkit.train.segment_recurrence import StreamBlocks
 
 
 def run_loaders(
@@ -40,6 +43,17 @@ def run_loader(
     if `shard`."""
     d = config.data
     info = dist.from_env() if shard else dist.DistInfo()
+    carried = config.segment_recurrence.carry == "stream" and d.task == "language-model"
+    if carried and max_batch_size is not None:
+        # Transformer-XL's memory across batches: each row reads on along its own stream.
+        streams = StreamBlocks(dataset, max_batch_size, info.rank, info.world_size)
+        return DataLoader(
+            streams,
+            batch_sampler=streams.batches(),
+            collate_fn=streams.collate,
+            num_workers=d.num_workers,
+            pin_memory=resolve_device(config.train.device).type == "cuda",
+        )
     max_tokens = d.max_tokens
     if max_batch_size is not None:
         max_tokens = max_batch_size * int(dataset.lengths.max())

@@ -18,16 +18,17 @@ LoRA update switched off, as DPO's is.
 
 The run folder is an ordinary one (config.json, model.safetensors, tokenizer.json, which every
 command reads) with the value head beside it (value_head.safetensors), metrics.jsonl and the run
-config. The run saves when it ends or is stopped; it does not resume.
+config. The run saves every `train.save_every` steps, when it ends and when it is stopped, and
+`attnkit train --resume` continues it where it saved (`attnkit.train.ppo_checkpoint`: the policy,
+value head, AdamW's state, random states and prompt order; the reference built again).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,17 +37,14 @@ from torch import Tensor, nn
 
 from attnkit.checks import check
 from attnkit.data.batch import pad
-from attnkit.data.preference import read_pairs
 from attnkit.devices import resolve_device
-from attnkit.errors import AttnkitError
 from attnkit.files import atomic_write
 from attnkit.generation import GenerationConfig, generate
 from attnkit.generation.state import evaluating
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import has_lora
-from attnkit.run import RunFolder, save_pretrained
-from attnkit.tokenizer import Tokenizer
-from attnkit.train import lock, new_run
+from attnkit.run import RunFolder
+from attnkit.train import lock, new_run, ppo_checkpoint
 from attnkit.train.ppo import (
     PPOSection,
     Rollouts,
@@ -58,6 +56,7 @@ from attnkit.train.ppo import (
     value_loss,
     whiten,
 )
+from attnkit.train.ppo_prompts import batches, prompt_ids
 from attnkit.train.preference import lora_switched_off
 from attnkit.train.reward_model import load_reward_model, response_batch, reward_scores
 from attnkit.train.run_config import RunConfig
@@ -280,41 +279,18 @@ class PPOTrainer:
         """The mean reward-model score of the greedy responses to `prompts`."""
         return self.scores(prompts, self.sample(prompts, greedy=True)).mean().item()
 
-    def save(self, folder: RunFolder) -> None:
-        """The policy as a plain run folder's model, and the value head beside it."""
-        save_pretrained(self.policy, folder.root)
+    def save(
+        self, folder: RunFolder, saved: ppo_checkpoint.Saved, run: dict[str, Any], keep: int
+    ) -> None:
+        """The value head, then the checkpoint of `saved.step` (the policy as a plain run
+        folder's model among it; the last `keep` step checkpoints kept); `run` holds the
+        settings and the reference's fingerprint."""
         state = {k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()}
         atomic_write(folder.value_head, lambda p: save_file(state, str(p)))
+        ppo_checkpoint.save(folder, self.policy, self.value_head, self.optimizer, saved, run, keep)
 
 
 # -- the runner --------------------------------------------------------------------------------
-
-
-def prompt_ids(
-    config: RunConfig, tokenizer: Tokenizer, split: str, encoder_decoder: bool, room: int
-) -> list[list[int]]:
-    """The distinct prompts of the data.corpus folder's `{split}.jsonl`, as ids: with </s> for
-    an encoder-decoder's source; those over `room` ids skipped."""
-    path = Path(config.data.corpus) / f"{split}.jsonl"
-    texts = list(dict.fromkeys(pair.prompt for pair in read_pairs(path)))
-    ids = [p for p in tokenizer.encode_batch(texts, add_eos=encoder_decoder) if len(p) <= room]
-    if not ids:
-        raise AttnkitError(
-            f"every prompt of {path} is longer than {room} ids, which leaves no room for "
-            "ppo.max_new_tokens within the model's max_len; lower ppo.max_new_tokens"
-        )
-    if len(ids) < len(texts):
-        log.warning("%s: skipped %d prompts over %d ids", path, len(texts) - len(ids), room)
-    return ids
-
-
-def batches(prompts: list[list[int]], size: int, seed: int) -> Iterator[list[list[int]]]:
-    """`size` prompts at a time, in a new shuffled order each pass."""
-    generator = torch.Generator().manual_seed(seed)
-    while True:
-        order = torch.randperm(len(prompts), generator=generator).tolist()
-        for start in range(0, len(order) - size + 1, size):  # whole batches only
-            yield [prompts[i] for i in order[start : start + size]]
 
 
 def train(
@@ -325,17 +301,16 @@ def train(
     resume_command: str = "attnkit.train.tasks.train(config, resume=True)",
 ) -> TrainResult:
     """Tune train.init_from's model by PPO against ppo.reward_model, into train.out_dir."""
-    if resume:
-        raise AttnkitError(
-            "a ppo run does not resume: its rollouts are not saved; start it again with "
-            "--overwrite, or tune its saved model further with train.init_from"
-        )
     validate(config)
     folder = RunFolder(config.train.out_dir)
     c, d, s = config.train, config.data, config.ppo
     device = resolve_device(c.device)
     tokenizer = run_tokenizer(config, ())  # train.init_from's
-    policy = run_model(config, tokenizer).to(device)
+    policy = run_model(config, tokenizer).to(device)  # its copy is the frozen reference
+    run = {
+        "settings": ppo_checkpoint.settings(config),
+        "reference": ppo_checkpoint.fingerprint(policy),
+    }
     reward_model = load_reward_model(s.reward_model, device)
     ppo = PPOTrainer(
         policy,
@@ -358,15 +333,24 @@ def train(
     stopping = Stopping(c.max_minutes, resume_command)
     history: list[dict[str, Any]] = []
     step, stopped = 0, "finished"
-    with lock.hold(folder, check=lambda: new_run.check_new_run(folder)):
+    check = None if resume else lambda: new_run.check_new_run(folder)
+    with lock.hold(folder, check=check):
+        if resume:
+            step = ppo_checkpoint.restore(
+                folder, policy, ppo.value_head, ppo.optimizer, ppo.generator, run, c.steps
+            )
+        saved = ppo_checkpoint.after_step(step, ppo.generator)
         folder.write_run_config(config.to_toml())
         tokenizer.save(folder.tokenizer)
         folder.record_tokenizer(tokenizer)  # the saved weights carry its fingerprint
         stopping.begin()
         with stopping.on_signals(lambda: step):
-            for prompts in batches(train_prompts, size, c.seed):
+            for prompts in batches(train_prompts, size, c.seed, skip=step):
+                if step >= c.steps:  # a resume of a run that had finished
+                    break
                 record = {"step": step + 1, **ppo.step(prompts), "lr": c.lr}
                 step += 1
+                saved = ppo_checkpoint.after_step(step, ppo.generator)
                 record["minutes"] = round(stopping.minutes, 2)
                 if step % c.log_every == 0 or step == c.steps:
                     folder.append_metrics(record)
@@ -389,5 +373,7 @@ def train(
                 stopped = stopping.after(step, device, None) or "finished"
                 if stopped != "finished" or step >= c.steps:
                     break
-        ppo.save(folder)
+                if step % c.save_every == 0:
+                    ppo.save(folder, saved, run, c.keep_last)
+        ppo.save(folder, saved, run, c.keep_last)
     return TrainResult(policy, step, stopped, folder.root, history)

@@ -380,6 +380,7 @@ class Trainer:
             batch = next(batches).to(self.device, non_blocking=True)
             # The positions a token attends over: a target reads all but its last token.
             self.length = batch.tgt.shape[1] - 1 if batch.tgt is not None else batch.src.shape[1]
+            self.mfu.add(batch)  # an encoder-decoder's FLOPs depend on both sides' lengths
             # DDP all-reduces on every backward unless told to wait for the last micro-batch;
             # FSDP reduce-scatters each, which keeps the gradients sharded.
             sync = i == n - 1 or not self.dist.active or self.parallel.sharded
