@@ -9,6 +9,7 @@ import torch
 
 from attnkit.config import ModelConfig
 from attnkit.data.batch import Batch
+from attnkit.errors import AttnkitError
 from attnkit.models import build_model
 from attnkit.train import Trainer
 from attnkit.train.meta_init import on_meta
@@ -164,12 +165,21 @@ def test_the_log_reports_an_encoder_decoders_mfu(tmp_path, caplog):
     assert f"MFU {100 * records[-1]['mfu']:.1f}%" in caplog.text
 
 
-def test_the_chunked_cross_entropy_trains_as_the_fused_one(tmp_path):
+@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
+def test_the_chunked_cross_entropy_trains_as_the_fused_one(tmp_path, shape):
     runs = {}
     for loss in ("fused", "chunked"):
-        model = tiny_model("decoder", positional="rope")
+        model = tiny_model(shape, positional="rope", dropout=0.0)
+        batches = _lm_batches(4) if shape == "decoder" else translation_batches(4)
         settings = _settings(tmp_path / loss, cross_entropy=loss, cross_entropy_chunks=3)
-        trainer = Trainer(model, _lm_batches(4), train=settings)
+        trainer = Trainer(model, batches, train=settings)
         assert (trainer.objective.head_loss.__class__.__name__ == "partial") == (loss == "chunked")
         runs[loss] = [r["train_loss"] for r in trainer.fit().history if "train_loss" in r]
     torch.testing.assert_close(runs["chunked"], runs["fused"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_chunked_cross_entropy_for_a_loss_that_is_not_the_heads_is_refused(tmp_path):
+    model = tiny_model(copy_attention="mean", unk_id=3, dropout=0.0)
+    settings = _settings(tmp_path, cross_entropy="chunked")
+    with pytest.raises(AttnkitError, match="needs a loss over the model's head alone"):
+        Trainer(model, translation_batches(2), train=settings)

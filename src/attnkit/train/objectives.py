@@ -82,6 +82,10 @@ class Objective(TrainingObjective):
         super().__init__()
         self.label_smoothing = label_smoothing
 
+    def use_head_loss(self, head_loss: Callable[..., LossTerms]) -> None:
+        """Compute the loss over the head with `head_loss` from now on."""
+        self.head_loss = head_loss
+
     def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
         hidden, targets = self.predict(model, batch)
         head = unwrap(model).head
@@ -165,6 +169,12 @@ class TranslationObjective(NextTokenObjective):
 class CopyObjective(TranslationObjective):
     """Teacher forcing through a pointer-generator: the label-smoothed cross-entropy of its
     mixture P over the extended vocabulary (`copy_cross_entropy`), which no fused head gives."""
+
+    def use_head_loss(self, head_loss: Callable[..., LossTerms]) -> None:
+        raise AttnkitError(
+            "train.cross_entropy 'chunked' needs a loss over the model's head alone, and a "
+            "pointer-generator's mixes copy scores into it; use 'fused'"
+        )
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
         dec_in, dec_mask, targets = self.teacher_forced(batch)

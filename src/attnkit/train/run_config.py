@@ -175,7 +175,7 @@ class TrainSection:
         place (FSDP's units under `fsdp`, whose collectives then run between them).
     init_on_meta: build a new model's weights on `meta`, shard them, then draw each rank's
         slices on the device as a normal build does (`attnkit.train.meta_init`).
-    cross_entropy, cross_entropy_chunks: a decoder-only model's loss over its head: `fused`
+    cross_entropy, cross_entropy_chunks: the loss over the model's head: `fused`
         forms the gradient inside the loss; `chunked` runs that many chunks of positions
         through head and loss under autograd, recomputed in backward (no float32 logits).
     peak_tflops: the device's peak for the log's MFU; 0: the GPU's by name (`train.mfu`).

@@ -24,6 +24,7 @@ the plain cross-entropy, so validation losses compare.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -150,6 +151,9 @@ class SequenceLevel(Objective):
         self.base, self.section, self.tokenizer = base, section, tokenizer
         self.task = base.task
         self.reward = SentenceReward(section.reward, section.lowercase)
+
+    def use_head_loss(self, head_loss: Callable[..., LossTerms]) -> None:
+        self.base.use_head_loss(head_loss)  # the likelihood term is the base objective's
 
     def __call__(self, model: nn.Module, batch: Batch) -> LossTerms:
         if not model.training:

@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from attnkit.checks import check
 from attnkit.data.batch import Batch
 from attnkit.devices import resolve_device
 from attnkit.errors import AttnkitError
@@ -111,10 +112,14 @@ class Trainer:
             copy=model.config.copy_attention != "none",
         )
         c = self.train_cfg
-        chunked = c.cross_entropy == "chunked" and model.config.shape == "decoder"
-        if chunked and isinstance(self.objective, Objective):  # its head's loss, by chunks
+        if c.cross_entropy == "chunked":  # the head's loss, by chunks of positions
+            check(
+                isinstance(self.objective, Objective),
+                f"train.cross_entropy 'chunked' needs a loss over the model's head, and "
+                f"{type(self.objective).__name__}'s is not one; use 'fused'",
+            )
             chunks = c.cross_entropy_chunks
-            self.objective.head_loss = functools.partial(chunked_cross_entropy, chunks=chunks)
+            self.objective.use_head_loss(functools.partial(chunked_cross_entropy, chunks=chunks))
         self.train_data, self.val_data = train_data, val_data
         self.metrics, self.callbacks = list(metrics), list(callbacks)
         self.run_dir = Path(run_dir if run_dir is not None else self.train_cfg.out_dir)
