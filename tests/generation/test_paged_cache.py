@@ -1,0 +1,188 @@
+"""Paged KV memory: the dynamic cache's tokens and logits, blocks that follow the tokens in flight
+and come back when rows leave, and one compiled step for each batch size that rows joining and
+leaving never recompile (inductor on the CPU)."""
+
+from __future__ import annotations
+
+import math
+import time
+import types
+
+import pytest
+import torch
+
+from attnkit.generation import GenerationConfig, paged_cache
+from attnkit.generation.batching import Scheduler
+from attnkit.generation.paged_cache import PagedMemory, PagedRow, sizes
+from attnkit.generation.rows import Sequence
+from attnkit.generation.state import left_pad
+from attnkit.models.decoding_state import DecodingState
+from attnkit.nn.kv_cache import KVCache
+from attnkit.run import load_run
+from tests.generation.test_batching import PROMPTS, Collected, _alone, _ids
+from tests.helpers import peaked, source_batch, tiny_run
+
+VARIANTS = {
+    "plain": {},
+    "gqa": {"n_heads": 4, "n_kv_heads": 2},
+    "rope": {"positional": "rope"},
+    "alibi": {"positional": "alibi"},
+    "learned": {"positional": "learned"},
+}
+
+
+@pytest.fixture
+def eager(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paged steps uncompiled: what the compiled step computes, quickly."""
+    monkeypatch.setattr(paged_cache, "_compiled", lambda: paged_cache.step)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, types.SimpleNamespace]:
+    tmp = tmp_path_factory.mktemp("runs")
+    out = {}
+    for shape in ("decoder", "encoder-decoder"):
+        run = load_run(tiny_run(tmp / shape, shape, max_len=24))
+        out[shape] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
+    return out
+
+
+def _prefill(model, ids: torch.Tensor, mask: torch.Tensor) -> tuple[KVCache, torch.Tensor]:
+    """The dynamic cache after a batch's prompts (a decoder's) or start tokens (an
+    encoder-decoder's, over its sources), and the logits of its last tokens."""
+    if model.config.shape == "decoder":
+        ids, mask = left_pad(ids, mask)
+        cache = model.new_cache(ids, mask, model.config.max_len)
+        return cache, model.decode_step(ids, cache, mask)
+    state = model.new_cache(ids, mask, model.config.max_len)
+    start = torch.ones(len(ids), 1, dtype=torch.long)
+    return state.kv_cache, model.decode_step(start, state)
+
+
+def _dynamic_step(model, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    if model.config.shape == "decoder":
+        return model.decode_step(ids, cache)
+    return model.decode_step(ids, DecodingState(cache))
+
+
+def _held(memory: PagedMemory, rows: list[PagedRow]) -> int:
+    return sum(math.ceil(r.length / memory.block) for r in rows)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("shape", ["decoder", "encoder-decoder"])
+def test_paged_steps_give_the_dynamic_caches_logits_as_rows_leave(eager, shape, variant):
+    """Four rows of prompts (or sources) of 7, 4, 2 and 5 tokens in blocks of 3 positions step
+    on paged memory beside the dynamic cache, fed the same greedy tokens: the same logits at
+    every step, row by row, as rows leave (the batch padded up to 4, 2, 1), and the blocks held
+    are each row's ceil(length / 3), all back in the pool once the rows have left."""
+    model = peaked(shape, max_len=24, **VARIANTS[variant])
+    ids, mask = source_batch()
+    with torch.no_grad():
+        cache, logits = _prefill(model, ids, mask)
+        memory = PagedMemory(model, cache, max_batch=4, block=3, compiled=False)
+        full = len(memory.pool.free)
+        rows = memory.add(cache)
+        assert memory.pool.in_use == _held(memory, rows)
+        for step in range(10):
+            tokens = logits.argmax(-1)
+            paged = memory.decode(rows, tokens.tolist())
+            logits = _dynamic_step(model, tokens[:, None], cache)
+            torch.testing.assert_close(paged, logits, atol=1e-5, rtol=1e-5)
+            assert memory.pool.in_use == _held(memory, rows)
+            if step in (3, 6, 8):  # a row leaves: its blocks go back
+                gone = 1 if step == 3 else 0
+                index = torch.tensor([i for i in range(len(rows)) if i != gone])
+                memory.leave(rows.pop(gone))
+                cache.reorder(index)
+                logits = logits[index]
+                assert memory.pool.in_use == _held(memory, rows)
+        assert sorted(memory.steps) == [1, 2, 4]  # 3 rows padded up to 4
+        memory.leave(rows.pop())
+    assert memory.pool.in_use == 0 and len(memory.pool.free) == full
+    if shape == "encoder-decoder":
+        assert memory.sources.in_use == 0
+
+
+@pytest.mark.parametrize(("shape", "max_tokens"), [("decoder", 30), ("encoder-decoder", 23)])
+def test_rows_joining_and_leaving_on_paged_memory_decode_as_alone_and_as_the_dynamic_cache(
+    eager, models: dict, shape: str, max_tokens: int
+) -> None:
+    """`cache_implementation="static"` on the CPU: the batching engine's rows decode on paged
+    memory (blocks of 4 positions), five outputs joining a max_batch of 3 at different steps
+    and leaving at steps of their own, the decoder's outrunning its max_len of 24 (the crop):
+    each gets `generate`'s greedy tokens alone, and the dynamic path's; every block is back
+    in the pool at the end."""
+    served = models[shape]
+
+    def decoded(cache_implementation: str) -> tuple[list[str], Scheduler]:
+        got, scheduler = Collected(), Scheduler(max_batch=3, block_size=4)
+        try:
+            for i, prompt in enumerate(PROMPTS):
+                config = GenerationConfig(
+                    max_new_tokens=max_tokens - i, cache_implementation=cache_implementation
+                )
+                scheduler.add([Sequence(served, _ids(served, prompt), config, got.emit(i))])
+                time.sleep(0.01)
+            got.wait(len(PROMPTS))
+        finally:
+            scheduler.shutdown()
+        return [got.text(i) for i in range(len(PROMPTS))], scheduler
+
+    paged, scheduler = decoded("static")
+    dynamic, dynamic_scheduler = decoded("dynamic")
+    assert not dynamic_scheduler.memories  # the CPU's default path is untouched
+    [(_, memory)] = scheduler.memories.values()
+    assert memory.steps  # the paged path ran
+    assert memory.pool.in_use == 0 and len(memory.pool.free) == memory.pool.blocks - 1
+    for i, prompt in enumerate(PROMPTS):
+        alone = _alone(served, _ids(served, prompt), max_new_tokens=max_tokens - i)
+        assert paged[i] == dynamic[i] == served.tokenizer.decode(alone)
+
+
+def test_the_step_sizes_are_powers_of_two_up_to_the_most_rows() -> None:
+    assert sizes(1) == [1]
+    assert sizes(4) == [1, 2, 4]
+    assert sizes(48) == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_rows_joining_and_leaving_over_50_steps_never_recompile_the_step() -> None:
+    """The step compiled by inductor on the CPU, once for each of the sizes 1, 2 and 4; then 50
+    steps over which rows join (prefilled apart, their keys copied into blocks) and leave, the
+    batch going through 1 to 4 rows, run with recompilation an error, and give the eager
+    step's logits."""
+    model = peaked("decoder", max_len=32)
+    ids, mask = source_batch()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        cache, _ = _prefill(model, ids, mask)
+        compiled = PagedMemory(model, cache, max_batch=4, block=4)
+        eager = PagedMemory(model, cache, max_batch=4, block=4, compiled=False)
+        assert compiled.step is not paged_cache.step
+        for n in (1, 2, 4):  # the first compile of each size
+            rows = compiled.add(cache)
+            compiled.decode(rows[:n], [3] * n)
+            for row in rows:
+                compiled.leave(row)
+        running: list[tuple[PagedRow, PagedRow, int]] = []
+        joins = {0: [0], 3: [1, 2], 9: [3], 20: [0, 2], 31: [1], 40: [3, 0]}
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for step in range(50):
+                for b in joins.get(step, []):  # one row of a fresh prefill joins
+                    one = (ids[b : b + 1], mask[b : b + 1])
+                    joined, _ = _prefill(model, *one)
+                    running.append((compiled.add(joined)[0], eager.add(joined)[0], 3 + b))
+                if step % 7 == 6 and running:  # the oldest row leaves
+                    left, twin, _ = running.pop(0)
+                    compiled.leave(left)
+                    eager.leave(twin)
+                if not running:
+                    continue
+                last = [token for _, _, token in running]
+                got = compiled.decode([r for r, _, _ in running], last)
+                expected = eager.decode([r for _, r, _ in running], last)
+                torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+                running = [
+                    (a, b, int(t)) for (a, b, _), t in zip(running, got.argmax(-1), strict=True)
+                ]
+    assert sorted(compiled.steps) == [1, 2, 4]
