@@ -11,15 +11,14 @@ import types
 import pytest
 import torch
 
-from attnkit.generation import GenerationConfig, paged_cache
+from attnkit.generation import GenerationConfig, generate, paged_cache
 from attnkit.generation.batching import Scheduler
 from attnkit.generation.paged_cache import PagedMemory, PagedRow, sizes
-from attnkit.generation.rows import Sequence
+from attnkit.generation.rows import Failed, Finish, Piece, Sequence
 from attnkit.generation.state import left_pad
 from attnkit.models.decoding_state import DecodingState
 from attnkit.nn.kv_cache import KVCache
 from attnkit.run import load_run
-from tests.generation.test_batching import PROMPTS, Collected, _alone, _ids
 from tests.helpers import peaked, source_batch, tiny_run
 
 VARIANTS = {
@@ -29,6 +28,9 @@ VARIANTS = {
     "alibi": {"positional": "alibi"},
     "learned": {"positional": "learned"},
 }
+
+
+PROMPTS = ["a dog", "the cat sleeps", "zwei", "a", "ein hund läuft im park"]
 
 
 @pytest.fixture
@@ -45,6 +47,37 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, types.SimpleNa
         run = load_run(tiny_run(tmp / shape, shape, max_len=24))
         out[shape] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
     return out
+
+
+def _ids(served: types.SimpleNamespace, text: str) -> list[int]:
+    return served.tokenizer.encode(text, add_eos=served.model.config.shape != "decoder")
+
+
+def _alone(served: types.SimpleNamespace, ids: list[int], max_new_tokens: int) -> list[int]:
+    config = GenerationConfig(
+        eos_token_id=served.model.config.eos_id, max_new_tokens=max_new_tokens
+    )
+    return generate(served.model, torch.tensor([ids]), config=config).new_tokens()[0]
+
+
+def _texts(
+    scheduler: Scheduler, outputs: list[tuple[types.SimpleNamespace, list[int], GenerationConfig]]
+) -> list[str]:
+    """Each output's text, the outputs added one by one a little apart, so that they join the
+    running rows at different steps."""
+    events: dict[int, list] = {i: [] for i in range(len(outputs))}
+    try:
+        for i, (served, ids, config) in enumerate(outputs):
+            scheduler.add([Sequence(served, ids, config, events[i].append)])
+            time.sleep(0.01)
+        deadline = time.monotonic() + 60
+        while not all(e and isinstance(e[-1], Finish | Failed) for e in events.values()):
+            assert time.monotonic() < deadline, events
+            time.sleep(0.01)
+    finally:
+        scheduler.shutdown()
+    assert all(isinstance(e[-1], Finish) for e in events.values()), events
+    return ["".join(e.text for e in got if isinstance(e, Piece)) for got in events.values()]
 
 
 def _prefill(model, ids: torch.Tensor, mask: torch.Tensor) -> tuple[KVCache, torch.Tensor]:
@@ -116,18 +149,18 @@ def test_rows_joining_and_leaving_on_paged_memory_decode_as_alone_and_as_the_dyn
     served = models[shape]
 
     def decoded(cache_implementation: str) -> tuple[list[str], Scheduler]:
-        got, scheduler = Collected(), Scheduler(max_batch=3, block_size=4)
-        try:
-            for i, prompt in enumerate(PROMPTS):
-                config = GenerationConfig(
+        scheduler = Scheduler(max_batch=3, block_size=4)
+        outputs = [
+            (
+                served,
+                _ids(served, prompt),
+                GenerationConfig(
                     max_new_tokens=max_tokens - i, cache_implementation=cache_implementation
-                )
-                scheduler.add([Sequence(served, _ids(served, prompt), config, got.emit(i))])
-                time.sleep(0.01)
-            got.wait(len(PROMPTS))
-        finally:
-            scheduler.shutdown()
-        return [got.text(i) for i in range(len(PROMPTS))], scheduler
+                ),
+            )
+            for i, prompt in enumerate(PROMPTS)
+        ]
+        return _texts(scheduler, outputs), scheduler
 
     paged, scheduler = decoded("static")
     dynamic, dynamic_scheduler = decoded("dynamic")
