@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from attnkit.generation import GenerationConfig, generate, paged_cache
+from attnkit.generation import GenerationConfig, generate, paged_cache, static_cache
 from attnkit.generation.batching import Scheduler
 from attnkit.generation.paged_cache import PagedMemory, PagedRow, sizes
 from attnkit.generation.rows import Failed, Finish, Piece, Sequence
@@ -46,6 +46,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, types.SimpleNa
     for shape in ("decoder", "encoder-decoder"):
         run = load_run(tiny_run(tmp / shape, shape, max_len=24))
         out[shape] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
+    run = load_run(tiny_run(tmp / "window", "decoder", max_len=24, attention_window=4))
+    out["window"] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
     return out
 
 
@@ -171,6 +173,29 @@ def test_rows_joining_and_leaving_on_paged_memory_decode_as_alone_and_as_the_dyn
     for i, prompt in enumerate(PROMPTS):
         alone = _alone(served, _ids(served, prompt), max_new_tokens=max_tokens - i)
         assert paged[i] == dynamic[i] == served.tokenizer.decode(alone)
+
+
+def test_rows_take_paged_memory_where_the_static_cache_is_chosen_and_rows_may_join(
+    models: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the CPU `auto` keeps the shared dynamic cache and `static` takes paged memory; on a
+    CUDA device `auto` takes it; a ring window's rows decode in cohorts whatever is asked."""
+    scheduler = Scheduler(max_batch=2)
+    try:
+
+        def kind(name: str, asked: str) -> object:
+            served = models[name]
+            config = GenerationConfig(max_new_tokens=2, cache_implementation=asked)
+            return scheduler._batch_key(Sequence(served, _ids(served, "a"), config, print))[1]
+
+        assert kind("decoder", "auto") == kind("encoder-decoder", "dynamic") == "shared"
+        assert kind("decoder", "static") == kind("encoder-decoder", "static") == "paged"
+        assert isinstance(kind("window", "static"), int)  # a cohort's number
+        chosen = static_cache.chosen
+        monkeypatch.setattr(static_cache, "chosen", lambda asked, device: chosen(asked, "cuda"))
+        assert kind("decoder", "auto") == "paged"
+    finally:
+        scheduler.shutdown()
 
 
 def test_the_step_sizes_are_powers_of_two_up_to_the_most_rows() -> None:
