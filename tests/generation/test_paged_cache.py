@@ -198,6 +198,52 @@ def test_rows_take_paged_memory_where_the_static_cache_is_chosen_and_rows_may_jo
         scheduler.shutdown()
 
 
+def test_rows_cancelled_or_failed_give_their_blocks_back(
+    eager, models: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On paged memory a row whose client has gone leaves at the next step and the others end
+    as usual; a step that fails fails its rows: each time every block is back in the pool."""
+    served = models["decoder"]
+    config = GenerationConfig(max_new_tokens=12, cache_implementation="static")
+    scheduler = Scheduler(max_batch=4, block_size=4)
+    events: dict[int, list] = {i: [] for i in range(3)}
+
+    def emit(i: int):
+        def put(event: object) -> None:
+            events[i].append(event)
+            if i == 1 and len(events[1]) == 2:  # its client goes after two pieces
+                sequences[1].cancelled = True
+
+        return put
+
+    sequences = [
+        Sequence(served, _ids(served, p), config, emit(i)) for i, p in enumerate(PROMPTS[:3])
+    ]
+    try:
+        scheduler.add(sequences)
+        deadline = time.monotonic() + 60
+        while not all(e and isinstance(e[-1], Finish) for i, e in events.items() if i != 1):
+            assert time.monotonic() < deadline, events
+            time.sleep(0.01)
+        [(_, memory)] = scheduler.memories.values()
+        assert memory.pool.in_use == 0
+        assert len(events[1]) == 2  # nothing after its client went
+
+        def broken(model, ids, state):
+            raise RuntimeError("the device is gone")
+
+        monkeypatch.setattr(memory, "step", broken)
+        failed = {i: [] for i in range(2)}
+        scheduler.add([Sequence(served, _ids(served, p), config, failed[i].append)
+                       for i, p in enumerate(PROMPTS[:2])])  # fmt: skip
+        while not all(e and isinstance(e[-1], Failed) for e in failed.values()):
+            assert time.monotonic() < deadline, failed
+            time.sleep(0.01)
+        assert memory.pool.in_use == 0
+    finally:
+        scheduler.shutdown()
+
+
 def test_the_step_sizes_are_powers_of_two_up_to_the_most_rows() -> None:
     assert sizes(1) == [1]
     assert sizes(4) == [1, 2, 4]
