@@ -9,7 +9,7 @@ follows the tokens in flight (sum over rows of ceil(len / B) blocks), not rows x
 max_len. Attention for a decoding step gathers each row's keys through its table:
 
     slot(b, p) = table[b, p // B] * B + p mod B
-    K_b[c] = pool_K[slot(b, c + n_b - (L - 1))]        for c in [0, L), masked where < 0
+    K_b[c] = pool_K[slot(b, c + n_b - (L - 1))]   for c in [0, L), masked where that is < 0
 
 with n_b the position the row writes at this step and L = ceil(max_len / B) * B, so
 every row's keys stand right-aligned on L columns (the newest at L - 1, as the dynamic
@@ -89,11 +89,13 @@ class BlockPool:
         return self.blocks - 1 - len(self.free)
 
     def take(self, n: int) -> list[int]:
+        """`n` free blocks for a row (the pool is sized so that they are always there)."""
         if n > len(self.free):
             raise RuntimeError(f"{n} blocks asked and {len(self.free)} free")
         return [self.free.pop() for _ in range(n)]
 
     def give(self, blocks: list[int]) -> None:
+        """A leaving row's blocks, free again."""
         self.free.extend(reversed(blocks))
 
     def write(self, blocks: list[int], kv: Tensor) -> None:
@@ -174,7 +176,7 @@ class PagedKVCache:
         self.columns = memory.width * memory.block
         self.mask: Tensor | None = None
         self.memory_mask: Tensor | None = None
-        self.written = self.read = self.source_read = self.n_real
+        self.written = self.read = self.source_read = self.n_real  # slots: each `extend` sets them
         self.layers = [PagedLayerKV(self, i) for i in range(memory.layers)]
         # what the model's `decode_step` takes: an encoder-decoder's state holds the cache
         self.state: PagedKVCache | DecodingState = (
