@@ -14,6 +14,7 @@ import torch
 from attnkit.generation import GenerationConfig, generate, paged_cache, static_cache
 from attnkit.generation.batching import Scheduler
 from attnkit.generation.paged_cache import PagedMemory, PagedRow, sizes
+from attnkit.generation.paged_rows import Ledger
 from attnkit.generation.rows import Failed, Finish, Piece, Sequence
 from attnkit.generation.state import left_pad
 from attnkit.models.decoding_state import DecodingState
@@ -168,8 +169,8 @@ def test_rows_joining_and_leaving_on_paged_memory_decode_as_alone_and_as_the_dyn
 
     paged, scheduler = decoded("static")
     dynamic, dynamic_scheduler = decoded("dynamic")
-    assert not dynamic_scheduler.memories  # the CPU's default path is untouched
-    [(_, memory)] = scheduler.memories.values()
+    assert not dynamic_scheduler.paged.memories()  # the CPU's default path is untouched
+    [memory] = scheduler.paged.memories()
     assert memory.steps  # the paged path ran
     assert memory.pool.in_use == 0 and len(memory.pool.free) == memory.pool.blocks - 1
     for i, prompt in enumerate(PROMPTS):
@@ -227,7 +228,7 @@ def test_rows_cancelled_or_failed_give_their_blocks_back(
         while not all(e and isinstance(e[-1], Finish) for i, e in events.items() if i != 1):
             assert time.monotonic() < deadline, events
             time.sleep(0.01)
-        [(_, memory)] = scheduler.memories.values()
+        [memory] = scheduler.paged.memories()
         assert memory.pool.in_use == 0
         assert len(events[1]) == 2  # nothing after its client went
 
@@ -244,6 +245,47 @@ def test_rows_cancelled_or_failed_give_their_blocks_back(
         assert memory.pool.in_use == 0
     finally:
         scheduler.shutdown()
+
+
+@pytest.mark.parametrize(("shape", "max_tokens"), [("decoder", 30), ("encoder-decoder", 23)])
+def test_a_pool_smaller_than_max_batch_rows_of_max_len_decodes_every_row_as_alone(
+    eager, models: dict, shape: str, max_tokens: int
+) -> None:
+    """Pools of 8 blocks of 4 positions (one row of max_len 24 takes 6) under a max_batch of 3:
+    each output is promised the blocks it may hold and joins only while the promises fit, the
+    others waiting; each gets `generate`'s tokens alone, and every block and promise is back at
+    the end."""
+    served = models[shape]
+    scheduler = Scheduler(max_batch=3, block_size=4, kv_blocks=8)
+    outputs = [
+        (served, _ids(served, prompt), GenerationConfig(max_new_tokens=max_tokens - i,
+                                                        cache_implementation="static"))
+        for i, prompt in enumerate(PROMPTS)
+    ]  # fmt: skip
+    texts = _texts(scheduler, outputs)
+    [memory] = scheduler.paged.memories()
+    assert memory.pool.blocks == 9  # 8 and block 0
+    [[_, ledger, _]] = scheduler.paged.kept.values()
+    assert (ledger.free, ledger.promises) == (8, {})
+    assert memory.pool.in_use == 0
+    for i, prompt in enumerate(PROMPTS):
+        alone = _alone(served, _ids(served, prompt), max_new_tokens=max_tokens - i)
+        assert texts[i] == served.tokenizer.decode(alone)
+
+
+def test_a_row_is_promised_the_blocks_its_longest_output_holds(models: dict) -> None:
+    """A decoder's row: its prompt and max_new_tokens, up to max_len; an encoder-decoder's: its
+    output (the start token and max_new_tokens, up to max_len) and its source, apart."""
+    decoder = Ledger(models["decoder"].model.config, max_batch=2, block=4, blocks=None)
+    assert decoder.free == 12  # 2 rows of 6 blocks
+    assert decoder.need(5, 6) == (3, 0) and decoder.need(5, 30) == (6, 0)
+    assert decoder.promise("a", 5, 30) and decoder.promise("b", 3, 5)
+    assert decoder.free == 4 and not decoder.promise("c", 1, 20)  # 6 blocks: c waits
+    decoder.release("a")
+    assert decoder.promise("c", 1, 20) and decoder.free == 4
+    pair = Ledger(models["encoder-decoder"].model.config, max_batch=1, block=4, blocks=2)
+    assert (pair.free, pair.source_free) == (6, 6)  # never less than one whole row
+    assert pair.need(6, 23) == (6, 2) and pair.need(6, 3) == (1, 2)
 
 
 def test_the_step_sizes_are_powers_of_two_up_to_the_most_rows() -> None:

@@ -49,6 +49,7 @@ from attnkit.data.batch import pad
 from attnkit.generation import cache_rows, static_cache
 from attnkit.generation.chooser import choose
 from attnkit.generation.paged_cache import PagedMemory, PagedRow
+from attnkit.generation.paged_rows import PagedModels
 from attnkit.generation.rows import Failed, Sequence, end, take
 from attnkit.generation.state import left_pad
 from attnkit.models.decoding_state import DecodingState
@@ -89,10 +90,10 @@ class Scheduler(Executor):
         max_batch: int,
         on_first_token: Callable[[float], None] | None = None,
         block_size: int = 16,
+        kv_blocks: int | None = None,
     ) -> None:
-        self.max_batch, self.block_size = max_batch, block_size
-        # each model's paged memory, kept beyond its batches: CUDA graphs replay on its pools
-        self.memories: dict[int, tuple[Any, PagedMemory]] = {}
+        self.max_batch = max_batch
+        self.paged = PagedModels(max_batch, block_size, kv_blocks)
         self.on_first_token = on_first_token
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.jobs: collections.deque[tuple[Future, Callable, tuple]] = collections.deque()
@@ -173,8 +174,12 @@ class Scheduler(Executor):
                 if busy[model] >= self.max_batch:
                     kept.append(sequence)
                     continue
+                key = self._batch_key(sequence)
+                if key[1] == "paged" and not self.paged.admit(sequence):
+                    kept.append(sequence)  # it waits for blocks
+                    continue
                 busy[model] += 1
-                chosen.setdefault(self._batch_key(sequence), []).append(sequence)
+                chosen.setdefault(key, []).append(sequence)
             self.waiting = kept
             self.cohorts += 1
         for key, sequences in chosen.items():
@@ -188,6 +193,9 @@ class Scheduler(Executor):
                 log.exception("the prefill of %d outputs failed", len(sequences))
                 for sequence in sequences:
                     sequence.emit(Failed(sequence.index, error))
+            for sequence in sequences if batch.paged else ():  # not joined: nothing promised
+                if sequence not in batch.blocks:
+                    self.paged.release(sequence)
             if not batch.size:
                 del self.batches[key]
 
@@ -229,7 +237,7 @@ class Scheduler(Executor):
         if len(keep) < len(sequences):
             _keep_rows(cache, alignment, keep)
         if batch.paged:
-            batch.memory = self._memory(served, cache)
+            batch.memory = self.paged.memory(served, cache)
             batch.blocks.update(zip(going, batch.memory.add(cache), strict=True))
         elif batch.shared:
             caches = [cache] if batch.cache is None else [batch.cache, cache]
@@ -238,14 +246,6 @@ class Scheduler(Executor):
             batch.cache, batch.alignment = cache, alignment
         batch.rows += going
         batch.last += [s.output[-1] for s in going]
-
-    def _memory(self, served: Any, cache: KVCache) -> PagedMemory:
-        """The paged memory of a served model's rows, made at its first prefill."""
-        kept = self.memories.get(id(served))
-        if kept is None or kept[0] is not served:
-            memory = PagedMemory(served.model, cache, self.max_batch, self.block_size)
-            kept = self.memories[id(served)] = (served, memory)
-        return kept[1]
 
     @torch.no_grad()
     def _advance(self, key: Hashable) -> None:
@@ -280,8 +280,8 @@ class Scheduler(Executor):
             log.exception("a decoding step failed")
             for sequence in batch.rows + batch.cropped:
                 sequence.emit(Failed(sequence.index, error))
-            for blocks in batch.blocks.values():  # the memory outlives the batch
-                batch.memory.leave(blocks)
+            for sequence, blocks in batch.blocks.items():  # the memory outlives the batch
+                self.paged.leave(sequence, blocks)
             del self.batches[key]
             return
         if not batch.size:
@@ -293,7 +293,7 @@ class Scheduler(Executor):
         logits = batch.memory.decode(blocks, batch.last)
         going = self._choose(batch.rows, logits)
         for sequence in set(batch.rows) - set(going):
-            batch.memory.leave(batch.blocks.pop(sequence))
+            self.paged.leave(sequence, batch.blocks.pop(sequence))
         batch.rows, batch.last = going, [s.output[-1] for s in going]
 
     def _crop_full_rows(self, batch: _Batch, model: Any) -> None:
@@ -304,7 +304,7 @@ class Scheduler(Executor):
         if batch.memory is not None:
             full = [batch.blocks[s].length >= model.config.max_len for s in batch.rows]
             for sequence in [s for s, f in zip(batch.rows, full, strict=True) if f]:
-                batch.memory.leave(batch.blocks.pop(sequence))
+                self.paged.leave(sequence, batch.blocks.pop(sequence))
         elif batch.cache is None:
             return
         else:

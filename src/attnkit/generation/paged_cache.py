@@ -56,6 +56,12 @@ def sizes(max_batch: int) -> list[int]:
     return out
 
 
+def pool_blocks(max_batch: int, width: int, blocks: int | None) -> int:
+    """Blocks a pool hands out: `blocks`, or enough for `max_batch` rows of `width` blocks,
+    and never fewer than one whole row's (so that a row alone always fits)."""
+    return max(blocks or max_batch * width, width)
+
+
 class BlockPool:
     """Keys and values of every layer in `blocks` blocks of `block` positions.
 
@@ -230,24 +236,24 @@ class PagedMemory:
         max_batch: int,
         block: int = BLOCK,
         compiled: bool = True,
+        blocks: int | None = None,
     ) -> None:
-        """Pools sized after a prefill's `cache` (layers, heads, dtype, device) for `max_batch`
-        rows of `max_len` positions, which never run dry; steps compiled or eager."""
+        """Pools of `blocks` blocks each (`pool_blocks`), their shapes a prefill's `cache`'s
+        (layers, heads, dtype, device); steps at the sizes up to `max_batch`, compiled or eager."""
         self.model = model
         layers, _, _, kv_heads, _, d_head = cache.kv.shape
         self.layers, self.block, self.device = layers, block, cache.kv.device
         self.max_len = model.config.max_len
         self.width = math.ceil(self.max_len / block)
         dtype = cache.kv.dtype
-        self.pool = BlockPool(layers, max_batch * self.width + 1, block, kv_heads, d_head, dtype,
-                              self.device)  # fmt: skip
+        count = pool_blocks(max_batch, self.width, blocks) + 1  # and block 0
+        self.pool = BlockPool(layers, count, block, kv_heads, d_head, dtype, self.device)
         self.sources: BlockPool | None = None
         self.source_width = 1
         if cache.memory_kv is not None:  # an encoder-decoder: its sources' keys, in blocks too
             _, _, _, source_heads, _, source_d = cache.memory_kv.shape
             self.source_width = self.width
-            blocks = max_batch * self.source_width + 1
-            self.sources = BlockPool(layers, blocks, block, source_heads, source_d, dtype,
+            self.sources = BlockPool(layers, count, block, source_heads, source_d, dtype,
                                      self.device)  # fmt: skip
         self.sizes = sizes(max_batch)
         self.steps: dict[int, PagedKVCache] = {}
