@@ -281,8 +281,10 @@ def test_a_row_is_promised_the_blocks_its_longest_output_holds(models: dict) -> 
     assert decoder.need(5, 6) == (3, 0) and decoder.need(5, 30) == (6, 0)
     assert decoder.promise("a", 5, 30) and decoder.promise("b", 3, 5)
     assert decoder.free == 4 and not decoder.promise("c", 1, 20)  # 6 blocks: c waits
+    assert not decoder.promise("d", 1, 1)  # d would fit, but c came first
     decoder.release("a")
     assert decoder.promise("c", 1, 20) and decoder.free == 4
+    assert decoder.promise("d", 1, 1) and decoder.free == 3
     pair = Ledger(models["encoder-decoder"].model.config, max_batch=1, block=4, blocks=2)
     assert (pair.free, pair.source_free) == (6, 6)  # never less than one whole row
     assert pair.need(6, 23) == (6, 2) and pair.need(6, 3) == (1, 2)

@@ -39,6 +39,7 @@ class Ledger:
         self.free = pool_blocks(max_batch, self.width, blocks)
         self.source_free = self.free if config.shape == "encoder-decoder" else 0
         self.promises: dict[object, tuple[int, int]] = {}
+        self.first: object | None = None  # the row that waits longest for blocks, if any
 
     def need(self, prompt: int, max_new_tokens: int) -> tuple[int, int]:
         """Blocks of keys and of a source a row of `prompt` tokens may hold."""
@@ -49,10 +50,17 @@ class Ledger:
         return math.ceil(tokens / block), math.ceil(min(prompt, max_len) / block)
 
     def promise(self, row: object, prompt: int, max_new_tokens: int) -> bool:
-        """Promise `row` its blocks if they fit beside the others' promises."""
+        """Promise `row` its blocks if they fit beside the others' promises and no row came
+        before it that still waits for blocks (first come, first served: a long row is not
+        passed over forever by short ones; a row alone always fits)."""
+        first = self.first
+        if first is not None and first is not row and not getattr(first, "cancelled", False):
+            return False
         keys, source = self.need(prompt, max_new_tokens)
         if keys > self.free or source > self.source_free:
+            self.first = row
             return False
+        self.first = None
         self.free, self.source_free = self.free - keys, self.source_free - source
         self.promises[row] = keys, source
         return True
