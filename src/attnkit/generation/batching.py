@@ -24,6 +24,11 @@ carried beside it: `cache_rows.joinable`) decodes in cohorts: the outputs admitt
 together, each leaving when it ends. A pointer-generator's copied words need the
 source's own vocabulary (`inference.translate`), so it is not decoded here.
 
+Where `static_cache.chosen` takes the static cache (`auto` on a CUDA device, or
+`static` asked) and rows may join (`cache_rows.joinable`), rows decode on paged memory
+(`paged_cache`): blocks of a shared pool, and a step compiled once per batch size
+(CUDA graphs on a GPU), which rows joining and leaving never recompile.
+
 This is the engine every caller that decodes many requests at once shares: the
 server's routes and `attnkit.LLM` hand it `rows.Sequence`s.
 """
@@ -41,8 +46,10 @@ from typing import Any
 import torch
 
 from attnkit.data.batch import pad
-from attnkit.generation import cache_rows
+from attnkit.generation import cache_rows, static_cache
 from attnkit.generation.chooser import choose
+from attnkit.generation.paged_cache import PagedMemory, PagedRow
+from attnkit.generation.paged_rows import PagedModels
 from attnkit.generation.rows import Failed, Sequence, end, take
 from attnkit.generation.state import left_pad
 from attnkit.models.decoding_state import DecodingState
@@ -55,13 +62,15 @@ log = logging.getLogger(__name__)
 class _Batch:
     """Running rows of one model: their cache and the token each feeds next.
 
-    A shared batch takes new rows at any step (`cache_rows.join`); a cohort, for a
-    model whose cache cannot (`cache_rows.joinable`), keeps the rows it started with,
-    and the alignments its location-aware or monotonic attention carries (`alignment`).
+    A shared batch takes new rows at any step (`cache_rows.join`, or paged: `memory`, each
+    row's `blocks`); a cohort, for a model whose cache cannot (`cache_rows.joinable`), keeps
+    its first rows, and the alignments location-aware or monotonic attention carries.
     """
 
-    def __init__(self, served: Any, shared: bool) -> None:
-        self.served, self.shared = served, shared
+    def __init__(self, served: Any, shared: bool, paged: bool = False) -> None:
+        self.served, self.shared, self.paged = served, shared, paged
+        self.memory: PagedMemory | None = None  # the paged memory, once its first rows come
+        self.blocks: dict[Sequence, PagedRow] = {}
         self.cache: KVCache | None = None
         self.alignment: AlignmentState | None = None
         self.rows: list[Sequence] = []  # in cache order
@@ -76,8 +85,15 @@ class _Batch:
 class Scheduler(Executor):
     """The decoding thread: continuous batching of `Sequence`s, and an executor of jobs."""
 
-    def __init__(self, max_batch: int, on_first_token: Callable[[float], None] | None = None):
+    def __init__(
+        self,
+        max_batch: int,
+        on_first_token: Callable[[float], None] | None = None,
+        block_size: int = 16,
+        kv_blocks: int | None = None,
+    ) -> None:
         self.max_batch = max_batch
+        self.paged = PagedModels(max_batch, block_size, kv_blocks)
         self.on_first_token = on_first_token
         self.waiting: collections.deque[Sequence] = collections.deque()
         self.jobs: collections.deque[tuple[Future, Callable, tuple]] = collections.deque()
@@ -158,23 +174,39 @@ class Scheduler(Executor):
                 if busy[model] >= self.max_batch:
                     kept.append(sequence)
                     continue
+                key = self._batch_key(sequence)
+                if key[1] == "paged" and not self.paged.admit(sequence):
+                    kept.append(sequence)  # it waits for blocks
+                    continue
                 busy[model] += 1
-                shared = cache_rows.joinable(sequence.model.model.config)
-                chosen.setdefault(model if shared else (model, self.cohorts), []).append(sequence)
+                chosen.setdefault(key, []).append(sequence)
             self.waiting = kept
             self.cohorts += 1
         for key, sequences in chosen.items():
             batch = self.batches.get(key)
             if batch is None:
-                batch = self.batches[key] = _Batch(sequences[0].model, not isinstance(key, tuple))
+                shared, paged = key[1] in ("shared", "paged"), key[1] == "paged"
+                batch = self.batches[key] = _Batch(sequences[0].model, shared, paged)
             try:
                 self._prefill(batch, sequences)
             except Exception as error:  # every output of the prefill hears it
                 log.exception("the prefill of %d outputs failed", len(sequences))
                 for sequence in sequences:
                     sequence.emit(Failed(sequence.index, error))
+            for sequence in sequences if batch.paged else ():  # not joined: nothing promised
+                if sequence not in batch.blocks:
+                    self.paged.release(sequence)
             if not batch.size:
                 del self.batches[key]
+
+    def _batch_key(self, sequence: Sequence) -> Hashable:
+        """The batch an output joins: its model's paged or shared batch, or a new cohort."""
+        model = sequence.model.model
+        if not cache_rows.joinable(model.config):
+            return id(sequence.model), self.cohorts
+        asked = sequence.config.cache_implementation
+        paged = static_cache.chosen(asked, model.device) == "static"
+        return id(sequence.model), "paged" if paged else "shared"
 
     @torch.no_grad()
     def _prefill(self, batch: _Batch, sequences: list[Sequence]) -> None:
@@ -204,10 +236,14 @@ class Scheduler(Executor):
         keep = [i for i, s in enumerate(sequences) if s in going]
         if len(keep) < len(sequences):
             _keep_rows(cache, alignment, keep)
-        if batch.shared:
+        if batch.paged:
+            batch.memory = self.paged.memory(served, cache)
+            batch.blocks.update(zip(going, batch.memory.add(cache), strict=True))
+        elif batch.shared:
             caches = [cache] if batch.cache is None else [batch.cache, cache]
             cache = cache_rows.join(caches, model.config.max_len)
-        batch.cache, batch.alignment = cache, alignment
+        if batch.memory is None:
+            batch.cache, batch.alignment = cache, alignment
         batch.rows += going
         batch.last += [s.output[-1] for s in going]
 
@@ -219,7 +255,9 @@ class Scheduler(Executor):
         device = model.device
         try:
             self._crop_full_rows(batch, model)
-            if batch.rows:
+            if batch.rows and batch.memory is not None:
+                self._paged_step(batch)
+            elif batch.rows:
                 if batch.shared:
                     batch.cache = cache_rows.compact(batch.cache, model.config.max_len)
                 last = torch.tensor(batch.last, device=device)[:, None]
@@ -242,19 +280,35 @@ class Scheduler(Executor):
             log.exception("a decoding step failed")
             for sequence in batch.rows + batch.cropped:
                 sequence.emit(Failed(sequence.index, error))
+            for sequence, blocks in batch.blocks.items():  # the memory outlives the batch
+                self.paged.leave(sequence, blocks)
             del self.batches[key]
             return
         if not batch.size:
             del self.batches[key]
+
+    def _paged_step(self, batch: _Batch) -> None:
+        """One step of a batch's rows on its paged memory; rows that end give their blocks back."""
+        blocks = [batch.blocks[s] for s in batch.rows]
+        logits = batch.memory.decode(blocks, batch.last)
+        going = self._choose(batch.rows, logits)
+        for sequence in set(batch.rows) - set(going):
+            self.paged.leave(sequence, batch.blocks.pop(sequence))
+        batch.rows, batch.last = going, [s.output[-1] for s in going]
 
     def _crop_full_rows(self, batch: _Batch, model: Any) -> None:
         """Rows whose context is full leave the cache: a decoder's go on cropped (each step
         reruns its last max_len tokens), an encoder-decoder's output ends (`length`). A
         cohort's rows all leave once its cache is full, the longest prompt's padding
         included: rerun whole, a shorter row's logits are those the cache would give."""
-        if batch.cache is None:
+        if batch.memory is not None:
+            full = [batch.blocks[s].length >= model.config.max_len for s in batch.rows]
+            for sequence in [s for s, f in zip(batch.rows, full, strict=True) if f]:
+                self.paged.leave(sequence, batch.blocks.pop(sequence))
+        elif batch.cache is None:
             return
-        full = (batch.cache.n_real >= model.config.max_len).tolist()
+        else:
+            full = (batch.cache.n_real >= model.config.max_len).tolist()
         if not batch.shared and batch.cache.length >= batch.cache.capacity:
             full = [True] * len(full)
         if not any(full):
@@ -268,6 +322,8 @@ class Scheduler(Executor):
                 end(sequence, "length")
         batch.rows = [batch.rows[i] for i in keep]
         batch.last = [batch.last[i] for i in keep]
+        if batch.memory is not None:
+            return
         if keep:
             _keep_rows(batch.cache, batch.alignment, keep)
         else:
