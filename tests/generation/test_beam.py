@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from attnkit.data.batch import pad
+from attnkit.errors import AttnkitError
 from attnkit.generation import beam_search, generate
+from attnkit.generation.beam import BeamSearch
 from tests.helpers import peaked, source_batch, tiny_model
 
 
@@ -93,3 +95,45 @@ def test_n_best_lists_are_sorted_and_distinct():
     for i in range(4):
         group = [tuple(t) for t in tokens[3 * i : 3 * i + 3]]
         assert len(set(group)) == 3
+
+
+@pytest.mark.parametrize("shape", ["encoder-decoder", "decoder"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_beams": 4, "num_return_sequences": 2},
+        {"num_beams": 3, "repetition_penalty": 1.3, "early_stopping": True},
+        {"num_beams": 2, "length_penalty": 0.5, "early_stopping": "never"},
+    ],
+)
+def test_a_beam_search_run_in_slices_finds_what_one_run_whole_does(shape, options):
+    """Sentences that end at different steps leave mid-way; slicing only decides when steps run."""
+    model = peaked(shape)
+    ids, mask = source_batch()
+    whole = generate(model, ids, mask, max_new_tokens=12, **options)
+    for steps in (1, 2, 3, 50):
+        search = BeamSearch(model, ids, mask, max_new_tokens=12, **options)
+        slices = 1
+        while not search.advance(steps):
+            slices += 1
+        out = search.result()
+        assert torch.equal(out.sequences, whole.sequences)
+        assert torch.equal(out.sequences_scores, whole.sequences_scores)
+        assert slices == -(-search.step // steps)  # each slice ran its steps, the last its rest
+        assert search.state is None  # an ended search has given its cache back
+    assert any(len(t) < 12 for t in whole.new_tokens())  # sentences did end early
+
+
+def test_a_beam_search_not_ended_has_no_result_and_closes_early():
+    model = peaked("decoder")
+    ids, mask = source_batch()
+    search = BeamSearch(model, ids, mask, max_new_tokens=12, num_beams=3)
+    assert not search.advance(1)
+    with pytest.raises(AttnkitError, match="has run 1 steps and not ended"):
+        search.result()
+    search.close()
+    assert search.state is None
+    with pytest.raises(AttnkitError, match="steps must be a positive integer"):
+        search.advance(0)
+    with pytest.raises(AttnkitError, match="closed before its end"):
+        search.advance(1)
