@@ -1,6 +1,7 @@
 """Beam search: one beam is greedy, wide beams find the exhaustive optimum, n-best lists."""
 
 import itertools
+import time
 
 import pytest
 import torch
@@ -8,8 +9,12 @@ import torch
 from attnkit.data.batch import pad
 from attnkit.errors import AttnkitError
 from attnkit.generation import beam_search, generate
-from attnkit.generation.beam import BeamSearch
-from tests.helpers import peaked, source_batch, tiny_model
+from attnkit.generation.batching import Scheduler
+from attnkit.generation.beam import BeamSearch, sliced
+from attnkit.generation.config import GenerationConfig
+from attnkit.generation.rows import Sequence
+from attnkit.run import load_run
+from tests.helpers import peaked, source_batch, tiny_model, tiny_run
 
 
 @pytest.mark.parametrize("shape", ["encoder-decoder", "decoder"])
@@ -137,3 +142,62 @@ def test_a_beam_search_not_ended_has_no_result_and_closes_early():
         search.advance(0)
     with pytest.raises(AttnkitError, match="closed before its end"):
         search.advance(1)
+
+
+def test_a_sliced_beam_search_lets_the_engine_decode_between_its_slices(monkeypatch, tmp_path):
+    """On the batching engine's thread, a greedy row beside the search takes a decoding step
+    between every two of its slices (one step each), counted, not timed; the search finds what
+    it finds run whole."""
+    lm, mt = load_run(tiny_run(tmp_path / "lm", "decoder")), peaked("encoder-decoder")
+    scheduler = Scheduler(max_batch=4)
+    steps: list[int] = []
+    original = mt.decode_step
+
+    def counted(*args, **kwargs):
+        steps.append(scheduler.steps)
+        return original(*args, **kwargs)
+
+    ids, mask = source_batch()
+    options = {"max_new_tokens": 12, "num_beams": 3, "num_return_sequences": 2}
+    whole = generate(mt, ids, mask, **options)
+    monkeypatch.setattr(mt, "decode_step", counted)
+    # a row that outlasts the search: its end token ruled out, many more tokens than steps
+    end = lm.model.config.eos_id
+    endless = GenerationConfig(max_new_tokens=10_000, logit_bias={end: -100.0})
+    row = Sequence(lm, lm.tokenizer.encode("a dog"), endless, lambda event: None)
+    try:
+        scheduler.add([row])
+        while scheduler.steps < 2:  # the row decodes
+            pass
+        out = sliced(scheduler, lambda: BeamSearch(mt, ids, mask, **options), 1).result(60)
+    finally:
+        row.cancelled = True
+        scheduler.shutdown()
+    assert torch.equal(out.sequences, whole.sequences)
+    assert torch.equal(out.sequences_scores, whole.sequences_scores)
+    assert len(steps) > 5 and all(b > a for a, b in itertools.pairwise(steps))
+
+
+def test_a_cancelled_sliced_beam_search_stops_and_a_failing_one_says_why():
+    mt = peaked("encoder-decoder")
+    ids, mask = source_batch()
+    scheduler = Scheduler(max_batch=4)
+    made: list[BeamSearch] = []
+
+    def search() -> BeamSearch:
+        made.append(BeamSearch(mt, ids, mask, max_new_tokens=12, num_beams=3))
+        return made[-1]
+
+    try:
+        job = sliced(scheduler, search, 1)
+        assert job.cancel()
+        deadline = time.monotonic() + 60
+        while any(search.state is not None for search in made):  # its next slice closes it
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        failing = sliced(scheduler, lambda: BeamSearch(mt, ids[:, :0], num_beams=2), 1)
+        with pytest.raises(AttnkitError, match="non-empty"):
+            failing.result(60)
+    finally:
+        scheduler.shutdown()
+    assert len(made) <= 1 and not any(search.done for search in made)  # stopped before its end

@@ -10,13 +10,18 @@ decoding on unread, so that every step has the same shapes).
 
 A search is resumable (`BeamSearch`): it keeps its decoding state between
 calls and runs a few steps a call (`advance`), so a thread that also decodes
-other requests (the server's, `attnkit.LLM`'s) gives way between two slices of
-a long search rather than waiting for its end. A search run in slices gives the
+other requests (the batching engine's) gives way between two slices of a long
+search rather than waiting for its end: the server's work (`serve/work.py`)
+advances it between two jobs of its own, and `sliced` runs one on an executor
+(the engine's `Scheduler`) a slice a job. A search run in slices gives the
 same hypotheses and scores as one run whole (`beam_search`): slicing only
 decides when the steps run, never what they compute.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, InvalidStateError
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +52,42 @@ def beam_search(
     search = BeamSearch(model, input_ids, attention_mask, config, **options)
     search.advance(search.max_new)
     return search.result()
+
+
+def sliced(executor: Executor, search: Callable[[], BeamSearch], steps: int) -> Future:
+    """Run a beam search on `executor` a slice at a time: `search()` (which runs the prefix)
+    in one job, then `steps` steps a job, each job submitting the next, so that the
+    executor's other work (the batching engine's decoding steps) goes on between two slices.
+    The Future gives what `result()` gives; cancelled, the search stops before its next
+    slice and gives its cache back."""
+    positive_int("steps", steps)
+    future: Future = Future()
+    held: list[BeamSearch] = []
+
+    def run_slice() -> None:
+        try:
+            if future.cancelled():
+                ended = True
+            elif not held:
+                held.append(search())
+                ended = held[0].done
+            else:
+                ended = held[0].advance(steps)
+            if not ended:
+                executor.submit(run_slice)
+                return
+            if not future.cancelled():
+                future.set_result(held[0].result())
+        except InvalidStateError:  # cancelled while its last slice ran
+            pass
+        except BaseException as error:  # the caller hears it
+            if not future.done():
+                future.set_exception(error)
+        if held:
+            held[0].close()
+
+    executor.submit(run_slice)
+    return future
 
 
 class BeamSearch:
