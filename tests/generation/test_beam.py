@@ -8,7 +8,7 @@ import torch
 
 from attnkit.data.batch import pad
 from attnkit.errors import AttnkitError
-from attnkit.generation import beam_search, generate
+from attnkit.generation import beam_search, generate, static_cache
 from attnkit.generation.batching import Scheduler
 from attnkit.generation.beam import BeamSearch, sliced
 from attnkit.generation.config import GenerationConfig
@@ -201,3 +201,30 @@ def test_a_cancelled_sliced_beam_search_stops_and_a_failing_one_says_why():
     finally:
         scheduler.shutdown()
     assert len(made) <= 1 and not any(search.done for search in made)  # stopped before its end
+
+
+@pytest.mark.parametrize("shape", ["encoder-decoder", "decoder"])
+def test_static_cache_searches_taking_turns_a_step_at_a_time_each_find_their_own(
+    shape, monkeypatch
+):
+    """Two searches on static caches of one shape, resumed in turns as the server's slices
+    are: each holds buffers of its own and finds what it finds run whole."""
+    monkeypatch.setattr(static_cache, "_compiled", lambda kind: kind.decode_step)  # no compile
+    monkeypatch.setattr(static_cache, "REUSED_ON", frozenset({"cpu", "cuda"}))
+    static_cache.release_all()
+    model = peaked(shape)
+    ids, mask = source_batch()
+    other = ids.flip(0), mask.flip(0)
+    options = {"num_beams": 3, "max_new_tokens": 10, "cache_implementation": "static"}
+    try:
+        wholes = [generate(model, *inputs, **options) for inputs in ((ids, mask), other)]
+        searches = [BeamSearch(model, *inputs, **options) for inputs in ((ids, mask), other)]
+        assert all(s.state.static for s in searches)
+        while not all(s.done for s in searches):
+            for search in searches:
+                search.advance(1)
+    finally:
+        static_cache.release_all()
+    for search, whole in zip(searches, wholes, strict=True):
+        assert torch.equal(search.result().sequences, whole.sequences)
+        assert torch.equal(search.result().sequences_scores, whole.sequences_scores)
