@@ -192,3 +192,14 @@ def test_an_attention_views_greedy_output_runs_in_slices_between_a_streams_steps
     config = GenerationConfig(max_new_tokens=work.VIEW_TOKENS)
     (new,) = generate(mt.model, ids, config=config).new_tokens()
     assert out.json()["text"] == mt.tokenizer.decode(new)
+
+
+def test_an_attention_views_weights_are_written_out_a_layer_a_piece(served: list[Served]) -> None:
+    mt = served[2]
+    pieces = list(work.attention(mt, None, [("ein hund", "a dog")]))
+    config = mt.model.config  # the encoder's layers, and the decoder's self- and cross-attention
+    layers = config.n_encoder_layers + 2 * config.n_decoder_layers
+    # the forward pass and all but the last layer give way; the last piece holds the view
+    assert [len(p) for p in pieces] == [0] * layers + [1]
+    ((index, view),) = pieces[-1]
+    assert index == 0 and set(view["attention"]) == {"encoder", "decoder", "cross"}

@@ -15,10 +15,12 @@ so far:
   state kept between slices, so a long search (one source, 8 beams, 256 tokens)
   holds a stream for a slice, not for the search; the results are the one-shot
   search's, whatever the slices;
-- the greedy output of an attention view: a few decoding steps a slice; the
-  view's weights are then one forward pass, a slice of its own: over at most
-  VIEW_LIMIT tokens a side, it costs about one step of a short prompt's prefill,
-  and its layers run as one call of the model, so they are not cut further;
+- an attention view: its greedy output a few decoding steps a slice; its weights
+  one forward pass, a slice of its own (over at most VIEW_LIMIT tokens a side, it
+  costs about a short prompt's prefill; its layers run in one call of the model,
+  so the pass is not cut further); then those weights written out as numbers a
+  layer a slice (Python's work on each weight, the longest part of a view on a
+  large model); a translation's views the same, a pair at a time;
 - a prompt's log-probabilities: a prompt a piece (one forward pass, bounded by
   the server's max_input_tokens);
 - a pointer-generator's single translations (`attnkit.inference.translate`, which
@@ -260,24 +262,26 @@ def attention(served: Served, options: None, items: list[tuple[str, str | None]]
 
 def translation_attention(served: Served, options: None, pairs: list[tuple[str, str]]) -> Pieces:
     """The attention of each (source, translation) pair, the translation given as text; a
-    pair a piece."""
+    pair at a time, its weights written out a layer a slice."""
     for i, (source, translation) in enumerate(pairs):
-        yield [(i, _translation_attention(served, source, translation))]
+        view = yield from _translation_attention(served, source, translation)
+        yield [(i, view)]
 
 
-@torch.no_grad()
-def _translation_attention(served: Served, source: str, translation: str) -> dict:
+def _translation_attention(served: Served, source: str, translation: str) -> Slices:
     tokenizer, limit = served.tokenizer, min(served.max_len - 1, VIEW_LIMIT)
     (src,) = served.encode([source])
     tgt = [tokenizer.bos_id, *tokenizer.encode(translation)]
     total = {"queries": len(tgt), "keys": len(src)}
     src, tgt = src[:limit], tgt[:limit]
-    out = served.model(_tensor(served, [src]), _tensor(served, [tgt]), need_weights=True)
-    return _view(served, out.attentions, tgt, src, translation, total)
+    with torch.no_grad():
+        out = served.model(_tensor(served, [src]), _tensor(served, [tgt]), need_weights=True)
+    return (yield from _view(served, out.attentions, tgt, src, translation, total))
 
 
 def _attention(served: Served, text: str, output: str | None) -> Slices:
-    """One view: the greedy output in slices (`_greedy`), then its weights in a slice."""
+    """One view: the greedy output in slices (`_greedy`), the forward pass with weights in
+    a slice, the weights written out a layer a slice (`_view`)."""
     model, tokenizer = served.model, served.tokenizer
     # an encoder-decoder stops at its max_len: ask no more (`generate` would say so each time)
     most = min(VIEW_TOKENS, served.max_len - 1)
@@ -288,7 +292,7 @@ def _attention(served: Served, text: str, output: str | None) -> Slices:
         if output is None:
             output = tokenizer.decode((yield from _greedy(served, ids[:limit], config)))
             yield []
-        return _translation_attention(served, text, output)
+        return (yield from _translation_attention(served, text, output))
     if served.shape == "encoder":
         new = []
     elif output is not None:
@@ -301,7 +305,7 @@ def _attention(served: Served, text: str, output: str | None) -> Slices:
     ids = ids[:limit]
     with torch.no_grad():
         out = model(_tensor(served, [ids]), need_weights=True)
-    return _view(served, out.attentions, ids, ids, tokenizer.decode(new), total)
+    return (yield from _view(served, out.attentions, ids, ids, tokenizer.decode(new), total))
 
 
 def _greedy(served: Served, ids: list[int], config: GenerationConfig) -> Slices:
@@ -333,15 +337,17 @@ def _view(
     keys: list[int],
     text: str,
     total: dict[str, int],
-) -> dict:
+) -> Slices:
+    """The view's answer; its weights written out as numbers a layer a slice (Python's work
+    on every weight: seconds for GPT-2 small's 12 layers x 12 heads x 64 x 64 on a busy CPU)."""
     tokenizer = served.tokenizer
-    weights = {
-        kind: [
-            [[[round(x, 4) for x in row] for row in head] for head in layer[0].tolist()]
-            for layer in layers
-        ]
-        for kind, layers in attentions.items()
-    }
+    weights: dict[str, list] = {}
+    for kind, layers in attentions.items():
+        weights[kind] = []
+        for layer in layers:
+            heads = layer[0].tolist()
+            weights[kind].append([[[round(x, 4) for x in row] for row in head] for head in heads])
+            yield []
 
     def labels(ids: list[int]) -> list[str]:
         """Each token as the text it adds, so pieces read as words (no ▁, Ġ or ##)."""
