@@ -50,7 +50,7 @@ def beam_search(
     `generate` calls it when num_beams > 1; called directly it also runs with one beam.
     """
     search = BeamSearch(model, input_ids, attention_mask, config, **options)
-    search.advance(search.max_new)
+    search.advance(max(1, search.max_new))  # all its steps (none left: it has ended)
     return search.result()
 
 
