@@ -1,13 +1,20 @@
 """Beam search: one beam is greedy, wide beams find the exhaustive optimum, n-best lists."""
 
 import itertools
+import time
 
 import pytest
 import torch
 
 from attnkit.data.batch import pad
-from attnkit.generation import beam_search, generate
-from tests.helpers import peaked, source_batch, tiny_model
+from attnkit.errors import AttnkitError
+from attnkit.generation import beam_search, generate, static_cache
+from attnkit.generation.batching import Scheduler
+from attnkit.generation.beam import BeamSearch, sliced
+from attnkit.generation.config import GenerationConfig
+from attnkit.generation.rows import Sequence
+from attnkit.run import load_run
+from tests.helpers import peaked, source_batch, tiny_model, tiny_run
 
 
 @pytest.mark.parametrize("shape", ["encoder-decoder", "decoder"])
@@ -93,3 +100,131 @@ def test_n_best_lists_are_sorted_and_distinct():
     for i in range(4):
         group = [tuple(t) for t in tokens[3 * i : 3 * i + 3]]
         assert len(set(group)) == 3
+
+
+@pytest.mark.parametrize("shape", ["encoder-decoder", "decoder"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_beams": 4, "num_return_sequences": 2},
+        {"num_beams": 3, "repetition_penalty": 1.3, "early_stopping": True},
+        {"num_beams": 2, "length_penalty": 0.5, "early_stopping": "never"},
+    ],
+)
+def test_a_beam_search_run_in_slices_finds_what_one_run_whole_does(shape, options):
+    """Sentences that end at different steps leave mid-way; slicing only decides when steps run."""
+    model = peaked(shape)
+    ids, mask = source_batch()
+    whole = generate(model, ids, mask, max_new_tokens=12, **options)
+    for steps in (1, 2, 3, 50):
+        search = BeamSearch(model, ids, mask, max_new_tokens=12, **options)
+        slices = 1
+        while not search.advance(steps):
+            slices += 1
+        out = search.result()
+        assert torch.equal(out.sequences, whole.sequences)
+        assert torch.equal(out.sequences_scores, whole.sequences_scores)
+        assert slices == -(-search.step // steps)  # each slice ran its steps, the last its rest
+        assert search.state is None  # an ended search has given its cache back
+    assert any(len(t) < 12 for t in whole.new_tokens())  # sentences did end early
+
+
+def test_a_beam_search_not_ended_has_no_result_and_closes_early():
+    model = peaked("decoder")
+    ids, mask = source_batch()
+    search = BeamSearch(model, ids, mask, max_new_tokens=12, num_beams=3)
+    assert not search.advance(1)
+    with pytest.raises(AttnkitError, match="has run 1 steps and not ended"):
+        search.result()
+    search.close()
+    assert search.state is None
+    with pytest.raises(AttnkitError, match="steps must be a positive integer"):
+        search.advance(0)
+    with pytest.raises(AttnkitError, match="closed before its end"):
+        search.advance(1)
+
+
+def test_a_sliced_beam_search_lets_the_engine_decode_between_its_slices(monkeypatch, tmp_path):
+    """On the batching engine's thread, a greedy row beside the search takes a decoding step
+    between every two of its slices (one step each), counted, not timed; the search finds what
+    it finds run whole."""
+    lm, mt = load_run(tiny_run(tmp_path / "lm", "decoder")), peaked("encoder-decoder")
+    scheduler = Scheduler(max_batch=4)
+    steps: list[int] = []
+    original = mt.decode_step
+
+    def counted(*args, **kwargs):
+        steps.append(scheduler.steps)
+        return original(*args, **kwargs)
+
+    ids, mask = source_batch()
+    options = {"max_new_tokens": 12, "num_beams": 3, "num_return_sequences": 2}
+    whole = generate(mt, ids, mask, **options)
+    monkeypatch.setattr(mt, "decode_step", counted)
+    # a row that outlasts the search: its end token ruled out, many more tokens than steps
+    end = lm.model.config.eos_id
+    endless = GenerationConfig(max_new_tokens=10_000, logit_bias={end: -100.0})
+    row = Sequence(lm, lm.tokenizer.encode("a dog"), endless, lambda event: None)
+    try:
+        scheduler.add([row])
+        while scheduler.steps < 2:  # the row decodes
+            pass
+        out = sliced(scheduler, lambda: BeamSearch(mt, ids, mask, **options), 1).result(60)
+    finally:
+        row.cancelled = True
+        scheduler.shutdown()
+    assert torch.equal(out.sequences, whole.sequences)
+    assert torch.equal(out.sequences_scores, whole.sequences_scores)
+    assert len(steps) > 5 and all(b > a for a, b in itertools.pairwise(steps))
+
+
+def test_a_cancelled_sliced_beam_search_stops_and_a_failing_one_says_why():
+    mt = peaked("encoder-decoder")
+    ids, mask = source_batch()
+    scheduler = Scheduler(max_batch=4)
+    made: list[BeamSearch] = []
+
+    def search() -> BeamSearch:
+        made.append(BeamSearch(mt, ids, mask, max_new_tokens=12, num_beams=3))
+        return made[-1]
+
+    try:
+        job = sliced(scheduler, search, 1)
+        assert job.cancel()
+        deadline = time.monotonic() + 60
+        while any(search.state is not None for search in made):  # its next slice closes it
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        failing = sliced(scheduler, lambda: BeamSearch(mt, ids[:, :0], num_beams=2), 1)
+        with pytest.raises(AttnkitError, match="non-empty"):
+            failing.result(60)
+    finally:
+        scheduler.shutdown()
+    assert len(made) <= 1 and not any(search.done for search in made)  # stopped before its end
+
+
+@pytest.mark.parametrize("shape", ["encoder-decoder", "decoder"])
+def test_static_cache_searches_taking_turns_a_step_at_a_time_each_find_their_own(
+    shape, monkeypatch
+):
+    """Two searches on static caches of one shape, resumed in turns as the server's slices
+    are: each holds buffers of its own and finds what it finds run whole."""
+    monkeypatch.setattr(static_cache, "_compiled", lambda kind: kind.decode_step)  # no compile
+    monkeypatch.setattr(static_cache, "REUSED_ON", frozenset({"cpu", "cuda"}))
+    static_cache.release_all()
+    model = peaked(shape)
+    ids, mask = source_batch()
+    other = ids.flip(0), mask.flip(0)
+    options = {"num_beams": 3, "max_new_tokens": 10, "cache_implementation": "static"}
+    try:
+        wholes = [generate(model, *inputs, **options) for inputs in ((ids, mask), other)]
+        searches = [BeamSearch(model, *inputs, **options) for inputs in ((ids, mask), other)]
+        assert all(s.state.static for s in searches)
+        while not all(s.done for s in searches):
+            for search in searches:
+                search.advance(1)
+    finally:
+        static_cache.release_all()
+    for search, whole in zip(searches, wholes, strict=True):
+        assert torch.equal(search.result().sequences, whole.sequences)
+        assert torch.equal(search.result().sequences_scores, whole.sequences_scores)

@@ -5,7 +5,7 @@
     processors.py  logit bias, penalties, no-repeat n-grams, suppressed and forced ids, `warp`
     state.py       the decoding state on the KV cache (or without one), `prefill`, `left_pad`
     sampling.py    greedy and sampled decoding, streamed step by step (`stream`)
-    beam.py        batched beam search (`beam_search`)
+    beam.py        batched beam search (`beam_search`), resumable a few steps a call (`BeamSearch`)
     decode.py      `generate`, which picks among them
     batching.py    iteration-level batching: rows join and leave the running batch every step
     rows.py        one output being decoded (a row) and the events it sends
