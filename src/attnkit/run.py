@@ -13,6 +13,7 @@ Everything about one model in one place:
     RUN_DIR/pretokenize.json             a word-vector run's [pretokenize] steps
     RUN_DIR/tokenizer_config.json        an imported tokenizer's settings: its chat template
     RUN_DIR/pooling.json                 how an encoder's sentence vectors are pooled
+                                         (a learned mode's weights: in model.safetensors)
     RUN_DIR/run_config.toml              the run config it was trained from
     RUN_DIR/trainer_state.pt             what resuming needs (`attnkit.train.checkpoint`)
     RUN_DIR/metrics.jsonl                one JSON record per logged interval or evaluation
