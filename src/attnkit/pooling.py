@@ -17,6 +17,11 @@ at `max_tokens` when asked. `Pooling` says how, as the model's own
 sentence-transformers files said (`attnkit.interop` reads them on import; a run
 folder keeps them as `pooling.json`); the default is mean pooling, normalised.
 With it, `SentenceEncoder.encode` gives sentence-transformers' `encode`.
+
+A learned mode's parameters (attention's query) are part of the model: `attach_pooling` adds
+the module as the model's submodule `sentence_pooling`, so training optimises and checkpoints
+it with the encoder, model.safetensors holds it (`sentence_pooling.query`), and a run folder
+whose `pooling.json` names the mode gets it back on loading (`attnkit.run.load_pretrained`).
 """
 
 from __future__ import annotations
@@ -28,18 +33,21 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
-from attnkit.checks import check
+from attnkit.checks import check, with_article
 from attnkit.data.batch import pad
 from attnkit.errors import AttnkitError
 from attnkit.models import EncoderOnly
+from attnkit.models.base import unwrap
 from attnkit.nn.attention_pooling import AttentionPooling
 from attnkit.tokenizer import Tokenizer
 
 MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # Modes with trained parameters of their own, which sentence-transformers does not have.
 LEARNED_MODES = ("attention",)
+# The model's submodule holding a learned mode's parameters, and their prefix in the weights.
+POOLING_MODULE = "sentence_pooling"
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,27 @@ class Pooling:
             ) from None
 
 
+def attach_pooling(model: nn.Module, pooling: Pooling) -> nn.Module:
+    """`model` with the module of `pooling`'s learned mode as its submodule `sentence_pooling`
+    (a new one: attention's query at zero, where it is mean pooling); unchanged if `pooling`
+    has no learned mode or the model has the module already."""
+    if "attention" not in pooling.modes or hasattr(model, POOLING_MODULE):
+        return model
+    check(
+        model.config.shape == "encoder",
+        f"a sentence pooling reads an encoder's states, not those of "
+        f"{with_article(model.config.shape)} model",
+    )
+    device = next(model.parameters()).device
+    model.add_module(POOLING_MODULE, AttentionPooling(model.config.d_model).to(device))
+    return model
+
+
+def learned_pooling(model: nn.Module) -> AttentionPooling | None:
+    """The learned pooling module `attach_pooling` gave `model` (wrapped or not), or None."""
+    return getattr(unwrap(model), POOLING_MODULE, None)
+
+
 def mean_pool(hidden: Tensor, mask: Tensor) -> Tensor:
     """(batch, length, d_model) hidden states and a (batch, length) mask -> (batch, d_model)."""
     _check_mask(hidden, mask)
@@ -110,7 +139,8 @@ def pool(
         elif mode == "attention":
             if attention is None:
                 raise AttnkitError(
-                    "attention pooling has a learned query: pass the trained AttentionPooling"
+                    "attention pooling has a learned query: pass the trained AttentionPooling, "
+                    "or load the run that trained it (attach_pooling)"
                 )
             vectors.append(attention(hidden, mask))
         else:  # lasttoken
@@ -130,10 +160,12 @@ def sentence_embeddings(
     pooling: Pooling | None = None,
 ) -> Tensor:
     """Sentence vectors (batch, dim) from an encoder's hidden states: `pooling`'s, or mean
-    pooling (unit length unless `normalize` is False) when none is given."""
+    pooling (unit length unless `normalize` is False) when none is given; a learned mode uses
+    the model's own module (`attach_pooling`)."""
     pooling = pooling or Pooling(normalize=normalize)
     # the hidden states alone: the vocabulary projection would cost (batch, length, vocab)
-    return pool(model(ids, mask, need_logits=False).hidden, mask, pooling)
+    hidden = model(ids, mask, need_logits=False).hidden
+    return pool(hidden, mask, pooling, learned_pooling(model))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ Everything about one model in one place:
     RUN_DIR/pretokenize.json             a word-vector run's [pretokenize] steps
     RUN_DIR/tokenizer_config.json        an imported tokenizer's settings: its chat template
     RUN_DIR/pooling.json                 how an encoder's sentence vectors are pooled
+                                         (a learned mode's weights: in model.safetensors)
     RUN_DIR/run_config.toml              the run config it was trained from
     RUN_DIR/trainer_state.pt             what resuming needs (`attnkit.train.checkpoint`)
     RUN_DIR/metrics.jsonl                one JSON record per logged interval or evaluation
@@ -66,7 +67,7 @@ from attnkit.models import TransformerModel, build_model
 from attnkit.nn.adapters import adapter_state_dict
 from attnkit.nn.compute_type import compute_type_of, convert
 from attnkit.nn.lora import merged_copy
-from attnkit.pooling import Pooling, SentenceEncoder
+from attnkit.pooling import Pooling, SentenceEncoder, attach_pooling
 from attnkit.tokenizer import TOKENIZER_FILE, Tokenizer, pretokenize_file
 from attnkit.weights import check_finite as check_finite  # its old import path, from here
 from attnkit.weights import load_weights
@@ -466,6 +467,8 @@ def load_pretrained(
             log.info("%s: %s from its tokenizer (its config leaves them unset)", folder.root, ids)
         config = filled
     model = build_model(config)
+    # A learned pooling's parameters (attention's query) are saved with the model's.
+    attach_pooling(model, folder.read_pooling())
     load_weights(model, folder.weights, device)
     model = model.to(device).eval()
     chosen = convert(model, compute_type)

@@ -112,12 +112,16 @@ def test_a_run_config_that_is_not_utf8_is_named_with_its_line(tmp_path, capsys):
         ("dropout = 0.1\n", "[model] or [lora]"),
         ("max_len = 64\n", "[model] or [data]"),
         ("vocab_size = 64\n", "[data]"),  # [model] may not set it
-        ("temperature = 0.5\n", "[scheduled_sampling] or [sequence_loss] or [ppo] or [pairs]"),
+        (
+            "temperature = 0.5\n",
+            "[scheduled_sampling] or [sequence_loss] or [ppo] or [pairs] or [embedding]",
+        ),
         (
             "speed = 1\n",
             "the section it belongs to, one of [model], [data], [train], [eval], [lora], "
             "[adapters], [scheduled_sampling], [sequence_loss], [guided_attention], [dpo], "
-            "[segment_recurrence], [ppo], [pairs], [word2vec], [glove], [pretokenize]",
+            "[segment_recurrence], [ppo], [pairs], [embedding], [word2vec], [glove], "
+            "[pretokenize]",
         ),
         ("beta = 0.1\n", "[dpo] or [ppo]"),
         ("x_max = 10\n", "[glove]"),

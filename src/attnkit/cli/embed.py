@@ -1,4 +1,4 @@
-"""`attnkit embed`: word vectors from the command line.
+"""`attnkit embed`: word vectors from the command line, and an encoder run's sentence vectors.
 
 VECTORS is a word2vec or GloVe run folder (its vectors.bin), the run folder of
 a trained model (the rows of its token embedding, each as the word its token
@@ -15,6 +15,10 @@ text or binary format or GloVe's text format (told apart by itself).
                                                each word's vector as a strip of colours
     attnkit embed positions PNG [--layout split] [--dims 4 5 6 7]
                                                the sinusoidal positional encoding, three ways
+    attnkit embed sentences RUN TEXT TEXT...   an encoder run's sentence vectors, pooled as the
+                                               run pools: their cosines, each pair
+    attnkit embed retrieval RUN [--split S]    a sentence-embedding run: each source's nearest
+                                               target its own translation? (`embedding_task`)
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from pathlib import Path
 
 
 def add_embed_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("embed", help="query, score, export and draw word vectors")
+    p = sub.add_parser(
+        "embed", help="query, score, export and draw word vectors; sentence vectors of a run"
+    )
     commands = p.add_subparsers(dest="embed_command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, func, words: dict | None = None) -> argparse.ArgumentParser:
@@ -85,6 +91,17 @@ def add_embed_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     q.add_argument("--dims", type=int, nargs="+", help="the dimensions drawn as curves")
     q.set_defaults(func=cmd_positions)
+
+    q = commands.add_parser("sentences", help="the cosines of sentence vectors of an encoder run")
+    q.add_argument("run", help="an encoder's run folder (its pooling.json says how it pools)")
+    q.add_argument("texts", nargs="+", help="two sentences or more")
+    q.set_defaults(func=cmd_sentences)
+    q = commands.add_parser(
+        "retrieval", help="a sentence-embedding run's retrieval accuracy on a split"
+    )
+    q.add_argument("run", help="the run folder of a data.task = 'sentence-embedding' run")
+    q.add_argument("--split", default="test", help="the corpus split (default test)")
+    q.set_defaults(func=cmd_retrieval)
 
 
 def _positive(text: str) -> int:
@@ -196,4 +213,27 @@ def cmd_positions(args: argparse.Namespace) -> int:
         args.png, args.d_model, args.length, layout=args.layout, dims=args.dims
     )
     print(f"wrote {path}")
+    return 0
+
+
+def cmd_sentences(args: argparse.Namespace) -> int:
+    from attnkit.run import load_run
+
+    vectors = load_run(args.run).sentence_encoder().encode(args.texts)
+    unit = vectors / vectors.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    cosines = unit @ unit.T
+    for i, text in enumerate(args.texts):
+        print("  ".join(f"{c:7.4f}" for c in cosines[i].tolist()) + f"  {text}")
+    return 0
+
+
+def cmd_retrieval(args: argparse.Namespace) -> int:
+    from attnkit.train.embedding_task import evaluate_run
+
+    scores = evaluate_run(args.run, args.split)
+    print(
+        f"{args.split}: retrieval accuracy {scores['retrieval_accuracy']:.4f} "
+        f"({scores['pairs']:,} pairs; chance {1 / scores['pairs']:.4f}), "
+        f"loss {scores['val_loss']:.4f}"
+    )
     return 0

@@ -34,6 +34,7 @@ TASKS = (
     "reward-model",
     "ppo",
     "sampled-pairs",
+    "sentence-embedding",
     "word2vec",
     "glove",
 )
@@ -50,8 +51,9 @@ class DataSection:
         fine-tuning `train.init_from`: a decoder or an encoder-decoder), `reward-model` (a
         scalar head on `train.init_from`'s model, trained on preference pairs), `ppo` (PPO
         against `ppo.reward_model`), `sampled-pairs` (preference pairs from a translation
-        run's samples, ranked by sentence BLEU), `word2vec` or `glove` (word vectors, no
-        Transformer).
+        run's samples, ranked by sentence BLEU), `sentence-embedding` (an encoder's sentence
+        vectors, trained so a sentence meets its translation: `[embedding]`), `word2vec` or
+        `glove` (word vectors, no Transformer).
     corpus: a known corpus (`multi30k`, `tinyshakespeare`), a path to text or a local Hugging
         Face dataset (`attnkit.data.hf_datasets`), for `preference`, `reward-model` and `ppo` a
         folder of `{split}.jsonl` pairs (`attnkit.data.preference`); no default, so that no run

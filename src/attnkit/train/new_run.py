@@ -53,8 +53,9 @@ def check_new_run(folder: RunFolder, lock_left: bool = False) -> None:
     if folder.run_config.exists():
         return
     # What a start leaves before it writes the run config: the lock, the fingerprint, under
-    # torchrun the tokenizer that rank 0 made for the other ranks, and a kill's partial files.
-    own = {folder.lock.name, folder.fingerprint.name, folder.tokenizer.name}
+    # torchrun the tokenizer that rank 0 made for the other ranks, a sentence-embedding task's
+    # pooling.json (written before any weights, which need it to load), a kill's partial files.
+    own = {folder.lock.name, folder.fingerprint.name, folder.tokenizer.name, folder.pooling.name}
     if any(path.name not in own and not is_partial(path) for path in folder.root.iterdir()):
         raise AttnkitError(
             f"train.out_dir {folder.root} holds files that are not an attnkit run; choose an "

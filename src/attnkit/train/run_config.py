@@ -14,6 +14,7 @@ documented and checked beside the other sections): one TOML file, one frozen dat
     [segment_recurrence]  a language model read a segment at a time after a memory (Transformer-XL)
     [ppo]                 PPO against a reward model (`data.task = "ppo"`)
     [pairs]               preference pairs from sampled translations (`"sampled-pairs"`)
+    [embedding]           sentence vectors: their pooling (`data.task = "sentence-embedding"`)
     [word2vec]            skip-gram or CBOW word vectors (`data.task = "word2vec"`)
     [glove]               GloVe word vectors (`data.task = "glove"`)
     [pretokenize]         words before tokens: a rule, jieba, phrases, stop words, stems
@@ -62,6 +63,7 @@ from attnkit.presets import PRESETS
 from attnkit.pretokenize import PretokenizeConfig
 from attnkit.train.activation_checkpointing import MODES as CHECKPOINTING
 from attnkit.train.compilation import MODES as COMPILE_MODES
+from attnkit.train.embedding_task import EmbeddingSection
 from attnkit.train.fine_tuning import AdaptersSection, LoraSection
 from attnkit.train.guided_attention import GuidedAttentionSection
 from attnkit.train.loggers import LOGGERS
@@ -293,6 +295,7 @@ SECTIONS: dict[str, type] = {
     "segment_recurrence": SegmentRecurrenceSection,
     "ppo": PPOSection,
     "pairs": PairsSection,
+    "embedding": EmbeddingSection,
     "word2vec": Word2VecConfig,
     "glove": GloveConfig,
     "pretokenize": PretokenizeConfig,
@@ -324,6 +327,7 @@ class RunConfig:
     segment_recurrence: SegmentRecurrenceSection = field(default_factory=SegmentRecurrenceSection)
     ppo: PPOSection = field(default_factory=PPOSection)
     pairs: PairsSection = field(default_factory=PairsSection)
+    embedding: EmbeddingSection = field(default_factory=EmbeddingSection)
     word2vec: Word2VecConfig = field(default_factory=Word2VecConfig)
     glove: GloveConfig = field(default_factory=GloveConfig)
     pretokenize: PretokenizeConfig = field(default_factory=PretokenizeConfig)

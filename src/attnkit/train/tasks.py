@@ -17,6 +17,8 @@ Each `data.task` pairs a model shape with a data pipeline and an objective:
     ppo             decoder or        the pairs' prompts, PPO against ppo.reward_model
                     encoder-decoder   (`attnkit.train.ppo_task`, its own loop)
     sampled-pairs   encoder-decoder   pairs of sampled translations, by sentence BLEU
+    sentence-       encoder           translation pairs' sentence vectors, in-batch contrastive
+      embedding                       (`attnkit.train.embedding_task`); retrieval on validation
     word2vec        (no Transformer)  word vectors, trained by their own runners
     glove                             (`attnkit.train.word2vec_task`, `glove_task`)
 
@@ -67,6 +69,7 @@ from attnkit.devices import resolve_device
 from attnkit.errors import AttnkitError
 from attnkit.generation import generate
 from attnkit.models import EncoderDecoder, TransformerModel
+from attnkit.pooling import attach_pooling
 from attnkit.run import RunFolder
 from attnkit.train import distributed as dist
 from attnkit.train import (
@@ -79,6 +82,7 @@ from attnkit.train import (
     word2vec_task,
 )
 from attnkit.train.decoding_metrics import ERROR_RATES, translation_metric
+from attnkit.train.embedding_task import InBatchContrastive, PairDataset, retrieval_metric
 from attnkit.train.fine_tuning import fine_tune
 from attnkit.train.guided_attention import GuidedAttention
 from attnkit.train.loaders import run_loader, run_loaders
@@ -329,6 +333,34 @@ def _preference(config: RunConfig) -> TaskSetup:
     return TaskSetup(model, run_loader(config, train, True), None, [metric], tokenizer, dpo)
 
 
+def _sentence_embedding(config: RunConfig) -> TaskSetup:
+    """Translation pairs as sentence vectors pooled by `[embedding] pooling` (a learned one the
+    model's submodule), in-batch contrastive; pooling.json written before any weights."""
+    d, e = config.data, config.embedding
+    langs = (d.src_lang, d.tgt_lang)
+    (src, tgt), val_pairs = (
+        corpus_text(d, d.train_split, langs),
+        corpus_text(d, d.valid_split, langs),
+    )
+    tokenizer = run_tokenizer(config, [*src, *tgt])
+    pooling = e.to_pooling()
+    model = attach_pooling(run_model(config, tokenizer), pooling)
+    if dist.from_env().is_main:
+        folder = RunFolder(config.train.out_dir)
+        folder.root.mkdir(parents=True, exist_ok=True)
+        folder.write_pooling(pooling)
+    max_len = min(d.max_len, model.config.max_len)
+    train, val = (
+        PairDataset(src, tgt, tokenizer, max_len),
+        PairDataset(*val_pairs, tokenizer, max_len),
+    )
+    sources, targets = zip(*val.pairs, strict=True)
+    metric = retrieval_metric(sources, targets, tokenizer.pad_id, pooling, e.temperature)
+    objective = InBatchContrastive(pooling, e.temperature)
+    loader = run_loader(config, train, True, d.batch_size)
+    return TaskSetup(model, loader, None, [metric], tokenizer, objective)
+
+
 def _span_corruption(config: RunConfig) -> TaskSetup:
     """T5's pre-training on sentences (of a corpus of languages, both sides': the text of the
     translation the model will be fine-tuned for)."""
@@ -398,6 +430,7 @@ BUILDERS: dict[str, Callable[[RunConfig], TaskSetup]] = {
     "reverse": _reverse,
     "preference": _preference,
     "reward-model": lambda config: TaskSetup(*reward_model_parts(config)),
+    "sentence-embedding": _sentence_embedding,
 }
 # What trains each `data.task`: the Transformer tasks the Trainer, word vectors their own loops.
 RUNNERS: dict[str, Runner] = {

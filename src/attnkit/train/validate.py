@@ -36,6 +36,7 @@ SHAPES_OF_TASK = {
     "reward-model": ("decoder", "encoder-decoder"),
     "ppo": ("decoder", "encoder-decoder"),
     "sampled-pairs": ("encoder-decoder",),
+    "sentence-embedding": ("encoder",),
 }
 # What each task's evaluation measures: the validation loss and perplexity where it has
 # validation data, and the names its own metric returns (`attnkit.train.tasks`).
@@ -49,6 +50,7 @@ METRICS_OF_TASK = {
     "reward-model": ("val_loss", "reward_margin", "reward_accuracy"),
     "ppo": ("val_reward",),
     "sampled-pairs": ("val_loss",),  # it measures nothing; its default stands
+    "sentence-embedding": ("val_loss", "retrieval_accuracy"),
 }
 # The tasks that start from a trained run and read a folder of {split}.jsonl pairs.
 PAIRS_TASKS = ("preference", "reward-model", "ppo")
