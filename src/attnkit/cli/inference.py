@@ -74,11 +74,13 @@ def cmd_translate(args: argparse.Namespace) -> int:
             ]
             write_lines(n_best, args.output)
     if args.attention_plot and lines:
+        from attnkit.generation.config import resolve
         from attnkit.viz import plot_model_attention
 
         (source,) = prepare_sources(run.data, lines[:1])  # what the model read
         src = tokenizer.encode(source, add_eos=True)[: model.config.max_len]
-        tgt = tokenizer.encode(outputs[0], add_bos=True)[: model.config.max_len]
+        start = resolve(config, {}, model.config, tokenizer).decoder_start_token_id
+        tgt = [start, *tokenizer.encode(outputs[0])][: model.config.max_len]  # what it read
         picture = plot_model_attention(
             model, src, args.attention_plot, kind=args.attention_kind, tgt=tgt,
             token=lambda i: tokenizer.id_to_token(i) or "?",
