@@ -129,3 +129,24 @@ def test_logprobs_past_the_vocabulary_report_the_whole_vocabulary(runs: dict) ->
         out = llm.generate("a dog", max_new_tokens=3, logprobs=10_000)[0]
     assert len(out.logprobs) == 3
     assert all(len(t.top) == run.model.config.vocab_size for t in out.logprobs)
+
+
+def test_logprobs_of_a_prompt_that_decodes_as_a_job_are_refused(runs: dict) -> None:
+    """The static cache's prompts decode as a job of `generate`, which chooses ids without
+    reporting their log-probabilities: asked, the LLM says which cache reports them."""
+    refused = pytest.raises(AttnkitError, match="cache_implementation='dynamic'")
+    with LLM(runs["decoder"]) as llm, refused:
+        llm.submit("a", logprobs=1, cache_implementation="static")
+
+
+def test_a_beam_searchs_n_best_come_with_their_scores(runs: dict) -> None:
+    run = runs["encoder-decoder"]
+    beam = GenerationConfig(num_beams=3, num_return_sequences=2, max_new_tokens=8)
+    with LLM(run) as llm:
+        (out,) = llm.generate(["ein hund"], beam)
+    config = resolve(beam, {}, run.model.config, run.tokenizer)
+    ids = torch.tensor([run.tokenizer.encode("ein hund", add_eos=True)])
+    whole = generate(run.model, ids, config=config)
+    assert [text for text, _ in out.n_best] == run.tokenizer.decode_batch(whole.new_tokens())
+    assert [score for _, score in out.n_best] == whole.sequences_scores.tolist()
+    assert out.text == out.n_best[0][0] and out.token_ids == whole.new_tokens()[0]
