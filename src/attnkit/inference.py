@@ -202,7 +202,7 @@ def _translate_on_engine(
     `batch_size` sources of like length."""
     done = []
     with evaluating(model), LLM.of(model, tokenizer, max_batch=batch_size) as llm:
-        for request in llm.submit_ids(ids, [config] * len(ids), sources):
+        for request in llm.submit_ids(ids, [config] * len(ids), sources, streamed=False):
             result = request.result()
             best = result.n_best or [(result.text, None)]
             done.append([Hypothesis(text, score) for text, score in best])
@@ -296,7 +296,7 @@ def complete_all(
     ids = _prompt_ids(model, tokenizer, prompts)
     config = config or GenerationConfig()
     with evaluating(model), LLM.of(model, tokenizer, max_batch=batch_size) as llm:
-        requests = llm.submit_ids(ids, [config] * len(ids), list(prompts))
+        requests = llm.submit_ids(ids, [config] * len(ids), list(prompts), streamed=False)
         return [request.result().text for request in requests]
 
 

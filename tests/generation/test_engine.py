@@ -150,3 +150,25 @@ def test_a_beam_searchs_n_best_come_with_their_scores(runs: dict) -> None:
     assert [text for text, _ in out.n_best] == run.tokenizer.decode_batch(whole.new_tokens())
     assert [score for _, score in out.n_best] == whole.sequences_scores.tolist()
     assert out.text == out.n_best[0][0] and out.token_ids == whole.new_tokens()[0]
+
+
+def test_a_result_read_whole_is_decoded_once_and_reads_as_the_stream(
+    runs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`submit_ids(..., streamed=False)` (the command line's, `inference.translate`'s): the
+    text of each output decoded once at its end, not at every token, the same text."""
+    run = runs["decoder"]
+    config = GenerationConfig(max_new_tokens=12, eos_token_id=())
+    ids = [run.tokenizer.encode(p) for p in PROMPTS[:2]]
+    with LLM(run) as llm:
+        streamed = [r.result().text for r in llm.submit_ids(ids, [config] * 2)]
+        calls = []
+        decode = type(run.tokenizer).decode_continuation
+        monkeypatch.setattr(
+            type(run.tokenizer),
+            "decode_continuation",
+            lambda self, *a: calls.append(1) or decode(self, *a),
+        )
+        whole = [r.result().text for r in llm.submit_ids(ids, [config] * 2, streamed=False)]
+    assert whole == streamed and all(streamed)
+    assert len(calls) == 2  # one an output, not one a token

@@ -229,10 +229,14 @@ class LLM:
         ids: Sequence[list[int]],
         configs: Sequence[GenerationConfig],
         prompts: Sequence[str] | None = None,
+        *,
+        streamed: bool = True,
     ) -> list[Request]:
         """Queue prompts (sources) given as ids, each with its config (special ids resolved
         here); their `Request`s, in order. Each decodes by its `ways.way`: rows join the
-        running batch; jobs go by config, like lengths together, `max_batch` a job."""
+        running batch; jobs go by config, like lengths together, `max_batch` a job.
+        `streamed=False`: only the results are read, so each text is decoded once, at its
+        end (as a piece) rather than token by token."""
         check(not self.scheduler.closed, "this LLM is closed; make a new one")
         model = self.run.model
         prompts = list(prompts) if prompts is not None else [""] * len(ids)
@@ -246,7 +250,8 @@ class LLM:
             if not request.ids:  # an empty source: an empty output, as `translate` gives
                 request.events.put(Finish(0, "stop", 0, 0))
             elif way(model.config, request.config, model.device) == ROWS:
-                request.row = Row(self.run, request.ids, request.config, request.events.put)
+                emit = request.events.put
+                request.row = Row(self.run, request.ids, request.config, emit, streamed=streamed)
                 rows.append(request.row)
             else:
                 jobs.setdefault(request.config, []).append(request)
@@ -257,7 +262,7 @@ class LLM:
             size = 1 if config.do_sample and config.seed is not None else self.max_batch
             group = sorted(group, key=lambda r: len(r.ids), reverse=True)
             for start in range(0, len(group), size):
-                self._submit_job(group[start : start + size])
+                self._submit_job(group[start : start + size], streamed)
         return requests
 
     def generate(
@@ -326,8 +331,8 @@ class LLM:
 
     # -- jobs: what the rows do not decode ----------------------------------
 
-    def _submit_job(self, group: list[Request]) -> None:
-        future = self.scheduler.submit(self._job, group)
+    def _submit_job(self, group: list[Request], streamed: bool) -> None:
+        future = self.scheduler.submit(self._job, group, streamed)
         for request in group:
             request.job, request.group = future, group
 
@@ -338,7 +343,7 @@ class LLM:
 
         future.add_done_callback(cancelled)
 
-    def _job(self, group: list[Request]) -> None:
+    def _job(self, group: list[Request], streamed: bool) -> None:
         """Decode a group of requests of one config with `generate`, on the decoding thread:
         beam search (and several outputs a request) whole, greedy and sampled tokens step by
         step, each sent to its request as it comes."""
@@ -350,7 +355,7 @@ class LLM:
             if config.num_beams > 1 or config.num_return_sequences > 1:
                 self._whole(group, generate(model, ids, mask, config))
             else:
-                self._steps(group, stream(model, ids, mask, config))
+                self._steps(group, stream(model, ids, mask, config), streamed)
         except Exception as error:  # each request of the job hears it
             for request in group:
                 request.events.put(Failed(0, error))
@@ -370,8 +375,8 @@ class LLM:
             request.events.put(Piece(0, texts[0], []))
             request.events.put(Finish(0, reason, len(request.ids), len(new[k * n])))
 
-    def _steps(self, group: list[Request], steps: Iterator[torch.Tensor]) -> None:
-        rows = [Row(self.run, r.ids, r.config, r.events.put) for r in group]
+    def _steps(self, group: list[Request], steps: Iterator[torch.Tensor], streamed: bool) -> None:
+        rows = [Row(self.run, r.ids, r.config, r.events.put, streamed=streamed) for r in group]
         for request, row in zip(group, rows, strict=True):
             request.row = row
             row.cancelled = request.cancelled
