@@ -177,7 +177,7 @@ def translate_n_best(
     if not todo:
         return outputs
     sources = [texts[i] for i in todo]
-    if way(model.config, config, model.device) == COPY:
+    if way(model.config, config) == COPY:
         ids, unknown = _encode_copying(tokenizer, sources, model.config.max_len, refuse_long)
         done = _translate_copying(model, tokenizer, ids, unknown, config, batch_size, progress)
     else:
@@ -326,7 +326,7 @@ def _pieces(
     model: TransformerModel, tokenizer: Tokenizer, prompt_ids: list[int], config: GenerationConfig
 ) -> Iterator[str]:
     """The new text of `complete`, yielded as it grows: one request of the batching engine
-    (its row, or on a static cache its job's steps; `ways.way`)."""
+    (its row of the running batch)."""
     with evaluating(model), LLM.of(model, tokenizer, max_batch=1) as llm:
         (request,) = llm.submit_ids([prompt_ids], [config])
         yield from request

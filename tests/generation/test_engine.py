@@ -132,11 +132,11 @@ def test_logprobs_past_the_vocabulary_report_the_whole_vocabulary(runs: dict) ->
 
 
 def test_logprobs_of_a_prompt_that_decodes_as_a_job_are_refused(runs: dict) -> None:
-    """The static cache's prompts decode as a job of `generate`, which chooses ids without
-    reporting their log-probabilities: asked, the LLM says which cache reports them."""
-    refused = pytest.raises(AttnkitError, match="cache_implementation='dynamic'")
+    """`use_cache=False` decodes as a job of `generate`, which chooses ids without reporting
+    their log-probabilities: asked, the LLM says so."""
+    refused = pytest.raises(AttnkitError, match="logprobs come from the batching engine's rows")
     with LLM(runs["decoder"]) as llm, refused:
-        llm.submit("a", logprobs=1, cache_implementation="static")
+        llm.submit("a", logprobs=1, use_cache=False)
 
 
 def test_a_beam_searchs_n_best_come_with_their_scores(runs: dict) -> None:

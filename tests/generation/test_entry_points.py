@@ -85,11 +85,11 @@ def expected(runs: dict[str, Run]) -> dict[str, list[list[int]]]:
 def test_python_entry_points_give_generates_tokens(
     runs: dict[str, Run], expected: dict, shape: str, cache: str
 ) -> None:
-    """`generate` on a batch of the prompts, and `LLM.generate`: rows on the dynamic cache
-    (two at once, the third joining later), one job on the static cache's compiled step (the
-    batch `generate` takes: on a CPU each new shape is a compilation)."""
+    """`generate` on a batch of the prompts, and `LLM.generate`, its rows on the cache asked:
+    on the dynamic one two at once, the third joining later; on the static one (paged
+    memory, a step compiled a batch size: on a CPU each is a compilation) all three."""
     run, want = runs[shape], expected[shape]
-    assert way(run.model.config, _config(cache), "cpu") == (ROWS if cache == "dynamic" else JOB)
+    assert way(run.model.config, _config(cache)) == ROWS
     ids, mask = pad([_ids(run, t) for t in TEXTS[shape]], run.tokenizer.pad_id)
     config = resolve(_config(cache), {}, run.model.config, run.tokenizer)
     assert generate(run.model, ids, mask, config).new_tokens() == want
@@ -171,14 +171,14 @@ def test_http_gives_the_same_tokens(
 
 
 def test_the_one_decision_of_how_a_request_decodes(runs: dict[str, Run]) -> None:
-    """`ways.way`: beam search and the static cache are jobs, a streamed request on `auto` is
-    rows on any device, a pointer-generator keeps its own path."""
+    """`ways.way`: greedy and sampled tokens on either cache are rows, beam search and the
+    options of `generate` alone are jobs, a pointer-generator keeps its own path."""
     model = runs["encoder-decoder"].model.config
-    auto = GenerationConfig()
-    assert way(model, auto, "cpu") == ROWS
-    assert way(model, auto, "cuda") == JOB  # the static cache, the fast path by default
-    assert way(model, auto, "cuda", streamed=True) == ROWS
-    assert way(model, GenerationConfig(num_beams=2), "cpu") == JOB
-    assert way(model, GenerationConfig(do_sample=True, num_return_sequences=2), "cpu") == JOB
+    assert way(model, GenerationConfig()) == ROWS
+    assert way(model, GenerationConfig(do_sample=True, cache_implementation="static")) == ROWS
+    assert way(model, GenerationConfig(num_beams=2)) == JOB
+    assert way(model, GenerationConfig(do_sample=True, num_return_sequences=2)) == JOB
+    assert way(model, GenerationConfig(use_cache=False)) == JOB
+    assert way(model, GenerationConfig(monotonic_window=(1, 2))) == JOB
     copying = dataclasses.replace(model, copy_attention=COPY_ATTENTIONS[-1])
-    assert way(copying, auto, "cpu") == COPY
+    assert way(copying, GenerationConfig()) == COPY

@@ -118,10 +118,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "--cache-implementation",
         choices=("auto", "dynamic", "static"),  # GenerationConfig's CACHES
         default="auto",
-        help="the KV cache: auto (default: static on a CUDA device, its batch decoded as one "
-        "job on the compiled step, replayed as a CUDA graph; else dynamic), dynamic (rows "
-        "join and leave one running batch, as the server decodes), static (fixed buffers, "
-        "the step compiled by torch.compile)",
+        help="the KV cache of the running batch: auto (default: static on a CUDA device, "
+        "else dynamic), dynamic (grows and drops finished rows), static (fixed memory, the "
+        "step compiled by torch.compile, replayed as a CUDA graph on a GPU); the same tokens",
     )
     p.add_argument(
         "--dtype",

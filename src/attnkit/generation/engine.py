@@ -10,10 +10,10 @@ As vLLM's and litgpt's `LLM` objects are: the prompts (a decoder's) or sources
 runs (`generation/batching.py`), so they decode in one running batch, joining and
 leaving it at every step; each row chooses its tokens by its own `GenerationConfig`
 (transformers' names; stop strings and log-probabilities too). What the rows do not
-decode (`ways.way`: beam search, a static cache, ...) runs as jobs of the same
-engine's thread, the requests of one config grouped, like lengths together, at most
-`max_batch` a job: one batched `generate` (beam search) or its steps streamed to
-each request (greedy and sampled tokens on the static cache's compiled step).
+decode (`ways.way`: beam search, `use_cache=False`, a monotonic window) runs as jobs
+of the same engine's thread, the requests of one config grouped, like lengths
+together, at most `max_batch` a job: one batched `generate` (beam search) or its
+steps streamed to each request (greedy and sampled tokens).
 `attnkit generate`, `translate` and `eval` decode here (`inference.translate`,
 `inference.complete`), as the server's rows do.
 
@@ -183,7 +183,7 @@ class LLM:
             "use Run.sentence_encoder() for sentence vectors",
         )
         check(
-            way(self.run.model.config, GenerationConfig(), "cpu") != COPY,
+            way(self.run.model.config, GenerationConfig()) != COPY,
             "a pointer-generator's copied words need their source's vocabulary; translate with "
             "attnkit.inference.translate_run",
         )
@@ -249,7 +249,7 @@ class LLM:
         for request in requests:
             if not request.ids:  # an empty source: an empty output, as `translate` gives
                 request.events.put(Finish(0, "stop", 0, 0))
-            elif way(model.config, request.config, model.device) == ROWS:
+            elif way(model.config, request.config) == ROWS:
                 emit = request.events.put
                 request.row = Row(self.run, request.ids, request.config, emit, streamed=streamed)
                 rows.append(request.row)
@@ -309,9 +309,9 @@ class LLM:
             on_ids(config)  # a beam search ranks whole hypotheses: no stop strings, logprobs
         elif config.logprobs is not None:
             check(
-                way(model.config, config, model.device) == ROWS,
-                "logprobs come from the batching engine's rows, which decode on the dynamic "
-                "cache; set cache_implementation='dynamic' (and use_cache, no monotonic_window)",
+                way(model.config, config) == ROWS,
+                "logprobs come from the batching engine's rows, which use_cache=False and "
+                "monotonic_window (options of generate) leave; drop them to get logprobs",
             )
         return config
 

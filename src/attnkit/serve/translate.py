@@ -4,7 +4,7 @@
 How a request decodes is the engine's decision (`generation.ways.way`), the one
 `attnkit.LLM` and `attnkit translate` take: greedy and sampled translations decode
 on the scheduler, token by token, joining the running batch (streamed or not), n_best
-of them as n rows; beam search, a static cache and a pointer-generator's translations
+of them as n rows; beam search and a pointer-generator's translations
 run as one `generate` per batch of requests (`work.translate`).
 """
 
@@ -48,8 +48,7 @@ async def translations(
     )  # fmt: skip
     # sampled n_best are n rows of one output each
     row = dataclasses.replace(decoding, num_return_sequences=1) if body.beam == 1 else decoding
-    model = served.model
-    if way(model.config, row, model.device, streamed=bool(body.stream)) == ROWS:
+    if way(served.model.config, row) == ROWS:
         todo = [i for i, t in enumerate(texts) if t.strip()]  # an empty text: an empty one
         todo_sources = [sources[i] for i in todo]
         outputs = Outputs(srv.scheduler, served, todo_sources, row, body.n_best, arrived)
