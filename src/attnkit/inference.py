@@ -1,9 +1,13 @@
-"""Text in, text out: tokenize, batch by length, decode, detokenize, keep the order.
+"""Text in, text out: tokenize, decode on the batching engine, detokenize, keep the order.
 
-    source line -> ids + </s> -> batches of similar length -> generate -> ids -> text
+    source line -> ids + </s> -> rows of one running batch (`attnkit.LLM`) -> ids -> text
 
-Sorting by length before batching keeps padding small; results return in the
-order of the input. Empty lines give empty outputs without running the model,
+Every source is a request of the one decoding engine (`generation/engine.py`), as
+the server's are: greedy and sampled translations decode as rows of one running
+batch (each joins when a place is free and leaves when it ends), beam searches as
+jobs of sources of like length; `generation.ways.way` says which. A pointer-generator
+(`ways.COPY`) decodes here, a batch of like lengths a `generate`. Results return in
+the order of the input. Empty lines give empty outputs without running the model,
 and inputs over the model's max_len are cut (counted, with a warning) or
 refused. A pointer-generator reads the source's unknown words as ids of their
 own and writes the ones it copies back as they were. Text that is not valid
@@ -22,11 +26,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
-
-import torch
 
 from attnkit.checks import with_article
 from attnkit.data import extended
@@ -34,8 +35,10 @@ from attnkit.data.batch import pad
 from attnkit.data.section import prepare_sources
 from attnkit.errors import AttnkitError
 from attnkit.files import PathLike, atomic_write, check_utf8, decode_lines, read_lines
-from attnkit.generation import GenerationConfig, generate, stream
+from attnkit.generation import LLM, GenerationConfig, generate
 from attnkit.generation.config import resolve
+from attnkit.generation.state import evaluating
+from attnkit.generation.ways import COPY, way
 from attnkit.models import TransformerModel
 from attnkit.run import Run
 from attnkit.tokenizer import Tokenizer
@@ -173,32 +176,71 @@ def translate_n_best(
         progress(len(texts) - len(todo))
     if not todo:
         return outputs
-    sources, unknown = [texts[i] for i in todo], None
-    if model.config.copy_attention == "none":
-        ids = encode_sources(tokenizer, sources, model.config.max_len, refuse_long)
-    else:
+    sources = [texts[i] for i in todo]
+    if way(model.config, config) == COPY:
         ids, unknown = _encode_copying(tokenizer, sources, model.config.max_len, refuse_long)
-    order = sorted(range(len(todo)), key=lambda j: len(ids[j]), reverse=True)
+        done = _translate_copying(model, tokenizer, ids, unknown, config, batch_size, progress)
+    else:
+        ids = encode_sources(tokenizer, sources, model.config.max_len, refuse_long)
+        done = _translate_on_engine(model, tokenizer, ids, sources, config, batch_size, progress)
+    for j, hypotheses in enumerate(done):
+        outputs[todo[j]] = hypotheses
+    return outputs
+
+
+def _translate_on_engine(
+    model: TransformerModel,
+    tokenizer: Tokenizer,
+    ids: list[list[int]],
+    sources: list[str],
+    config: GenerationConfig,
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+) -> list[list[Hypothesis]]:
+    """Each source's hypotheses from the batching engine (`attnkit.LLM`): greedy and sampled
+    translations as rows of one running batch of `batch_size`, beam searches as jobs of
+    `batch_size` sources of like length."""
+    done = []
+    with evaluating(model), LLM.of(model, tokenizer, max_batch=batch_size) as llm:
+        for request in llm.submit_ids(ids, [config] * len(ids), sources, streamed=False):
+            result = request.result()
+            best = result.n_best or [(result.text, None)]
+            done.append([Hypothesis(text, score) for text, score in best])
+            if progress is not None:
+                progress(1)
+    return done
+
+
+def _translate_copying(
+    model: TransformerModel,
+    tokenizer: Tokenizer,
+    ids: list[list[int]],
+    unknown: list[list[str]],
+    config: GenerationConfig,
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+) -> list[list[Hypothesis]]:
+    """A pointer-generator's translations (`ways.COPY`): one `generate` a batch of sources of
+    like length, its copied words (ids past the vocabulary, which only their source can
+    name) written back as they were."""
+    n = config.num_return_sequences
+    done: list[list[Hypothesis]] = [[] for _ in ids]
+    order = sorted(range(len(ids)), key=lambda j: len(ids[j]), reverse=True)
     device = model.device
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         src, src_mask = pad([ids[j] for j in chunk], tokenizer.pad_id)
         result = generate(model, src.to(device), src_mask.to(device), config)
         new = result.new_tokens()  # n rows a source, best first
-        if unknown is None:
-            texts_out = tokenizer.decode_batch(new)
-        else:  # copied words are ids past the vocabulary, which only their source can name
-            texts_out = extended.decode(
-                tokenizer, new, [unknown[j] for j in chunk for _ in range(n)]
-            )
+        texts_out = extended.decode(tokenizer, new, [unknown[j] for j in chunk for _ in range(n)])
         scores = result.sequences_scores
         scores = [None] * len(new) if scores is None else scores.tolist()
         for k, j in enumerate(chunk):
             rows = range(k * n, (k + 1) * n)
-            outputs[todo[j]] = [Hypothesis(texts_out[r], scores[r]) for r in rows]
+            done[j] = [Hypothesis(texts_out[r], scores[r]) for r in rows]
         if progress is not None:
             progress(len(chunk))
-    return outputs
+    return done
 
 
 def translate_run(
@@ -236,56 +278,55 @@ def complete(
     A piece is yielded whenever the decoded text grows, so byte-level tokens
     that split a character appear once the character is complete.
     """
+    (ids,) = _prompt_ids(model, tokenizer, [prompt])
+    return _pieces(model, tokenizer, ids, config or GenerationConfig())
+
+
+def complete_all(
+    model: TransformerModel,
+    tokenizer: Tokenizer,
+    prompts: Sequence[str],
+    config: GenerationConfig | None = None,
+    *,
+    batch_size: int = 32,
+) -> list[str]:
+    """The continuation of each prompt, in order: the prompts decoded together, rows of one
+    running batch of `batch_size` (or jobs of like lengths: `ways.way`), as `complete`
+    decodes one."""
+    ids = _prompt_ids(model, tokenizer, prompts)
+    config = config or GenerationConfig()
+    with evaluating(model), LLM.of(model, tokenizer, max_batch=batch_size) as llm:
+        requests = llm.submit_ids(ids, [config] * len(ids), list(prompts), streamed=False)
+        return [request.result().text for request in requests]
+
+
+def _prompt_ids(
+    model: TransformerModel, tokenizer: Tokenizer, prompts: Sequence[str]
+) -> list[list[int]]:
+    """Each prompt's ids (the start token for an empty one), its last max_len - 1 kept."""
     if model.config.shape != "decoder":
         raise AttnkitError(
             f"text completion needs a decoder (language) model, but this one is "
             f"{with_article(model.config.shape)} model; use `attnkit translate` for translation"
         )
-    ids = _warn_unknown(tokenizer, [tokenizer.encode(check_utf8(prompt, "the prompt"))])[0]
-    ids = ids or [tokenizer.bos_id]
-    if len(ids) >= model.config.max_len:
-        kept = model.config.max_len - 1
-        log.warning("the prompt has %d tokens; keeping its last %d", len(ids), kept)
-        ids = ids[-kept:]
-    config = resolve(config, {}, model.config, tokenizer)
-    return _pieces(model, tokenizer, torch.tensor([ids], device=model.device), config)
+    name = "the prompt" if len(prompts) == 1 else "prompt {}"
+    checked = [check_utf8(p, name.format(n)) for n, p in enumerate(prompts, start=1)]
+    encoded = _warn_unknown(tokenizer, [tokenizer.encode(p) for p in checked])
+    kept, out = model.config.max_len - 1, []
+    for ids in encoded:
+        ids = ids or [tokenizer.bos_id]
+        if len(ids) > kept:
+            log.warning("the prompt has %d tokens; keeping its last %d", len(ids), kept)
+            ids = ids[-kept:]
+        out.append(ids)
+    return out
 
 
 def _pieces(
-    model: TransformerModel,
-    tokenizer: Tokenizer,
-    prompt_ids: torch.Tensor,
-    config: GenerationConfig,
+    model: TransformerModel, tokenizer: Tokenizer, prompt_ids: list[int], config: GenerationConfig
 ) -> Iterator[str]:
-    """The new text of `complete`, yielded as it grows."""
-    steps = (int(step[0]) for step in stream(model, prompt_ids, None, config))
-    yield from TextPieces(tokenizer, set(config.eos_ids), context=prompt_ids[0].tolist()).feed(
-        steps
-    )
-
-
-@dataclass
-class TextPieces:
-    """Token ids made text as they come: `feed` yields each piece the text grows by, until an
-    end token; `ids` holds the ids read (the end token not among them), `stopped` whether an
-    end token came. A byte-level token that ends inside a character waits for the rest. The
-    text is what the ids add after `context` (a prompt's ids), decoded together with it
-    (`Tokenizer.decode_continuation`), so a word's space before it is kept."""
-
-    tokenizer: Tokenizer
-    eos: set[int]
-    ids: list[int] = field(default_factory=list)
-    context: list[int] = field(default_factory=list)
-    stopped: bool = False
-
-    def feed(self, tokens: Iterable[int]) -> Iterator[str]:
-        shown = self.tokenizer.decode_continuation(self.context, self.ids)
-        for token in tokens:
-            if token in self.eos:
-                self.stopped = True
-                return
-            self.ids.append(token)
-            text = self.tokenizer.decode_continuation(self.context, self.ids)
-            if text.startswith(shown) and len(text) > len(shown) and not text.endswith("\ufffd"):
-                yield text[len(shown) :]
-                shown = text
+    """The new text of `complete`, yielded as it grows: one request of the batching engine
+    (its row of the running batch)."""
+    with evaluating(model), LLM.of(model, tokenizer, max_batch=1) as llm:
+        (request,) = llm.submit_ids([prompt_ids], [config])
+        yield from request

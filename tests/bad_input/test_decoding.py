@@ -157,3 +157,20 @@ def test_a_negative_eval_limit_is_refused(lm_run, capsys) -> None:
     assert main(["eval", str(lm_run), "--limit", "-1"]) == 2
     err = capsys.readouterr().err
     assert "limit must be a non-negative integer (0 for the whole split), got -1" in err
+
+
+def test_generate_without_a_prompt_or_with_no_batch_says_what_to_give(
+    lm_run, tmp_path, capsys
+) -> None:
+    assert main(["generate", str(lm_run)]) == 2
+    assert "give a prompt: --prompt TEXT (again for more), or --input FILE" in (
+        capsys.readouterr().err
+    )
+    args = ["generate", str(lm_run), "--prompt", "a", "--prompt", "b", "--batch-size", "0"]
+    assert main(args) == 2
+    assert "--batch-size must be a positive integer, got 0" in capsys.readouterr().err
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes(b"a dog\n" + NOT_UTF8 + b"\n")
+    assert main(["generate", str(lm_run), "--prompt", "a", "--input", str(prompts)]) == 2
+    out, err = capsys.readouterr()
+    assert f"{prompts} line 2 is not valid UTF-8" in err and out == ""

@@ -129,3 +129,46 @@ def test_logprobs_past_the_vocabulary_report_the_whole_vocabulary(runs: dict) ->
         out = llm.generate("a dog", max_new_tokens=3, logprobs=10_000)[0]
     assert len(out.logprobs) == 3
     assert all(len(t.top) == run.model.config.vocab_size for t in out.logprobs)
+
+
+def test_logprobs_of_a_prompt_that_decodes_as_a_job_are_refused(runs: dict) -> None:
+    """`use_cache=False` decodes as a job of `generate`, which chooses ids without reporting
+    their log-probabilities: asked, the LLM says so."""
+    refused = pytest.raises(AttnkitError, match="logprobs come from the batching engine's rows")
+    with LLM(runs["decoder"]) as llm, refused:
+        llm.submit("a", logprobs=1, use_cache=False)
+
+
+def test_a_beam_searchs_n_best_come_with_their_scores(runs: dict) -> None:
+    run = runs["encoder-decoder"]
+    beam = GenerationConfig(num_beams=3, num_return_sequences=2, max_new_tokens=8)
+    with LLM(run) as llm:
+        (out,) = llm.generate(["ein hund"], beam)
+    config = resolve(beam, {}, run.model.config, run.tokenizer)
+    ids = torch.tensor([run.tokenizer.encode("ein hund", add_eos=True)])
+    whole = generate(run.model, ids, config=config)
+    assert [text for text, _ in out.n_best] == run.tokenizer.decode_batch(whole.new_tokens())
+    assert [score for _, score in out.n_best] == whole.sequences_scores.tolist()
+    assert out.text == out.n_best[0][0] and out.token_ids == whole.new_tokens()[0]
+
+
+def test_a_result_read_whole_is_decoded_once_and_reads_as_the_stream(
+    runs: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`submit_ids(..., streamed=False)` (the command line's, `inference.translate`'s): the
+    text of each output decoded once at its end, not at every token, the same text."""
+    run = runs["decoder"]
+    config = GenerationConfig(max_new_tokens=12, eos_token_id=())
+    ids = [run.tokenizer.encode(p) for p in PROMPTS[:2]]
+    with LLM(run) as llm:
+        streamed = [r.result().text for r in llm.submit_ids(ids, [config] * 2)]
+        calls = []
+        decode = type(run.tokenizer).decode_continuation
+        monkeypatch.setattr(
+            type(run.tokenizer),
+            "decode_continuation",
+            lambda self, *a: calls.append(1) or decode(self, *a),
+        )
+        whole = [r.result().text for r in llm.submit_ids(ids, [config] * 2, streamed=False)]
+    assert whole == streamed and all(streamed)
+    assert len(calls) == 2  # one an output, not one a token

@@ -83,6 +83,7 @@ def generation_config(args: argparse.Namespace, model):
         "length_penalty": getattr(args, "length_penalty", 1.0),
         "no_repeat_ngram_size": args.no_repeat_ngram_size,
         "repetition_penalty": args.repetition_penalty,
+        "cache_implementation": args.cache_implementation,
     }
     window = getattr(args, "monotonic_window", None)
     if window is not None:
@@ -109,9 +110,18 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         "--device",
         default="cpu",
         help="a torch device: cpu, cuda, cuda:N, mps, ... (default cpu); on a CUDA device "
-        "decoding takes the static cache, its step replayed as a CUDA graph",
+        "decoding takes the static cache, its step replayed as a CUDA graph "
+        "(--cache-implementation)",
     )
     add_compute_type_option(p)
+    p.add_argument(
+        "--cache-implementation",
+        choices=("auto", "dynamic", "static"),  # GenerationConfig's CACHES
+        default="auto",
+        help="the KV cache of the running batch: auto (default: static on a CUDA device, "
+        "else dynamic), dynamic (grows and drops finished rows), static (fixed memory, the "
+        "step compiled by torch.compile, replayed as a CUDA graph on a GPU); the same tokens",
+    )
     p.add_argument(
         "--dtype",
         choices=("float32", "bfloat16", "float16"),

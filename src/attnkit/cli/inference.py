@@ -74,11 +74,13 @@ def cmd_translate(args: argparse.Namespace) -> int:
             ]
             write_lines(n_best, args.output)
     if args.attention_plot and lines:
+        from attnkit.generation.config import resolve
         from attnkit.viz import plot_model_attention
 
         (source,) = prepare_sources(run.data, lines[:1])  # what the model read
         src = tokenizer.encode(source, add_eos=True)[: model.config.max_len]
-        tgt = tokenizer.encode(outputs[0], add_bos=True)[: model.config.max_len]
+        start = resolve(config, {}, model.config, tokenizer).decoder_start_token_id
+        tgt = [start, *tokenizer.encode(outputs[0])][: model.config.max_len]  # what it read
         picture = plot_model_attention(
             model, src, args.attention_plot, kind=args.attention_kind, tgt=tgt,
             token=lambda i: tokenizer.id_to_token(i) or "?",
@@ -100,25 +102,41 @@ def _check_n_best(n: int, beam: int) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Continue --prompt with a language model, streaming the text as it is produced."""
-    from attnkit.inference import complete
+    """Continue --prompt with a language model, streaming the text as it is produced; many
+    prompts (--prompt again, --input) decode together, each output on its own line."""
+    from attnkit.checks import positive_int
+    from attnkit.errors import AttnkitError
+    from attnkit.inference import complete, complete_all, read_texts
     from attnkit.run import RunFolder
 
     if args.attention_plot:  # before any work
         from attnkit.viz import check_picture
 
         check_picture(args.attention_plot, "--attention-plot", RunFolder(args.run_dir).inputs())
+    prompts = [*(args.prompt or []), *(read_texts(args.input) if args.input else [])]
+    if not prompts:
+        raise AttnkitError("give a prompt: --prompt TEXT (again for more), or --input FILE")
+    positive_int("--batch-size", args.batch_size)
     run = load_run_of(args)
     config = generation_config(args, run.model)
-    pieces = complete(run.model, run.tokenizer, args.prompt, config)  # checked before output
-    sys.stdout.write(args.prompt)
-    sys.stdout.flush()
-    text = args.prompt
-    for piece in pieces:
-        sys.stdout.write(piece)
+    if len(prompts) == 1:
+        (prompt,) = prompts
+        pieces = complete(run.model, run.tokenizer, prompt, config)  # checked before output
+        sys.stdout.write(prompt)
         sys.stdout.flush()
-        text += piece
-    sys.stdout.write("\n")
+        text = prompt
+        for piece in pieces:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+            text += piece
+        sys.stdout.write("\n")
+    else:  # rows of one running batch (the engine the server runs), in order
+        outputs = complete_all(
+            run.model, run.tokenizer, prompts, config, batch_size=args.batch_size
+        )
+        texts = [prompt + output for prompt, output in zip(prompts, outputs, strict=True)]
+        sys.stdout.write("".join(f"{text}\n" for text in texts))
+        text = texts[0]
     if args.attention_plot:
         from attnkit.viz import plot_model_attention
 
@@ -128,7 +146,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             run.model, ids, args.attention_plot, kind="decoder",
             token=lambda i: tokenizer.id_to_token(i) or "?",
         )  # fmt: skip
-        print(f"self-attention of the prompt and its continuation: {picture}", file=sys.stderr)
+        label = "first prompt" if len(prompts) > 1 else "prompt"
+        print(f"self-attention of the {label} and its continuation: {picture}", file=sys.stderr)
     return 0
 
 
@@ -197,7 +216,16 @@ def add_inference_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("generate", help="continue a prompt with a language-model run, streaming")
     add_run_options(p)
-    p.add_argument("--prompt", required=True, help="the text to continue")
+    p.add_argument(
+        "--prompt",
+        action="append",
+        help="the text to continue, streamed; give it again (or --input) for more prompts, "
+        "decoded together in one running batch, each output on a line of its own",
+    )
+    p.add_argument("--input", help="a text file of prompts, one a line, decoded together")
+    p.add_argument(
+        "--batch-size", type=int, default=32, help="prompts decoded together (default 32)"
+    )
     p.add_argument("--greedy", dest="sample", action="store_false", help="argmax, not sampling")
     p.add_argument(
         "--temperature", type=float, default=1.0, help="logits divided by this (default 1.0)"

@@ -13,6 +13,7 @@
     cache_rows.py  rows joining and leaving a running KV cache
     text.py        text as tokens come, cut at stop strings
     engine.py      `LLM`: a run loaded once, many prompts decoded together on `batching`
+    ways.py        how one request decodes: rows of the running batch, a job, a copy model's path
 
 Every strategy runs on the model's KV cache (`new_cache` + `decode_step`,
 offered by `EncoderDecoder` and `DecoderOnly`), so each step costs one new

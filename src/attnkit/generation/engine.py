@@ -9,13 +9,19 @@ As vLLM's and litgpt's `LLM` objects are: the prompts (a decoder's) or sources
 (an encoder-decoder's) become rows of the batching engine that `attnkit serve`
 runs (`generation/batching.py`), so they decode in one running batch, joining and
 leaving it at every step; each row chooses its tokens by its own `GenerationConfig`
-(transformers' names; stop strings and log-probabilities too). Beam search, which
-ranks whole hypotheses, runs as one job of the same engine's thread.
+(transformers' names; stop strings and log-probabilities too). What the rows do not
+decode (`ways.way`: beam search, `use_cache=False`, a monotonic window) runs as jobs
+of the same engine's thread, the requests of one config grouped, like lengths
+together, at most `max_batch` a job: one batched `generate` (beam search) or its
+steps streamed to each request (greedy and sampled tokens).
+`attnkit generate`, `translate` and `eval` decode here (`inference.translate`,
+`inference.complete`), as the server's rows do.
 
 A source is prepared as the run reads its sources (`prepare_sources`), as
 `attnkit translate` prepares it; a prompt longer than the model's context keeps
-its last max_len - 1 tokens, as `attnkit generate` does. A row that fails (its
-options make its scores overflow, say) raises for its own request only.
+its last max_len - 1 tokens, as `attnkit generate` does. Ids already encoded go
+in through `submit_ids`. A row that fails (its options make its scores overflow,
+say) raises for its own request only.
 """
 
 from __future__ import annotations
@@ -24,19 +30,24 @@ import logging
 import queue
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from attnkit.checks import check, of_type, positive_int
-from attnkit.data.section import prepare_sources
+from attnkit.data.batch import pad
+from attnkit.data.section import DataSection, prepare_sources
 from attnkit.errors import AttnkitError
 from attnkit.generation.batching import Scheduler
-from attnkit.generation.config import GenerationConfig, on_ids, resolve
+from attnkit.generation.chooser import Choice
+from attnkit.generation.config import GenerateOutput, GenerationConfig, on_ids, resolve
 from attnkit.generation.decode import generate
-from attnkit.generation.rows import Failed, Finish, Piece, Token
+from attnkit.generation.rows import Failed, Finish, Piece, Token, end, take
 from attnkit.generation.rows import Sequence as Row
+from attnkit.generation.sampling import stream
+from attnkit.generation.ways import COPY, ROWS, way
 from attnkit.run import Run, load_run
 
 log = logging.getLogger(__name__)
@@ -46,7 +57,9 @@ log = logging.getLogger(__name__)
 class Completion:
     """One prompt's output: its text and ids (the end token left out), why it ended (`stop`:
     an end token or a stop string; `length`: max_new_tokens spent), the prompt's tokens, and,
-    when `logprobs` was asked, each chosen token with its log-probability and alternatives."""
+    when `logprobs` was asked, each chosen token with its log-probability and alternatives.
+    A beam search's `n_best` holds its `num_return_sequences` best texts with their
+    length-penalised scores, best first (the first is `text`)."""
 
     prompt: str
     text: str
@@ -54,6 +67,7 @@ class Completion:
     finish_reason: str
     prompt_tokens: int
     logprobs: list[Token] | None = None
+    n_best: list[tuple[str, float | None]] | None = None
 
 
 class Request:
@@ -65,7 +79,10 @@ class Request:
         self.events: queue.Queue = queue.Queue()
         self.row: Row | None = None
         self.job: Future | None = None
-        self.beam_ids: list[int] | None = None  # a beam search's output, from its job
+        self.group: list[Request] = []  # the requests of its job, which cancel it together
+        self.cancelled = False
+        self.whole_ids: list[int] | None = None  # a whole `generate`'s output, from its job
+        self.n_best: list[tuple[str, float | None]] | None = None
         self._done: Completion | None = None
         self._error: AttnkitError | None = None
         self._text: list[str] = []
@@ -89,9 +106,10 @@ class Request:
         return self._done
 
     def cancel(self) -> None:
+        self.cancelled = True
         if self.row is not None:
             self.row.cancelled = True
-        if self.job is not None:
+        if self.job is not None and all(r.cancelled for r in self.group):
             self.job.cancel()
 
     def _next(self, timeout: float | None = None) -> str:
@@ -103,6 +121,9 @@ class Request:
         except queue.Empty:
             raise AttnkitError(f"no token came within {timeout:g} s") from None
         if isinstance(event, Failed):
+            if isinstance(event.error, AttnkitError):  # a refusal says itself
+                self._error = event.error
+                raise self._error
             self._error = AttnkitError(
                 f"decoding {self.prompt[:40]!r} failed ({type(event.error).__name__}: "
                 f"{event.error}); change its options"
@@ -112,7 +133,7 @@ class Request:
             self._text.append(event.text)
             self._tokens += event.tokens
             return event.text
-        ids = list(self.row.output) if self.row is not None else self.beam_ids or []
+        ids = list(self.row.output) if self.row is not None else self.whole_ids or []
         self._done = Completion(
             self.prompt,
             "".join(self._text),
@@ -120,28 +141,41 @@ class Request:
             event.reason,
             event.prompt_tokens,
             self._tokens if self.config.logprobs is not None else None,
+            self.n_best,
         )
         return ""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A model and its tokenizer already loaded, as a run gives them (`LLM.of`)."""
+
+    model: Any
+    tokenizer: Any
+    data: DataSection = field(default_factory=DataSection)
 
 
 class LLM:
     """A run folder (or a loaded `Run`) on the batching engine: `generate`, `stream`, `submit`.
 
     device and compute_type: where and in which type the run loads (`load_run`), when given
-    a folder. max_batch: the most rows decoding at once; the others wait for a place.
-    Close it (or use it in a `with` block) to stop its decoding thread.
+    a folder. max_batch: the most rows decoding at once (the others wait for a place), and
+    the most requests of one job. Close it (or use it in a `with` block) to stop its
+    decoding thread.
     """
 
     def __init__(
         self,
-        run: Run | str | Path,
+        run: Run | Loaded | str | Path,
         *,
         device: str = "cpu",
         compute_type: str = "float32",
         max_batch: int = 32,
     ) -> None:
         positive_int("max_batch", max_batch)
-        self.run = run if isinstance(run, Run) else load_run(run, device, compute_type=compute_type)
+        if isinstance(run, str | Path):
+            run = load_run(run, device, compute_type=compute_type)
+        self.run = run
         self.shape = self.run.model.config.shape
         check(
             self.shape in ("decoder", "encoder-decoder"),
@@ -149,42 +183,87 @@ class LLM:
             "use Run.sentence_encoder() for sentence vectors",
         )
         check(
-            self.run.model.config.copy_attention == "none",
+            way(self.run.model.config, GenerationConfig()) != COPY,
             "a pointer-generator's copied words need their source's vocabulary; translate with "
             "attnkit.inference.translate_run",
         )
+        self.max_batch = max_batch
         self.scheduler = Scheduler(max_batch)
+
+    @classmethod
+    def of(cls, model: Any, tokenizer: Any, *, max_batch: int = 32) -> LLM:
+        """An LLM over a model and tokenizer already loaded (its sources given as ids:
+        `submit_ids`; as text, read without a run's preparation)."""
+        return cls(Loaded(model, tokenizer), max_batch=max_batch)
 
     # -- what a caller uses ------------------------------------------------
 
     def submit(self, prompt: str, config: GenerationConfig | None = None, **options) -> Request:
         """Queue one prompt (a source, for an encoder-decoder) to decode by `config` and the
         keyword `options` (`GenerationConfig`'s fields); its `Request` at once."""
-        check(not self.scheduler.closed, "this LLM is closed; make a new one")
-        of_type("prompt", prompt, str, "give the prompt as text")
-        config = resolve(config, options, self.run.model.config, self.run.tokenizer)
-        check(
-            config.num_return_sequences == 1,
-            "an LLM gives one output a prompt; submit the prompt again (with another seed) "
-            "for more",
-        )
-        check(
-            config.use_cache and config.monotonic_window is None,
-            "use_cache=False and monotonic_window are options of generate(), not of the "
-            "batching engine",
-        )
-        if config.num_beams > 1:
-            on_ids(config)  # a beam search ranks whole hypotheses: no stop strings, logprobs
-        ids = self._encode(prompt)
-        request = Request(prompt, ids, config)
-        if not ids:  # an empty source: an empty output, as `translate` gives
-            request.events.put(Finish(0, "stop", 0, 0))
-        elif config.num_beams > 1:
-            request.job = self.scheduler.submit(self._beam, request)
-        else:
-            request.row = Row(self.run, ids, config, request.events.put)
-            self.scheduler.add([request.row])
+        (request,) = self.submit_all([prompt], config, **options)
         return request
+
+    def submit_all(
+        self,
+        prompts: Sequence[str],
+        config: GenerationConfig | Sequence[GenerationConfig] | None = None,
+        **options,
+    ) -> list[Request]:
+        """Queue many prompts at once (so that those decoded as jobs are batched together);
+        their `Request`s, in order. `config` is one for all or one a prompt."""
+        check(not self.scheduler.closed, "this LLM is closed; make a new one")
+        configs = list(config) if isinstance(config, list | tuple) else [config] * len(prompts)
+        check(
+            len(configs) == len(prompts),
+            f"{len(configs)} configs for {len(prompts)} prompts; give one, or one a prompt",
+        )
+        for prompt in prompts:
+            of_type("prompt", prompt, str, "give the prompt as text")
+        configs = [self._config(one, options) for one in configs]
+        ids = [self._encode(prompt) for prompt in prompts]
+        return self.submit_ids(ids, configs, list(prompts))
+
+    def submit_ids(
+        self,
+        ids: Sequence[list[int]],
+        configs: Sequence[GenerationConfig],
+        prompts: Sequence[str] | None = None,
+        *,
+        streamed: bool = True,
+    ) -> list[Request]:
+        """Queue prompts (sources) given as ids, each with its config (special ids resolved
+        here); their `Request`s, in order. Each decodes by its `ways.way`: rows join the
+        running batch; jobs go by config, like lengths together, `max_batch` a job.
+        `streamed=False`: only the results are read, so each text is decoded once, at its
+        end (as a piece) rather than token by token."""
+        check(not self.scheduler.closed, "this LLM is closed; make a new one")
+        model = self.run.model
+        prompts = list(prompts) if prompts is not None else [""] * len(ids)
+        requests = [
+            Request(prompt, list(one), resolve(config, {}, model.config, self.run.tokenizer))
+            for prompt, one, config in zip(prompts, ids, configs, strict=True)
+        ]
+        rows: list[Row] = []
+        jobs: dict[GenerationConfig, list[Request]] = {}
+        for request in requests:
+            if not request.ids:  # an empty source: an empty output, as `translate` gives
+                request.events.put(Finish(0, "stop", 0, 0))
+            elif way(model.config, request.config) == ROWS:
+                emit = request.events.put
+                request.row = Row(self.run, request.ids, request.config, emit, streamed=streamed)
+                rows.append(request.row)
+            else:
+                jobs.setdefault(request.config, []).append(request)
+        if rows:
+            self.scheduler.add(rows)
+        for config, group in jobs.items():
+            # a seeded sample draws as `generate` does alone; a batch's draws would differ
+            size = 1 if config.do_sample and config.seed is not None else self.max_batch
+            group = sorted(group, key=lambda r: len(r.ids), reverse=True)
+            for start in range(0, len(group), size):
+                self._submit_job(group[start : start + size], streamed)
+        return requests
 
     def generate(
         self,
@@ -195,15 +274,8 @@ class LLM:
         """Every prompt's `Completion`, in order, the prompts decoded together; `config` is
         one for all or one a prompt, `options` apply to each."""
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-        configs = list(config) if isinstance(config, list | tuple) else [config] * len(prompts)
-        check(
-            len(configs) == len(prompts),
-            f"{len(configs)} configs for {len(prompts)} prompts; give one, or one a prompt",
-        )
-        requests = []
+        requests = self.submit_all(prompts, config, **options)
         try:
-            for prompt, one in zip(prompts, configs, strict=True):
-                requests.append(self.submit(prompt, one, **options))
             return [r.result() for r in requests]
         finally:
             for request in requests:
@@ -223,7 +295,25 @@ class LLM:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- on the way in, and beam search ------------------------------------
+    # -- on the way in ------------------------------------------------------
+
+    def _config(self, config: GenerationConfig | None, options: dict) -> GenerationConfig:
+        model = self.run.model
+        config = resolve(config, options, model.config, self.run.tokenizer)
+        check(
+            config.num_return_sequences == 1 or config.num_beams > 1,
+            "an LLM gives one output a prompt (a beam search its n best); submit the prompt "
+            "again (with another seed) for more",
+        )
+        if config.num_beams > 1:
+            on_ids(config)  # a beam search ranks whole hypotheses: no stop strings, logprobs
+        elif config.logprobs is not None:
+            check(
+                way(model.config, config) == ROWS,
+                "logprobs come from the batching engine's rows, which use_cache=False and "
+                "monotonic_window (options of generate) leave; drop them to get logprobs",
+            )
+        return config
 
     def _encode(self, prompt: str) -> list[int]:
         run, max_len = self.run, self.run.model.config.max_len
@@ -239,17 +329,68 @@ class LLM:
             ids = ids[-(max_len - 1) :]
         return ids
 
-    def _beam(self, request: Request) -> None:
-        """Beam search of one request, as a job of the decoding thread."""
+    # -- jobs: what the rows do not decode ----------------------------------
+
+    def _submit_job(self, group: list[Request], streamed: bool) -> None:
+        future = self.scheduler.submit(self._job, group, streamed)
+        for request in group:
+            request.job, request.group = future, group
+
+        def cancelled(done: Future) -> None:  # closed, or every caller gone: each hears it
+            if done.cancelled():
+                for request in group:
+                    request.events.put(Failed(0, RuntimeError("the job was cancelled")))
+
+        future.add_done_callback(cancelled)
+
+    def _job(self, group: list[Request], streamed: bool) -> None:
+        """Decode a group of requests of one config with `generate`, on the decoding thread:
+        beam search (and several outputs a request) whole, greedy and sampled tokens step by
+        step, each sent to its request as it comes."""
         model, tokenizer = self.run.model, self.run.tokenizer
-        config = request.config
+        config = group[0].config
         try:
-            ids = torch.tensor([request.ids], device=model.device)
-            (new,) = generate(model, ids, config=config).new_tokens()
-        except Exception as error:  # this request hears it
-            request.events.put(Failed(0, error))
-            return
-        request.beam_ids = new
-        reason = "length" if len(new) >= config.max_new_tokens else "stop"
-        request.events.put(Piece(0, tokenizer.decode(new), []))
-        request.events.put(Finish(0, reason, len(request.ids), len(new)))
+            ids, mask = pad([r.ids for r in group], tokenizer.pad_id)
+            ids, mask = ids.to(model.device), mask.to(model.device)
+            if config.num_beams > 1 or config.num_return_sequences > 1:
+                self._whole(group, generate(model, ids, mask, config))
+            else:
+                self._steps(group, stream(model, ids, mask, config), streamed)
+        except Exception as error:  # each request of the job hears it
+            for request in group:
+                request.events.put(Failed(0, error))
+
+    def _whole(self, group: list[Request], out: GenerateOutput) -> None:
+        tokenizer, config = self.run.tokenizer, group[0].config
+        new, n = out.new_tokens(), config.num_return_sequences
+        scores = out.sequences_scores
+        scores = [None] * len(new) if scores is None else scores.tolist()
+        for k, request in enumerate(group):
+            mine = range(k * n, (k + 1) * n)
+            context = request.ids if self.shape == "decoder" else []
+            texts = [tokenizer.decode_continuation(context, new[i]) for i in mine]
+            request.whole_ids = new[k * n]
+            request.n_best = [(text, scores[i]) for text, i in zip(texts, mine, strict=True)]
+            reason = "length" if len(new[k * n]) >= config.max_new_tokens else "stop"
+            request.events.put(Piece(0, texts[0], []))
+            request.events.put(Finish(0, reason, len(request.ids), len(new[k * n])))
+
+    def _steps(self, group: list[Request], steps: Iterator[torch.Tensor], streamed: bool) -> None:
+        rows = [Row(self.run, r.ids, r.config, r.events.put, streamed=streamed) for r in group]
+        for request, row in zip(group, rows, strict=True):
+            request.row = row
+            row.cancelled = request.cancelled
+        going = list(range(len(rows)))
+        try:
+            for step in steps:
+                tokens = step.tolist()
+                going = [
+                    i for i in going if not rows[i].cancelled and take(rows[i], Choice(tokens[i]))
+                ]
+                if not going:
+                    break
+        finally:
+            steps.close()  # type: ignore[attr-defined]
+        for i in going:  # the decode stopped short of max_new_tokens: the model's max_len
+            if not rows[i].cancelled:
+                end(rows[i], "length")

@@ -73,6 +73,7 @@ class Sequence:
     cancelled: bool = False  # set from the event loop when the client has gone
     arrived: float = field(default_factory=time.perf_counter)
     first_token: float | None = None
+    streamed: bool = True  # False: its text is read whole at its end, decoded once there
 
     def __post_init__(self) -> None:
         self.config = resolve(self.config, {}, self.model.model.config, self.model.tokenizer)
@@ -82,7 +83,8 @@ class Sequence:
         prefix = self.prompt if decoder else [self.config.decoder_start_token_id]
         self.row = Row(self.config, prefix)
         context = self.prompt if decoder else None  # a decoder's text continues its prompt
-        self.text = TextState(self.model.tokenizer, self.config.stop_strings, context)
+        stops = self.config.stop_strings
+        self.text = TextState(self.model.tokenizer, stops, context, whole=not self.streamed)
         self.pending: list[Token] = []
 
     @property

@@ -17,10 +17,17 @@ class TextState:
     """The text of one output as its tokens arrive (`add`), with what is still to be sent."""
 
     def __init__(
-        self, tokenizer: Tokenizer, stop: tuple[str, ...] = (), context: list[int] | None = None
+        self,
+        tokenizer: Tokenizer,
+        stop: tuple[str, ...] = (),
+        context: list[int] | None = None,
+        whole: bool = False,
     ) -> None:
         self.tokenizer, self.stop = tokenizer, tuple(s for s in stop if s)
         self.context = context or []  # a decoder's prompt: the text continues it
+        # Only the whole text is read (a caller that does not stream, without stop strings):
+        # it is decoded once, at the end, not at every token.
+        self.whole = whole and not self.stop
         self.ids: list[int] = []
         self.text = ""  # the text so far, cut at a stop string once one came
         self.sent = 0  # characters of `text` handed out
@@ -29,6 +36,8 @@ class TextState:
     def add(self, token: int) -> str:
         """Take one more token; return the text that may be sent now (maybe none)."""
         self.ids.append(token)
+        if self.whole:
+            return ""
         text = self.tokenizer.decode_continuation(self.context, self.ids)
         if text.endswith("\ufffd"):  # the token ends inside a character
             return ""
@@ -46,6 +55,8 @@ class TextState:
 
     def flush(self) -> str:
         """The text not sent yet, at the output's end."""
+        if self.whole:
+            self.text = self.tokenizer.decode_continuation(self.context, self.ids)
         piece, self.sent = self.text[self.sent :], len(self.text)
         return piece
 

@@ -24,7 +24,7 @@ import numpy as np
 from attnkit.checks import with_article
 from attnkit.config import ModelConfig
 from attnkit.errors import AttnkitError
-from attnkit.generation.config import tokenizer_ids
+from attnkit.generation.config import GenerationConfig, resolve
 from attnkit.interop.onnx_export import NOT_INSTALLED
 from attnkit.interop.onnx_graphs import kv_names
 from attnkit.run import CONFIG_FILE, TOKENIZER_FILE
@@ -150,14 +150,14 @@ class OnnxModel:
         """
         c = self.config
         ids, mask = _ids_and_mask(input_ids, attention_mask, c.max_len)
-        eos = c.eos_id if eos_token_id is None else eos_token_id
-        eos = np.array([] if eos is None else np.atleast_1d(eos), np.int64)
+        if c.shape not in ("decoder", "encoder-decoder"):
+            raise AttnkitError("an encoder-only model does not decode; run it with `forward`")
+        special = self._special(eos_token_id, decoder_start_token_id)
+        eos = np.array(special.eos_ids, np.int64)
         if c.shape == "decoder":
             state = self._prompt(ids, mask)
-        elif c.shape == "encoder-decoder":
-            state = self._source(ids, mask, decoder_start_token_id)
         else:
-            raise AttnkitError("an encoder-only model does not decode; run it with `forward`")
+            state = self._source(ids, mask, special.decoder_start_token_id)
         prefix = state.first_ids.shape[1]
         if prefix >= c.max_len:
             raise AttnkitError(
@@ -188,14 +188,22 @@ class OnnxModel:
         names = kv_names("past_key_values", c.n_decoder_layers)
         return _Decoding(self.sessions["decoder"], c, names, {"attention_mask": mask}, ids)
 
-    def _source(self, src: np.ndarray, mask: np.ndarray, start: int | None) -> _Decoding:
+    def _special(
+        self,
+        eos: int | Sequence[int] | None,
+        start: int | None,
+        tokenizer: Tokenizer | None = None,
+    ) -> GenerationConfig:
+        """The end and start ids given, the others resolved as every decoding resolves them
+        (`generation.config.resolve`: the tokenizer's, when given, else the model's)."""
+        if eos is not None:
+            eos = tuple(int(i) for i in np.atleast_1d(np.asarray(eos, np.int64)))
+        given = GenerationConfig(eos_token_id=eos, decoder_start_token_id=start)
+        return resolve(given, {}, self.config, tokenizer)
+
+    def _source(self, src: np.ndarray, mask: np.ndarray, start: int) -> _Decoding:
         """An encoder-decoder's state after encoding the sources once."""
         c = self.config
-        start = c.decoder_start_id if start is None else start
-        if start is None:
-            raise AttnkitError(
-                "this model records no decoder_start_id; pass decoder_start_token_id"
-            )
         _, *cross = self.sessions["encoder"].run(None, {"input_ids": src, "attention_mask": mask})
         names = kv_names("past_key_values", c.n_decoder_layers, "encoder")
         inputs = {"encoder_attention_mask": mask, **dict(zip(names, cross, strict=True))}
@@ -209,8 +217,8 @@ class OnnxModel:
         tokenizer = self._tokenizer()
         ids = tokenizer.encode(prompt) or [tokenizer.bos_id]
         ids = ids[-(self.config.max_len - 1) :]
-        eos = tokenizer_ids(tokenizer, self.config)["eos_token_id"]
-        new = self.greedy([ids], max_new_tokens=max_new_tokens, eos_token_id=eos)[0]
+        special = self._special(None, None, tokenizer)
+        new = self.greedy([ids], max_new_tokens=max_new_tokens, eos_token_id=special.eos_ids)[0]
         return tokenizer.decode_continuation(ids, new)
 
     def translate(
@@ -220,7 +228,7 @@ class OnnxModel:
         from attnkit.inference import encode_sources
 
         tokenizer = self._tokenizer()
-        special = tokenizer_ids(tokenizer, self.config)
+        special = self._special(None, None, tokenizer)
         outputs = [""] * len(texts)
         todo = [i for i, text in enumerate(texts) if text.strip()]
         ids = encode_sources(tokenizer, [texts[i] for i in todo], self.config.max_len)
@@ -233,8 +241,8 @@ class OnnxModel:
                 src,
                 mask,
                 max_new_tokens=max_new_tokens,
-                eos_token_id=special["eos_token_id"],
-                decoder_start_token_id=special.get("decoder_start_token_id"),
+                eos_token_id=special.eos_ids,
+                decoder_start_token_id=special.decoder_start_token_id,
             )
             for i, text in zip(
                 todo[start : start + batch_size], tokenizer.decode_batch(new), strict=True

@@ -1,13 +1,16 @@
 """attnkit's own routes: `/v1/translate`, with the command line's option names, and
 `/v1/attention`, every attention weight of a text and its output, for the page's viewer.
 
-Greedy and sampled translations decode on the scheduler, token by token, joining
-the running batch (streamed or not); beam search and a pointer-generator's
-translations run as one `generate` per batch of requests (`work.translate`).
+How a request decodes is the engine's decision (`generation.ways.way`), the one
+`attnkit.LLM` and `attnkit translate` take: greedy and sampled translations decode
+on the scheduler, token by token, joining the running batch (streamed or not), n_best
+of them as n rows; beam search and a pointer-generator's translations
+run as one `generate` per batch of requests (`work.translate`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -16,6 +19,7 @@ from fastapi.responses import StreamingResponse
 
 from attnkit.generation import GenerationConfig
 from attnkit.generation.rows import Token
+from attnkit.generation.ways import ROWS, way
 from attnkit.serve import work
 from attnkit.serve.answers import Head, Stream
 from attnkit.serve.outputs import Outputs
@@ -37,19 +41,17 @@ async def translations(
     width = max(body.beam, body.n_best)
     names = "texts x beam x max_new_tokens" if body.beam > 1 else "texts x n_best x max_new_tokens"
     srv.budget(len(texts), width, max_new, names, "max_new_tokens")
-    on_scheduler = body.beam == 1 and served.model.config.copy_attention == "none"
-    if on_scheduler:
-        sampling = GenerationConfig(
-            max_new_tokens=max_new,
-            do_sample=body.sample,
-            temperature=body.temperature,
-            top_k=body.top_k,
-            top_p=body.top_p,
-            seed=body.seed,
-        )
+    decoding = GenerationConfig(
+        max_new_tokens=max_new, do_sample=body.sample, temperature=body.temperature,
+        top_k=body.top_k, top_p=body.top_p, num_beams=body.beam,
+        length_penalty=body.length_penalty, num_return_sequences=body.n_best, seed=body.seed,
+    )  # fmt: skip
+    # sampled n_best are n rows of one output each
+    row = dataclasses.replace(decoding, num_return_sequences=1) if body.beam == 1 else decoding
+    if way(served.model.config, row) == ROWS:
         todo = [i for i, t in enumerate(texts) if t.strip()]  # an empty text: an empty one
         todo_sources = [sources[i] for i in todo]
-        outputs = Outputs(srv.scheduler, served, todo_sources, sampling, body.n_best, arrived)
+        outputs = Outputs(srv.scheduler, served, todo_sources, row, body.n_best, arrived)
         if body.stream:
             return _stream(srv, served.name, body, outputs, len(sources[0]))
         done = await outputs.collect(srv.settings.timeout_s)
@@ -62,11 +64,6 @@ async def translations(
         prompt = sum(len(sources[i]) for i in todo)
         completion = sum(o.completion_tokens for o in done)
     else:
-        decoding = GenerationConfig(
-            max_new_tokens=max_new, do_sample=body.sample, temperature=body.temperature,
-            top_k=body.top_k, top_p=body.top_p, num_beams=body.beam,
-            length_penalty=body.length_penalty, num_return_sequences=body.n_best, seed=body.seed,
-        )  # fmt: skip
         key = (work.translate, served, decoding)
         results = await srv.run(key, list(zip(texts, sources, strict=True)), body.seed is not None)
         items = [{"text": r.texts[0], "n_best": r.texts, "finish_reason": r.finish[0]}
