@@ -137,9 +137,11 @@ PY
         for setting in ${RECIPE_SET:-}; do data+=(--set "$setting"); done
         python -m attnkit train "$step" "${data[@]}" --set "train.out_dir=$run" > "$OUT/$step.log" 2>&1 \
             || { tail -20 "$OUT/$step.log"; continue; }
-        grep -E "val_loss|mean of|finished" "$OUT/$step.log" | tail -7
-        # validation chooses the checkpoints, then beam and length penalty; test is decoded once
-        python -m bench.choose_decoding "$run" --device "${DEVICE:-cuda}" --batch-size 256 "${choice[@]}" \
+        grep -E "val_loss|spent|mean of|finished|time-limit" "$OUT/$step.log" | tail -8
+        # Validation chooses the checkpoints, then beam and length penalty; test is decoded once.
+        # The dynamic cache: the static one would compile its step anew for each beam size.
+        python -m bench.choose_decoding "$run" --device "${DEVICE:-cuda}" --batch-size 256 \
+            --cache dynamic "${choice[@]}" \
             ${CHOICE_ARGS:-} --output "$OUT/${step}_test.txt" --out "$OUT/$step.json" 2>&1 \
             | grep -v Warning | tee "$OUT/${step}_choice.txt"
         gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
