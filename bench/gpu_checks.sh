@@ -135,7 +135,8 @@ PY
             choice=(--beams 1 4 8 --length-penalties 1.0 1.2 1.4)
         fi
         for setting in ${RECIPE_SET:-}; do data+=(--set "$setting"); done
-        python -m attnkit train "$step" "${data[@]}" --set "train.out_dir=$run" > "$OUT/$step.log" 2>&1 \
+        python -m attnkit train "$step" "${data[@]}" --set "train.out_dir=$run" --overwrite \
+            > "$OUT/$step.log" 2>&1 \
             || { tail -20 "$OUT/$step.log"; continue; }
         grep -E "val_loss|spent|mean of|finished|time-limit" "$OUT/$step.log" | tail -8
         # Validation chooses the checkpoints, then beam and length penalty; test is decoded once.
