@@ -4,12 +4,15 @@ whose token choice fails is failed alone while the others of its batch go on."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
 import attnkit
 from attnkit.errors import AttnkitError
-from attnkit.generation import LLM, GenerationConfig, generate
+from attnkit.generation import LLM, GenerationConfig, engine, generate
+from attnkit.generation.beam import BeamSearch
 from attnkit.generation.config import resolve
 from attnkit.inference import translate_run
 from attnkit.run import load_run
@@ -172,3 +175,32 @@ def test_a_result_read_whole_is_decoded_once_and_reads_as_the_stream(
         whole = [r.result().text for r in llm.submit_ids(ids, [config] * 2, streamed=False)]
     assert whole == streamed and all(streamed)
     assert len(calls) == 2  # one an output, not one a token
+
+
+def test_an_llms_beam_search_runs_in_slices_between_the_rows_steps(runs: dict, monkeypatch):
+    """A beam search submitted beside a running row goes a slice at a time (one step a slice
+    here): the row takes a step between every two slices (counted, not timed), and the
+    search's n best are what `generate` finds alone."""
+    run = runs["decoder"]
+    monkeypatch.setattr(engine, "BEAM_STEPS", 1)
+    llm = LLM.of(run.model, run.tokenizer)
+    slices: list[int] = []
+    advance = BeamSearch.advance
+
+    def counted(search: BeamSearch, n: int) -> bool:
+        slices.append(llm.scheduler.steps)
+        return advance(search, n)
+
+    monkeypatch.setattr(BeamSearch, "advance", counted)
+    end = run.model.config.eos_id
+    endless = llm.submit("a dog", max_new_tokens=10_000, logit_bias={end: -100.0})
+    beam = GenerationConfig(max_new_tokens=10, num_beams=3, min_new_tokens=10)
+    try:
+        while llm.scheduler.steps < 2:  # the row decodes
+            pass
+        got = llm.generate(["the cat"], beam)[0]
+    finally:
+        endless.cancel()
+        llm.close()
+    assert got.token_ids == _alone(run, "the cat", beam)
+    assert len(slices) >= 9 and all(b > a for a, b in itertools.pairwise(slices))

@@ -13,6 +13,7 @@
     cache_rows.py  rows joining and leaving a running KV cache
     text.py        text as tokens come, cut at stop strings
     engine.py      `LLM`: a run loaded once, many prompts decoded together on `batching`
+    requests.py    a prompt submitted to `LLM` (`Request`, its handle) and its `Completion`
     ways.py        how one request decodes: rows of the running batch, a job, a copy model's path
 
 Every strategy runs on the model's KV cache (`new_cache` + `decode_step`,
@@ -24,7 +25,8 @@ as they are finished.
 from attnkit.generation.beam import beam_search
 from attnkit.generation.config import GenerateOutput, GenerationConfig
 from attnkit.generation.decode import generate
-from attnkit.generation.engine import LLM, Completion, Request
+from attnkit.generation.engine import LLM
+from attnkit.generation.requests import Completion, Request
 from attnkit.generation.processors import warp
 from attnkit.generation.sampling import stream
 from attnkit.generation.state import left_pad

@@ -12,8 +12,9 @@ leaving it at every step; each row chooses its tokens by its own `GenerationConf
 (transformers' names; stop strings and log-probabilities too). What the rows do not
 decode (`ways.way`: beam search, `use_cache=False`, a monotonic window) runs as jobs
 of the same engine's thread, the requests of one config grouped, like lengths
-together, at most `max_batch` a job: one batched `generate` (beam search) or its
-steps streamed to each request (greedy and sampled tokens).
+together, at most `max_batch` a job: a batched beam search, BEAM_STEPS steps a job
+(`beam.sliced`: the rows decode between two of its slices), or the steps of `stream`
+sent to each request (greedy and sampled tokens).
 `attnkit generate`, `translate` and `eval` decode here (`inference.translate`,
 `inference.complete`), as the server's rows do.
 
@@ -27,7 +28,6 @@ say) raises for its own request only.
 from __future__ import annotations
 
 import logging
-import queue
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -39,12 +39,12 @@ import torch
 from attnkit.checks import check, of_type, positive_int
 from attnkit.data.batch import pad
 from attnkit.data.section import DataSection, prepare_sources
-from attnkit.errors import AttnkitError
 from attnkit.generation.batching import Scheduler
+from attnkit.generation.beam import BeamSearch, sliced
 from attnkit.generation.chooser import Choice
 from attnkit.generation.config import GenerateOutput, GenerationConfig, on_ids, resolve
-from attnkit.generation.decode import generate
-from attnkit.generation.rows import Failed, Finish, Piece, Token, end, take
+from attnkit.generation.requests import Completion, Request
+from attnkit.generation.rows import Failed, Finish, Piece, end, take
 from attnkit.generation.rows import Sequence as Row
 from attnkit.generation.sampling import stream
 from attnkit.generation.ways import COPY, ROWS, way
@@ -52,98 +52,7 @@ from attnkit.run import Run, load_run
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class Completion:
-    """One prompt's output: its text and ids (the end token left out), why it ended (`stop`:
-    an end token or a stop string; `length`: max_new_tokens spent), the prompt's tokens, and,
-    when `logprobs` was asked, each chosen token with its log-probability and alternatives.
-    A beam search's `n_best` holds its `num_return_sequences` best texts with their
-    length-penalised scores, best first (the first is `text`)."""
-
-    prompt: str
-    text: str
-    token_ids: list[int]
-    finish_reason: str
-    prompt_tokens: int
-    logprobs: list[Token] | None = None
-    n_best: list[tuple[str, float | None]] | None = None
-
-
-class Request:
-    """A prompt submitted to an `LLM`: iterate it for its text as it comes, or wait for its
-    `result()`; `cancel()` lets it leave the batch at the next step."""
-
-    def __init__(self, prompt: str, ids: list[int], config: GenerationConfig) -> None:
-        self.prompt, self.ids, self.config = prompt, ids, config
-        self.events: queue.Queue = queue.Queue()
-        self.row: Row | None = None
-        self.job: Future | None = None
-        self.group: list[Request] = []  # the requests of its job, which cancel it together
-        self.cancelled = False
-        self.whole_ids: list[int] | None = None  # a whole `generate`'s output, from its job
-        self.n_best: list[tuple[str, float | None]] | None = None
-        self._done: Completion | None = None
-        self._error: AttnkitError | None = None
-        self._text: list[str] = []
-        self._tokens: list[Token] = []
-
-    def __iter__(self) -> Iterator[str]:
-        """Each piece the text grows by, until the output ends; raises if it fails."""
-        try:
-            while self._done is None:
-                piece = self._next()
-                if piece:
-                    yield piece
-        finally:
-            if self._done is None:  # the caller stopped reading: decode no further
-                self.cancel()
-
-    def result(self, timeout: float | None = None) -> Completion:
-        """The whole output, once it has ended (waiting at most `timeout` seconds a token)."""
-        while self._done is None:
-            self._next(timeout)
-        return self._done
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        if self.row is not None:
-            self.row.cancelled = True
-        if self.job is not None and all(r.cancelled for r in self.group):
-            self.job.cancel()
-
-    def _next(self, timeout: float | None = None) -> str:
-        """Take one event: its text (a piece), or the end recorded; a failure raised."""
-        if self._error is not None:
-            raise self._error
-        try:
-            event = self.events.get(timeout=timeout)
-        except queue.Empty:
-            raise AttnkitError(f"no token came within {timeout:g} s") from None
-        if isinstance(event, Failed):
-            if isinstance(event.error, AttnkitError):  # a refusal says itself
-                self._error = event.error
-                raise self._error
-            self._error = AttnkitError(
-                f"decoding {self.prompt[:40]!r} failed ({type(event.error).__name__}: "
-                f"{event.error}); change its options"
-            )
-            raise self._error from event.error
-        if isinstance(event, Piece):
-            self._text.append(event.text)
-            self._tokens += event.tokens
-            return event.text
-        ids = list(self.row.output) if self.row is not None else self.whole_ids or []
-        self._done = Completion(
-            self.prompt,
-            "".join(self._text),
-            ids,
-            event.reason,
-            event.prompt_tokens,
-            self._tokens if self.config.logprobs is not None else None,
-            self.n_best,
-        )
-        return ""
+BEAM_STEPS = 4  # a beam search's decoding steps a job of the decoding thread
 
 
 @dataclass(frozen=True)
@@ -332,7 +241,11 @@ class LLM:
     # -- jobs: what the rows do not decode ----------------------------------
 
     def _submit_job(self, group: list[Request], streamed: bool) -> None:
-        future = self.scheduler.submit(self._job, group, streamed)
+        if group[0].config.num_beams > 1:  # a few steps a job: the rows step between two
+            future = sliced(self.scheduler, lambda: self._search(group), BEAM_STEPS)
+            future.add_done_callback(lambda done: self._searched(group, done))
+        else:
+            future = self.scheduler.submit(self._job, group, streamed)
         for request in group:
             request.job, request.group = future, group
 
@@ -343,19 +256,30 @@ class LLM:
 
         future.add_done_callback(cancelled)
 
+    def _search(self, group: list[Request]) -> BeamSearch:
+        """The beam search of a group of requests of one config, its prefix run."""
+        model = self.run.model
+        ids, mask = pad([r.ids for r in group], self.run.tokenizer.pad_id)
+        return BeamSearch(model, ids.to(model.device), mask.to(model.device), group[0].config)
+
+    def _searched(self, group: list[Request], done: Future) -> None:
+        if done.cancelled():  # `_submit_job`'s callback tells each request
+            return
+        if done.exception() is not None:  # each request of the search hears it
+            for request in group:
+                request.events.put(Failed(0, done.exception()))
+            return
+        self._whole(group, done.result())
+
     def _job(self, group: list[Request], streamed: bool) -> None:
-        """Decode a group of requests of one config with `generate`, on the decoding thread:
-        beam search (and several outputs a request) whole, greedy and sampled tokens step by
-        step, each sent to its request as it comes."""
+        """Decode a group of requests of one config that the rows do not take (`use_cache=False`,
+        a monotonic window) on the decoding thread, step by step, each token sent to its
+        request as it comes."""
         model, tokenizer = self.run.model, self.run.tokenizer
-        config = group[0].config
         try:
             ids, mask = pad([r.ids for r in group], tokenizer.pad_id)
             ids, mask = ids.to(model.device), mask.to(model.device)
-            if config.num_beams > 1 or config.num_return_sequences > 1:
-                self._whole(group, generate(model, ids, mask, config))
-            else:
-                self._steps(group, stream(model, ids, mask, config), streamed)
+            self._steps(group, stream(model, ids, mask, group[0].config), streamed)
         except Exception as error:  # each request of the job hears it
             for request in group:
                 request.events.put(Failed(0, error))
