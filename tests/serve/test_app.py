@@ -266,3 +266,22 @@ def test_the_view_shows_pieces_as_words(tmp_path: Path) -> None:
     assert view["tokens"]["keys"] == ["▁ein", "▁hund", "▁läuft", "</s>"]
     assert view["labels"]["keys"] == ["ein", "hund", "läuft", "</s>"]
     assert view["labels"]["queries"] == ["<s>", "a", "dog", "runs"]
+
+
+def test_a_views_translation_starts_where_decoding_does_for_a_tokenizer_without_bos(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As an imported Marian model's tokenizer has no <s>: its decoder starts on the model's
+    decoder_start_id, and so do the view's queries (no bos_id to read)."""
+    run = tiny_run(tmp_path / "mt", "encoder-decoder", kind="bpe")
+    (served,) = served_runs([f"mt={run}"])
+    kind = type(served.tokenizer)
+    has = kind.has
+    monkeypatch.setattr(kind, "has", lambda self, name: name != "bos" and has(self, name))
+    monkeypatch.setattr(kind, "bos_id", property(lambda self: None))
+    with _client([served]) as client:
+        view = client.post("/v1/attention", json={"model": "mt", "text": "ein hund",
+                                                   "output": "a dog"})  # fmt: skip
+    start = served.model.config.decoder_start_id
+    assert view.status_code == 200
+    assert view.json()["tokens"]["queries"][0] == served.tokenizer.id_to_token(start)

@@ -26,8 +26,8 @@ from attnkit.generation.beam import beam_search
 from attnkit.generation.config import GenerateOutput, GenerationConfig
 from attnkit.generation.decode import generate
 from attnkit.generation.engine import LLM
-from attnkit.generation.requests import Completion, Request
 from attnkit.generation.processors import warp
+from attnkit.generation.requests import Completion, Request
 from attnkit.generation.sampling import stream
 from attnkit.generation.state import left_pad
 

@@ -271,7 +271,8 @@ def translation_attention(served: Served, options: None, pairs: list[tuple[str, 
 def _translation_attention(served: Served, source: str, translation: str) -> Slices:
     tokenizer, limit = served.tokenizer, min(served.max_len - 1, VIEW_LIMIT)
     (src,) = served.encode([source])
-    tgt = [tokenizer.bos_id, *tokenizer.encode(translation)]
+    start = resolve(None, {}, served.model.config, tokenizer).decoder_start_token_id
+    tgt = [start, *tokenizer.encode(translation)]  # as decoding starts it
     total = {"queries": len(tgt), "keys": len(src)}
     src, tgt = src[:limit], tgt[:limit]
     with torch.no_grad():
