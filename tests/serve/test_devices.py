@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import uvicorn
 from fastapi.testclient import TestClient
 
+from attnkit.cli.main import main
 from attnkit.errors import AttnkitError
-from attnkit.generation import GenerationConfig, generate
+from attnkit.generation import LLM, GenerationConfig, generate
 from attnkit.serve.app import create_app
 from attnkit.serve.runs import served_runs
+from attnkit.serve.settings import ServeSettings
 from tests.helpers import tiny_run
 
 
@@ -69,3 +72,30 @@ def test_a_device_this_machine_lacks_is_one_sentence(
         )
     )
     assert "serving" not in done.stdout
+
+
+def test_the_paged_pools_size_reaches_the_engine_from_the_command_and_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`attnkit serve --kv-blocks N` and `LLM(..., kv_blocks=N)` size the pool of each model's
+    paged rows; 0 is one sentence."""
+    run = tiny_run(tmp_path / "gpt", "decoder")
+    served = served_runs([str(run)])
+    app = create_app(served, ServeSettings(kv_blocks=3))
+    assert app.state.server.scheduler.paged.blocks == 3
+    with LLM(run, kv_blocks=5) as llm:
+        assert llm.scheduler.paged.blocks == 5
+    with pytest.raises(AttnkitError, match="kv_blocks must be a positive integer, got 0"):
+        ServeSettings(kv_blocks=0)
+    apps = []
+
+    class Server:  # uvicorn's, which would serve until stopped: keep the app it was given
+        def __init__(self, config: uvicorn.Config) -> None:
+            apps.append(config.app)
+
+        def run(self, sockets: list) -> None:
+            pass
+
+    monkeypatch.setattr(uvicorn, "Server", Server)
+    assert main(["serve", str(run), "--kv-blocks", "7", "--port", "0"]) == 0
+    assert apps[0].state.server.scheduler.paged.blocks == 7

@@ -64,6 +64,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     }  # fmt: skip
     for option, (kind, default, text) in limits.items():
         p.add_argument(option, type=kind, default=default, help=f"{text} (default {default})")
+    p.add_argument("--kv-blocks", type=int, metavar="N",
+                   help="where rows decode on paged memory (a GPU's default): blocks of 16 "
+                   "positions in each model's pool (default: --max-batch rows of its "
+                   "max_len; fewer make rows wait for blocks)")  # fmt: skip
     p.add_argument(
         "--api-key",
         default=os.environ.get("ATTNKIT_API_KEY"),
@@ -93,7 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from attnkit.serve.settings import ServeSettings
 
     settings = ServeSettings(
-        max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
+        max_batch=args.max_batch, kv_blocks=args.kv_blocks, batch_wait_ms=args.batch_wait_ms,
         max_input_tokens=args.max_input_tokens, max_new_tokens=args.max_new_tokens,
         max_concurrent=args.max_concurrent, max_body_bytes=args.max_body_bytes,
         timeout_s=args.timeout, api_key=args.api_key, max_texts=args.max_texts,

@@ -69,8 +69,10 @@ class LLM:
 
     device and compute_type: where and in which type the run loads (`load_run`), when given
     a folder. max_batch: the most rows decoding at once (the others wait for a place), and
-    the most requests of one job. Close it (or use it in a `with` block) to stop its
-    decoding thread.
+    the most requests of one job. kv_blocks: where rows decode on paged memory (the static
+    cache, as on a GPU), the blocks of 16 positions a model's pool holds (None: max_batch
+    rows of max_len; fewer make rows wait for blocks). Close it (or use it in a `with`
+    block) to stop its decoding thread.
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class LLM:
         device: str = "cpu",
         compute_type: str = "float32",
         max_batch: int = 32,
+        kv_blocks: int | None = None,
     ) -> None:
         positive_int("max_batch", max_batch)
         if isinstance(run, str | Path):
@@ -97,7 +100,7 @@ class LLM:
             "attnkit.inference.translate_run",
         )
         self.max_batch = max_batch
-        self.scheduler = Scheduler(max_batch)
+        self.scheduler = Scheduler(max_batch, kv_blocks=kv_blocks)
 
     @classmethod
     def of(cls, model: Any, tokenizer: Any, *, max_batch: int = 32) -> LLM:

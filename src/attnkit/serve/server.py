@@ -33,7 +33,11 @@ class Server:
         self.settings = settings
         self.models = {s.name: s for s in served}
         self.metrics = metrics = Metrics()
-        self.scheduler = Scheduler(settings.max_batch, on_first_token=metrics.first_token.observe)
+        self.scheduler = Scheduler(
+            settings.max_batch,
+            on_first_token=metrics.first_token.observe,
+            kv_blocks=settings.kv_blocks,
+        )
         # a batch key: (work function, model, options); the function does the batch
         self.batcher = Batcher(
             lambda key, items: key[0](key[1], key[2], items),

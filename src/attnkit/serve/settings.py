@@ -13,6 +13,9 @@ class ServeSettings:
 
     max_batch: rows decoded together at most (outputs of streams and plain requests
         alike, iteration-level); more wait for a row to end. 1 decodes one at a time.
+    kv_blocks: where rows decode on paged memory (a GPU's default), the blocks of 16
+        positions each model's pool holds (None: max_batch rows of its max_len); with fewer,
+        a row waits until the blocks its longest output may need are free.
     batch_wait_ms: how long an embedding or beam-search request waits for others with
         the same options to share its batch (0: each runs alone).
     max_input_tokens: the longest prompt or source (each model's max_len bounds it too).
@@ -33,6 +36,7 @@ class ServeSettings:
     """
 
     max_batch: int = 32
+    kv_blocks: int | None = None
     batch_wait_ms: float = 5.0
     max_input_tokens: int = 1024
     max_new_tokens: int = 512
@@ -61,6 +65,8 @@ class ServeSettings:
             "max_body_bytes",
         ):
             positive_int(name, getattr(self, name))
+        if self.kv_blocks is not None:
+            positive_int("kv_blocks", self.kv_blocks)
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))
         for origin in self.cors_origins:
             check(
