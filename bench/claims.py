@@ -190,12 +190,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     header = opening(f"{args.threads} thread(s) a run, {args.steps} steps, seeds {SEEDS}")
-    for variant, seed in [] if args.no_train else ORDER:
-        folder = folder_of(args.runs, variant, seed)
-        train(folder, VARIANTS[variant], seed, args)
-        evaluate(folder, ["64"], args.data_dir)
     for variant, seed in ORDER:
         folder = folder_of(args.runs, variant, seed)
+        if not args.no_train:
+            train(folder, VARIANTS[variant], seed, args)
         if (folder / "model.safetensors").is_file():
             evaluate(folder, list(EVALS) if variant == "sinusoidal" else ["64"], args.data_dir)
     text = tables(args.runs)
