@@ -6,13 +6,17 @@ The recipe is `tinyshakespeare_char` (nanoGPT's CPU recipe: 4 layers, 4 heads, d
 - d_ff: "a larger d_ff improves results" (notes 004:583): d_ff at 1x, 2x, 4x (the recipe)
   and 8x d_model at equal steps, with the parameter count and the training's wall time;
 - positions: "learned positions work as well as sinusoidal ones" (notes 002:444): the
-  recipe's learned positions against sinusoidal ones;
+  recipe's learned positions against sinusoidal ones, and, as the recipe does not scale its
+  token embeddings (standard deviation 0.02) and a code of amplitude 1 drowns them,
+  against sinusoidal ones at amplitude 0.1 (`positional_scale`, last in the order);
 - interpolation: sinusoidal positions "interpolate smoothly" (notes 001:131): each
   sinusoidal model, trained on blocks of 64, is scored on blocks of 64 (the trained
   positions), on blocks of 128 read as they are (positions 64..127 never trained:
   extrapolation), and on blocks of 128 with position interpolation (positions scaled by
   64/128, so they fall at 0, 0.5, 1, ..., 63.5, between the trained ones:
-  `--set model.positional_interpolation=2`).
+  `--set model.positional_interpolation=2`), and on blocks of 64 with the same
+  interpolation (positions 0, 0.5, ..., 31.5: the same context, every other position one it
+  never trained on).
 
 Every number is the loss (nats per character) on the whole validation split, as
 `attnkit eval RUN --block-size L` gives it. Runs go one at a time (the order puts the
@@ -57,6 +61,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "d_ff 1x": {"d_ff": 1 * D_MODEL},
     "d_ff 2x": {"d_ff": 2 * D_MODEL},
     "d_ff 8x": {"d_ff": 8 * D_MODEL},
+    "sinusoidal, amplitude 0.1": {"positional": "sinusoidal", "positional_scale": 0.1},
 }
 FOLDERS = {
     "d_ff 4x (recipe, learned)": "recipe",
@@ -64,16 +69,20 @@ FOLDERS = {
     "d_ff 1x": "dff1x",
     "d_ff 2x": "dff2x",
     "d_ff 8x": "dff8x",
+    "sinusoidal, amplitude 0.1": "sinusoidal-a0.1",
 }
 # The order of training: every seed of the recipe, sinusoidal and 1x first, then 2x and 8x
 # seed by seed, so that a run cut short still has the most seeds of each.
 ORDER = [(v, s) for s in SEEDS for v in list(VARIANTS)[:3]]
-ORDER += [(v, s) for s in SEEDS for v in list(VARIANTS)[3:]]
+ORDER += [(v, s) for s in SEEDS for v in list(VARIANTS)[3:5]]
+ORDER += [(v, s) for s in SEEDS for v in list(VARIANTS)[5:]]
+SINUSOIDAL = [v for v in VARIANTS if v.startswith("sinusoidal")]
 
 # Each evaluation: the block length and the model overrides it loads with.
 EVALS: dict[str, tuple[int, dict[str, object]]] = {
     "64": (TRAINED, {}),
     "128 extrapolated": (2 * TRAINED, {"max_len": 2 * TRAINED}),
+    "64 interpolated": (TRAINED, {"positional_interpolation": 2.0}),
     "128 interpolated": (
         2 * TRAINED,
         {"max_len": 2 * TRAINED, "positional_interpolation": 2.0},
@@ -133,10 +142,10 @@ def evaluate(folder: Path, names: list[str], data_dir: str) -> None:
 
 def spread(values: list[float]) -> str:
     """mean ± sample std (n - 1) and each seed's value, or the values alone under 2 seeds."""
-    each = ", ".join(f"{v:.3f}" for v in values)
+    each = ", ".join(f"{v:.4f}" for v in values)
     if len(values) < 2:
         return f"{each} (1 seed)" if values else "not run"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f} ({each})"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f} ({each})"
 
 
 def column(runs: Path, variant: str, key: str, sub: str | None = None) -> list[float]:
@@ -164,14 +173,17 @@ def tables(runs: Path) -> str:
         "| positions | validation loss, mean ± std (seeds 0, 1, 2) |",
         "| --- | --- |",
     ]
-    for variant, label in (("d_ff 4x (recipe, learned)", "learned"), ("sinusoidal", "sinusoidal")):
+    for variant in ["d_ff 4x (recipe, learned)", *SINUSOIDAL]:
+        label = "learned" if variant.startswith("d_ff") else variant
         positions.append(f"| {label} | {spread(column(runs, variant, 'losses', '64'))} |")
     interpolation = [
-        "| sinusoidal model trained on 64, read on | validation loss, mean ± std (seeds 0, 1, 2) |",
-        "| --- | --- |",
+        "| model trained on 64 | read on | validation loss, mean ± std (seeds 0, 1, 2) |",
+        "| --- | --- | --- |",
     ]
-    for name in EVALS:
-        interpolation.append(f"| {name} | {spread(column(runs, 'sinusoidal', 'losses', name))} |")
+    for variant in SINUSOIDAL:
+        for name in EVALS:
+            loss = spread(column(runs, variant, "losses", name))
+            interpolation.append(f"| {variant} | {name} | {loss} |")
     return "\n\n".join("\n".join(t) for t in (dff, positions, interpolation))
 
 
@@ -195,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_train:
             train(folder, VARIANTS[variant], seed, args)
         if (folder / "model.safetensors").is_file():
-            evaluate(folder, list(EVALS) if variant == "sinusoidal" else ["64"], args.data_dir)
+            evaluate(folder, list(EVALS) if variant in SINUSOIDAL else ["64"], args.data_dir)
     text = tables(args.runs)
     print("\n" + text)
     if args.out:
