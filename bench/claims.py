@@ -8,7 +8,7 @@ The recipe is `tinyshakespeare_char` (nanoGPT's CPU recipe: 4 layers, 4 heads, d
 - positions: "learned positions work as well as sinusoidal ones" (notes 002:444): the
   recipe's learned positions against sinusoidal ones, and, as the recipe does not scale its
   token embeddings (standard deviation 0.02) and a code of amplitude 1 drowns them,
-  against sinusoidal ones at amplitude 0.1 (`positional_scale`, last in the order);
+  against sinusoidal ones at amplitude 0.1 (`positional_scale`);
 - interpolation: sinusoidal positions "interpolate smoothly" (notes 001:131): each
   sinusoidal model, trained on blocks of 64, is scored on blocks of 64 (the trained
   positions), on blocks of 128 read as they are (positions 64..127 never trained:
@@ -20,7 +20,7 @@ The recipe is `tinyshakespeare_char` (nanoGPT's CPU recipe: 4 layers, 4 heads, d
 
 Every number is the loss (nats per character) on the whole validation split, as
 `attnkit eval RUN --block-size L` gives it. Runs go one at a time (the order puts the
-recipe, sinusoidal and 1x d_ff first, then 2x and 8x, seed by seed), each in its folder
+recipe, sinusoidal and 1x d_ff first, then 2x, 8x and amplitude 0.1, seed by seed), each in its folder
 under --runs with `claims.json` (wall time, parameters, the losses): a run whose weights
 exist is not trained again and a loss already measured is not measured again, so the
 command resumes where it stopped, and `--no-train` measures what is missing and writes the
@@ -71,11 +71,10 @@ FOLDERS = {
     "d_ff 8x": "dff8x",
     "sinusoidal, amplitude 0.1": "sinusoidal-a0.1",
 }
-# The order of training: every seed of the recipe, sinusoidal and 1x first, then 2x and 8x
-# seed by seed, so that a run cut short still has the most seeds of each.
+# The order of training: every seed of the recipe, sinusoidal and 1x first, then 2x, 8x and
+# sinusoidal at amplitude 0.1 seed by seed, so that a run cut short has seeds of each.
 ORDER = [(v, s) for s in SEEDS for v in list(VARIANTS)[:3]]
-ORDER += [(v, s) for s in SEEDS for v in list(VARIANTS)[3:5]]
-ORDER += [(v, s) for s in SEEDS for v in list(VARIANTS)[5:]]
+ORDER += [(v, s) for s in SEEDS for v in list(VARIANTS)[3:]]
 SINUSOIDAL = [v for v in VARIANTS if v.startswith("sinusoidal")]
 
 # Each evaluation: the block length and the model overrides it loads with.
