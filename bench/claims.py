@@ -20,9 +20,9 @@ The recipe is `tinyshakespeare_char` (nanoGPT's CPU recipe: 4 layers, 4 heads, d
 
 Every number is the loss (nats per character) on the whole validation split, as
 `attnkit eval RUN --block-size L` gives it. Runs go one at a time (the order puts the
-recipe, sinusoidal and 1x d_ff first, then 2x, 8x and amplitude 0.1, seed by seed), each in its folder
-under --runs with `claims.json` (wall time, parameters, the losses): a run whose weights
-exist is not trained again and a loss already measured is not measured again, so the
+recipe, sinusoidal and 1x d_ff first, then 2x, 8x and amplitude 0.1, seed by seed), each
+in its folder under --runs with `claims.json` (wall time, parameters, the losses): a run
+whose weights exist is not trained again and a loss already measured is not measured again, so the
 command resumes where it stopped, and `--no-train` measures what is missing and writes the
 tables.
 
