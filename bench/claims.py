@@ -157,6 +157,16 @@ def column(runs: Path, variant: str, key: str, sub: str | None = None) -> list[f
     return values
 
 
+def paired(runs: Path, variant: str, name: str) -> list[float]:
+    """Each seed's loss on `name` minus its own on the trained blocks of 64."""
+    values = []
+    for seed in SEEDS:
+        losses = record(folder_of(runs, variant, seed)).get("losses", {})
+        if name in losses and "64" in losses:
+            values.append(losses[name] - losses["64"])
+    return values
+
+
 def tables(runs: Path) -> str:
     dff = [
         "| d_ff | parameters | validation loss, mean ± std (seeds 0, 1, 2) | wall s (mean) |",
@@ -176,13 +186,15 @@ def tables(runs: Path) -> str:
         label = "learned" if variant.startswith("d_ff") else variant
         positions.append(f"| {label} | {spread(column(runs, variant, 'losses', '64'))} |")
     interpolation = [
-        "| model trained on 64 | read on | validation loss, mean ± std (seeds 0, 1, 2) |",
-        "| --- | --- | --- |",
+        "| model trained on 64 | read on | validation loss, mean ± std (seeds 0, 1, 2) "
+        "| minus the loss on 64, seed by seed |",
+        "| --- | --- | --- | --- |",
     ]
     for variant in SINUSOIDAL:
         for name in EVALS:
             loss = spread(column(runs, variant, "losses", name))
-            interpolation.append(f"| {variant} | {name} | {loss} |")
+            change = spread(paired(runs, variant, name)) if name != "64" else ""
+            interpolation.append(f"| {variant} | {name} | {loss} | {change} |")
     return "\n\n".join("\n".join(t) for t in (dff, positions, interpolation))
 
 
