@@ -207,6 +207,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(FOLDERS.values()),
+        default=None,
+        help="train only these variants (folder names), in the same order",
+    )
+    parser.add_argument(
         "--no-train", action="store_true", help="train nothing: measure what is missing, tables"
     )
     parser.add_argument("--out", type=Path, default=None, help="also write OUT.json and OUT.md")
@@ -214,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     header = opening(f"{args.threads} thread(s) a run, {args.steps} steps, seeds {SEEDS}")
     for variant, seed in ORDER:
+        if args.only and FOLDERS[variant] not in args.only:
+            continue
         folder = folder_of(args.runs, variant, seed)
         if not args.no_train:
             train(folder, VARIANTS[variant], seed, args)
