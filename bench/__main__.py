@@ -79,6 +79,10 @@ BENCHMARKS = {
         "bench.extrapolation",
         "train short, test long: perplexity at 1x-16x the trained length per positional method",
     ),
+    "claims": Benchmark(
+        "bench.claims",
+        "the study notes' claims, 3 seeds: d_ff 1x-8x, learned vs sinusoidal, interpolation",
+    ),
     "segment-recurrence": Benchmark(
         "bench.segment_recurrence",
         "Transformer-XL's segment recurrence vs a sliding window: validation loss, equal compute",

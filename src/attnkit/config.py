@@ -113,6 +113,9 @@ class ModelConfig:
         learned matrix, `nn/positional_combine.py`).
     positional_scale: the amplitude a of absolute positions (sinusoidal, learned) against the
         token embeddings: x = E[ids] sqrt(d_model) + a PE (1 is the paper).
+    positional_interpolation: position interpolation s of sinusoidal positions: position p
+        is read as p / s, so a model trained on L positions reads s L of them, each between
+        two it trained on (1 reads positions as they are). Set as a run loads, with max_len.
     scale_scores: divide the attention scores by sqrt(d_head) (eq. 1); T5 does not,
         folding the factor into its initialisation instead.
     xpos_scale_base: xPos's B: pair i decays by zeta_i^(distance / B); at
@@ -220,6 +223,7 @@ class ModelConfig:
     relative_max_distance: int = 128
     positional_combine: str = "add"
     positional_scale: float = 1.0
+    positional_interpolation: float = 1.0
     scale_scores: bool = True
     attention_window: int = 0
     attention_stride: int = 0
@@ -410,6 +414,14 @@ class ModelConfig:
             f"positional_scale is the amplitude of absolute position vectors, over 0 and only "
             f"with positional one of {', '.join(ABSOLUTE)} (positional 'none' drops them); got "
             f"{self.positional_scale!r} with positional {self.positional!r}",
+        )
+        check(
+            self.positional_interpolation > 0
+            and (self.positional_interpolation == 1.0 or self.positional == "sinusoidal"),
+            f"positional_interpolation reads sinusoidal position p as p / s, over 0 and only "
+            f"with positional 'sinusoidal' (a learned table has no rows between its positions; "
+            f"RoPE has rope_scaling); got {self.positional_interpolation!r} with positional "
+            f"{self.positional!r}",
         )
         check(
             self.positional_combine == "add" or self.positional in ABSOLUTE,

@@ -1,10 +1,11 @@
 """Train short, test long: what a trained model may change as it loads, and the check of it.
 
 A model's weights fix its widths, heads and vocabulary, and learned positions
-fix its length; its `max_len`, RoPE's theta and scalings and the attention
-window are not in the weights, so a run trained on short text can be read
-back with them changed and evaluated on longer text (`load_pretrained`'s
-`overrides`, `--set model.KEY=VALUE` on translate, generate and eval).
+fix its length; its `max_len`, RoPE's theta and scalings, the attention window
+and the interpolation of sinusoidal positions are not in the weights, so a run
+trained on short text can be read back with them changed and evaluated on longer
+text (`load_pretrained`'s `overrides`, `--set model.KEY=VALUE` on translate,
+generate and eval).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 # What a loaded model may change without other weights: its length and how positions reach it.
 LOADING_OVERRIDES = (
     "max_len", "rope_theta", "rope_scaling", "rope_scaling_type", "rope_original_max_len",
-    "attention_window", "attention_backend",
+    "attention_window", "attention_backend", "positional_interpolation",
 )  # fmt: skip
 
 

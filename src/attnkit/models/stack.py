@@ -56,6 +56,7 @@ class Embed(nn.Module):
                 c.positional == "learned",
                 c.sinusoidal_layout,
                 c.positional_scale,
+                c.positional_interpolation,
             )
             if c.positional in ("sinusoidal", "learned")
             else None

@@ -11,7 +11,8 @@ in the first d_model/2 dimensions, all the cosines in the second half.
 Learned: one trained vector per position, as in GPT-2 and BERT. Both are added
 to the scaled token embeddings, times an amplitude a (`positional_scale`, 1 in the
 paper): x = E[ids] sqrt(d_model) + a PE[pos]; `positions` lets a left-padded batch start
-each sequence at position 0.
+each sequence at position 0. Position interpolation (`positional_interpolation` s) reads
+sinusoidal position p as p / s, between the positions a model trained on.
 
 The two relative schemes act inside attention instead, so that a score
 depends on how far apart a query and a key are, not on where they stand:
@@ -52,11 +53,16 @@ from torch import Tensor, nn
 
 
 def sinusoidal_table(
-    max_len: int, d_model: int, layout: str = "interleaved", dtype: torch.dtype = torch.float32
+    max_len: int,
+    d_model: int,
+    layout: str = "interleaved",
+    dtype: torch.dtype = torch.float32,
+    interpolation: float = 1.0,
 ) -> Tensor:
     """The (max_len, d_model) table of PE(pos, 2i) and PE(pos, 2i+1), `interleaved` or `split`,
-    computed in float64 and given in `dtype`."""
-    position = torch.arange(max_len, dtype=torch.float64)[:, None]
+    computed in float64 and given in `dtype`; row p holds PE(p / interpolation)."""
+    # Position interpolation: s max_len positions squeezed into the max_len / s trained on.
+    position = torch.arange(max_len, dtype=torch.float64)[:, None] / interpolation
     # 1 / 10000^(2i/d) computed as exp(-2i ln(10000) / d), in float64 for exactness.
     inv_freq = torch.exp(
         torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model)
@@ -191,6 +197,7 @@ class AbsolutePositions(nn.Module):
         learned: bool,
         layout: str = "interleaved",
         scale: float = 1.0,
+        interpolation: float = 1.0,
     ) -> None:
         super().__init__()
         self.max_len, self.scale = max_len, scale
@@ -198,7 +205,7 @@ class AbsolutePositions(nn.Module):
             self.table = nn.Parameter(torch.empty(max_len, d_model).normal_(std=0.02))
         else:
             # A buffer, not a parameter: fixed, and not saved (it is a function of the shape).
-            table = sinusoidal_table(max_len, d_model, layout)
+            table = sinusoidal_table(max_len, d_model, layout, interpolation=interpolation)
             self.register_buffer("table", table, persistent=False)
 
     def vectors(self, length: int, positions: Tensor | None = None) -> Tensor:
