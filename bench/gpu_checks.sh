@@ -4,7 +4,7 @@
 # decoding against transformers' generate. Run from the repository root with the Tiny
 # Shakespeare text under DATA (default ../shared/data); results and logs go to OUT.
 #
-#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p] [llm] [serve-deps] [serve]
+#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p] [llm] [serve-deps] [serve] [modern]
 #
 # `llm` (8 minutes at most) runs `python -m bench llm` on TinyLlama-1.1B's shape in three
 # parts, each under its own time limit: greedy decoding at batch 1, 8 and 64 against
@@ -23,6 +23,11 @@
 # `g2p` trains the CMUdict recipe on the GPU for G2P_MINUTES (default 7.5) with G2P_TOKENS
 # (default 8192) tokens a batch, decodes validation greedily and with beam 4, and decodes test
 # once, with the one better on validation (PER, then WER). It needs the `cmudict` package.
+#
+# `modern` (about 5 minutes) trains tinyshakespeare_modern_gpu, nanoGPT's GPU budget with
+# RoPE, SwiGLU and RMSNorm (goal: best validation loss 1.42, nanoGPT's 1.4697), and the same
+# with MODERN_VARIANT's overrides (default a peak rate of 2e-3), and prints each one's
+# validation curve, its best and the whole validation split of its final model.
 set -uo pipefail
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attnkit-gpu}
@@ -113,6 +118,24 @@ PY
         python -m attnkit eval "$run" --split test --beam "$beam" "${decode[@]}" \
             > "$OUT/g2p_test.txt" 2>&1
         echo "test, beam $beam (chosen on val):" $(grep -E "^(WER|PER) " "$OUT/g2p_test.txt") ;;
+    modern)
+        for variant in recipe variant; do
+            sets=(); [ $variant = variant ] && read -ra sets <<< "${MODERN_VARIANT:---set train.lr=2e-3}"
+            run="$OUT/modern_$variant"
+            python -m attnkit train tinyshakespeare_modern_gpu --set "data.data_dir=$DATA" "${sets[@]}" \
+                --set "train.out_dir=$run" > "$OUT/modern_$variant.log" 2>&1 \
+                || { echo "modern $variant failed:"; tail -5 "$OUT/modern_$variant.log"; continue; }
+            echo "modern $variant ${sets[*]}: $(grep -o 'finished.*' "$OUT/modern_$variant.log")"
+            python - "$run/metrics.jsonl" <<'PY'
+import json, sys
+val = [(r["step"], r["val_loss"]) for r in map(json.loads, open(sys.argv[1])) if "val_loss" in r]
+best = min(val, key=lambda x: x[1])
+print("val", " ".join(f"{s}:{v:.4f}" for s, v in val))
+print(f"best {best[1]:.4f} at {best[0]} (goal 1.42), last {val[-1][1]:.4f}")
+PY
+            python -m attnkit eval "$run" --device cuda --no-progress --data-dir "$DATA" 2>&1 \
+                | grep -E "^loss" | sed 's/^/whole validation split, final model: /'
+        done ;;
     esac
     echo "[$step took $(( $(date +%s) - start )) s]"
 done
