@@ -4,7 +4,7 @@
 # decoding against transformers' generate. Run from the repository root with the Tiny
 # Shakespeare text under DATA (default ../shared/data); results and logs go to OUT.
 #
-#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p] [llm] [serve-deps] [serve]
+#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p] [llm] [serve-deps] [serve] [modern] [multi30k_de_en_gpu] [multi30k_en_de_gpu] [cmudict_g2p_gpu]
 #
 # `llm` (8 minutes at most) runs `python -m bench llm` on TinyLlama-1.1B's shape in three
 # parts, each under its own time limit: greedy decoding at batch 1, 8 and 64 against
@@ -33,6 +33,10 @@
 # cmudict_g2p_gpu needs the `cmudict` package on PYTHONPATH. RECIPE_SET adds `--set` settings
 # to the training (space-separated), CHOICE_ARGS options to the choice, DEVICE its device
 # (default cuda): `RECIPE_SET="train.device=cpu train.steps=4" DEVICE=cpu` runs it on a CPU.
+# `modern` (about 5 minutes) trains tinyshakespeare_modern_gpu, nanoGPT's GPU budget with
+# RoPE, SwiGLU and RMSNorm (goal: best validation loss 1.42, nanoGPT's 1.4697), and the same
+# with MODERN_VARIANT's overrides (default a peak rate of 2e-3), and prints each one's
+# validation curve, its best and the whole validation split of its final model.
 set -uo pipefail
 export PYTHONPATH="$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/attnkit-gpu}
@@ -147,6 +151,24 @@ PY
             | grep -v Warning | tee "$OUT/${step}_choice.txt"
         gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
         echo "$step on ${gpu:-${DEVICE:-cuda}}: $(( $(date +%s) - start )) s wall (training, choice, test)" ;;
+    modern)
+        for variant in recipe variant; do
+            sets=(); [ $variant = variant ] && read -ra sets <<< "${MODERN_VARIANT:---set train.lr=2e-3}"
+            run="${RUNS:-/tmp/attnkit-gpu-runs}/modern_$variant"  # not under OUT, whose files come back
+            python -m attnkit train tinyshakespeare_modern_gpu --set "data.data_dir=$DATA" "${sets[@]}" \
+                --set "train.out_dir=$run" --overwrite > "$OUT/modern_$variant.log" 2>&1 \
+                || { echo "modern $variant failed:"; tail -5 "$OUT/modern_$variant.log"; continue; }
+            echo "modern $variant ${sets[*]}: $(grep -o 'finished.*' "$OUT/modern_$variant.log")"
+            python - "$run/metrics.jsonl" <<'PY'
+import json, sys
+val = [(r["step"], r["val_loss"]) for r in map(json.loads, open(sys.argv[1])) if "val_loss" in r]
+best = min(val, key=lambda x: x[1])
+print("val", " ".join(f"{s}:{v:.4f}" for s, v in val))
+print(f"best {best[1]:.4f} at {best[0]} (goal 1.42), last {val[-1][1]:.4f}")
+PY
+            python -m attnkit eval "$run" --device cuda --no-progress --data-dir "$DATA" 2>&1 \
+                | grep -E "^loss" | sed 's/^/whole validation split, final model: /'
+        done ;;
     esac
     echo "[$step took $(( $(date +%s) - start )) s]"
 done

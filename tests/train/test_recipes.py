@@ -8,6 +8,7 @@ import torch
 
 from attnkit import recipes
 from attnkit.cli import main
+from attnkit.models import build_model
 from attnkit.train.run_config import RunConfig
 from tests.helpers import RLHF_RECIPES, tiny_run
 
@@ -67,3 +68,33 @@ def test_recipe_trains_and_evaluates(recipe: Path, data_dir: Path, tmp_path: Pat
     assert records[-1]["step"] == 2
     assert config.eval.metric in records[-1]
     assert (tmp_path / "run" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(
+    ("modern", "gpt"),
+    [
+        ("tinyshakespeare_modern", "tinyshakespeare_char"),
+        ("tinyshakespeare_modern_gpu", "tinyshakespeare_char_gpu"),
+    ],
+)
+def test_the_modern_recipes_keep_nanogpts_budget_and_change_the_blocks(modern, gpt):
+    """Each modern recipe is compared with nanoGPT's at the same budget: same steps, batch,
+    context and width, about the same parameters; only the architecture and its tuning differ."""
+    new, old = RunConfig.load(modern), RunConfig.load(gpt)
+    for section, keys in (
+        ("data", ("corpus", "tokenizer", "block_size", "batch_size", "valid_fraction", "windows")),
+        ("train", ("steps", "device")),
+    ):
+        for key in keys:
+            assert getattr(getattr(new, section), key) == getattr(getattr(old, section), key), key
+    built, reference = new.model.build(vocab_size=65), old.model.build(vocab_size=65)
+    assert (built.positional, built.activation, built.norm) == ("rope", "swiglu", "rmsnorm")
+    assert (built.norm_position, built.bias) == ("pre", False)
+    assert (reference.positional, reference.activation) == ("learned", "gelu")
+    for key in ("d_model", "n_heads", "n_decoder_layers", "max_len"):
+        assert getattr(built, key) == getattr(reference, key), key
+    count = {
+        name: sum(p.numel() for p in build_model(config).parameters())
+        for name, config in (("new", built), ("old", reference))
+    }
+    assert abs(count["new"] - count["old"]) / count["old"] < 0.03, count
