@@ -6,7 +6,7 @@ cache, for a language model and a translation model. Each entry point is compare
 
 Every entry point on both caches is compared with the same reference (the dynamic cache's
 tokens, one prompt alone), so the static cache's tokens are checked against it too; the
-server's routes decode on the engine's rows (the dynamic cache) on a CPU, checked once.
+server's rows take the cache `attnkit serve --cache-implementation` names.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from attnkit.cli import main
 from attnkit.config import COPY_ATTENTIONS
 from attnkit.data.batch import pad
 from attnkit.generate import generate
-from attnkit.generation import LLM, GenerationConfig
+from attnkit.generation import LLM, GenerationConfig, paged_cache
 from attnkit.generation.config import resolve
 from attnkit.generation.ways import COPY, JOB, ROWS, way
 from attnkit.run import Run, load_run
 from attnkit.serve.app import create_app
 from attnkit.serve.runs import served_runs
+from attnkit.serve.settings import ServeSettings
 from tests.helpers import tiny_run
 
 NEW = 8
@@ -141,29 +142,38 @@ def test_attnkit_translate_prints_the_same_tokens(
     assert capsys.readouterr().out == "".join(f"{line}\n" for line in want)
 
 
+@pytest.mark.parametrize("cache", CACHES)
 def test_http_gives_the_same_tokens(
-    folders: dict[str, Path], runs: dict[str, Run], expected: dict
+    folders: dict[str, Path],
+    runs: dict[str, Run],
+    expected: dict,
+    cache: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """`attnkit serve --cache-implementation` puts a request's rows on that cache: the static
+    one as paged memory (its step uncompiled here: the compiled step's tokens are checked
+    above, and its recompilation in tests/generation/test_paged_cache.py)."""
+    monkeypatch.setattr(paged_cache, "_compiled", lambda: paged_cache.step)
     served = served_runs([f"gpt={folders['decoder']}", f"mt={folders['encoder-decoder']}"])
-    with TestClient(create_app(served)) as client:
-        completions = [
-            client.post(
-                "/v1/completions",
-                json={"model": "gpt", "prompt": p, "max_tokens": NEW, "temperature": 0},
-            ).json()
-            for p in TEXTS["decoder"]
-        ]
+    settings = ServeSettings(cache_implementation=cache, max_batch=BATCH[cache])
+    app = create_app(served, settings)
+    with TestClient(app) as client:
+        completions = client.post(
+            "/v1/completions",
+            json={"model": "gpt", "prompt": TEXTS["decoder"], "max_tokens": NEW, "temperature": 0},
+        ).json()
         translations = client.post(
             "/v1/translate",
             json={"model": "mt", "texts": TEXTS["encoder-decoder"], "max_new_tokens": NEW},
         ).json()
+    paged = app.state.server.scheduler.paged.kept
+    assert len(paged) == (2 if cache == "static" else 0)  # each model's rows on paged memory
     lm, mt = runs["decoder"], runs["encoder-decoder"]
-    assert [c["choices"][0]["text"] for c in completions] == [
+    choices = sorted(completions["choices"], key=lambda c: c["index"])
+    assert [c["text"] for c in choices] == [
         _text(lm, p, new) for p, new in zip(TEXTS["decoder"], expected["decoder"], strict=True)
     ]
-    assert [c["usage"]["completion_tokens"] for c in completions] == [
-        len(new) for new in expected["decoder"]
-    ]
+    assert completions["usage"]["completion_tokens"] == sum(len(n) for n in expected["decoder"])
     assert [t["text"] for t in translations["translations"]] == [
         _text(mt, s, new)
         for s, new in zip(TEXTS["encoder-decoder"], expected["encoder-decoder"], strict=True)

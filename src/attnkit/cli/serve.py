@@ -64,6 +64,11 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     }  # fmt: skip
     for option, (kind, default, text) in limits.items():
         p.add_argument(option, type=kind, default=default, help=f"{text} (default {default})")
+    p.add_argument("--cache-implementation", choices=("auto", "dynamic", "static"),
+                   default=d.cache_implementation,
+                   help="the KV cache of the running batch: auto (default: static on a CUDA "
+                   "device, as paged memory with a step compiled for each batch size; else "
+                   "dynamic), dynamic, or static on any device; the same tokens")  # fmt: skip
     p.add_argument("--kv-blocks", type=int, metavar="N",
                    help="where rows decode on paged memory (a GPU's default): blocks of 16 "
                    "positions in each model's pool (default: --max-batch rows of its "
@@ -98,6 +103,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = ServeSettings(
         max_batch=args.max_batch, kv_blocks=args.kv_blocks, batch_wait_ms=args.batch_wait_ms,
+        cache_implementation=args.cache_implementation,
         max_input_tokens=args.max_input_tokens, max_new_tokens=args.max_new_tokens,
         max_concurrent=args.max_concurrent, max_body_bytes=args.max_body_bytes,
         timeout_s=args.timeout, api_key=args.api_key, max_texts=args.max_texts,

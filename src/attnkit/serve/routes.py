@@ -103,7 +103,7 @@ async def completions(
     srv.budget(len(prompts), best_of, max_tokens, outputs_named)
     # best_of ranks outputs by their log-probabilities, so they are computed even unasked
     logprobs = body.logprobs if body.logprobs is not None else (0 if best_of > n else None)
-    sampling = body.sampling(max_tokens, served.model.config.vocab_size, logprobs)
+    sampling = srv.on_cache(body.sampling(max_tokens, served.model.config.vocab_size, logprobs))
     echoed = await _echoes(srv, served, texts, prompts, body) if body.echo else None
     head = Head("text_completion", body.model)
     prompt_tokens = sum(len(p) for p in prompts)
@@ -193,7 +193,7 @@ async def chat_completions(
     max_tokens = srv.new_tokens(served, body.new_tokens, param)
     srv.budget(1, n, max_tokens, f"a chat x n x {param}", param)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    sampling = body.sampling(max_tokens, served.model.config.vocab_size, logprobs)
+    sampling = srv.on_cache(body.sampling(max_tokens, served.model.config.vocab_size, logprobs))
     head = Head("chat.completion", body.model)
     extra = {"service_tier": "default"} if body.service_tier else {}
     outputs = Outputs(srv.scheduler, served, prompts, sampling, n, arrived)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import time
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -19,6 +20,7 @@ from fastapi import Depends, Request
 
 from attnkit.checks import with_article
 from attnkit.generation.batching import Scheduler
+from attnkit.generation.config import GenerationConfig
 from attnkit.serve.batching import Batcher
 from attnkit.serve.errors import ServeError, invalid
 from attnkit.serve.metrics import Metrics
@@ -180,6 +182,10 @@ class Server:
             [tokenizer.bos_id, *(row[:limit] if truncate else row), tokenizer.eos_id]
             for row in rows
         ]
+
+    def on_cache(self, config: GenerationConfig) -> GenerationConfig:
+        """A request's rows on the cache the operator chose (`--cache-implementation`)."""
+        return dataclasses.replace(config, cache_implementation=self.settings.cache_implementation)
 
     def input_limit(self, served: Served) -> int:
         """The most ids of one input: a decoder's prompt leaves room for one new token."""

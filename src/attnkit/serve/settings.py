@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnkit.checks import check, finite_fields, non_negative, positive, positive_int
+from attnkit.checks import check, choice, finite_fields, non_negative, positive, positive_int
+from attnkit.generation.config import CACHES
 
 
 @dataclass(frozen=True)
@@ -13,6 +14,9 @@ class ServeSettings:
 
     max_batch: rows decoded together at most (outputs of streams and plain requests
         alike, iteration-level); more wait for a row to end. 1 decodes one at a time.
+    cache_implementation: the KV cache of the rows (`GenerationConfig`'s): `auto`, the static
+        cache as paged memory on a CUDA device and the dynamic one elsewhere; `dynamic`;
+        `static`, paged memory with a step compiled for each batch size, on any device.
     kv_blocks: where rows decode on paged memory (a GPU's default), the blocks of 16
         positions each model's pool holds (None: max_batch rows of its max_len); with fewer,
         a row waits until the blocks its longest output may need are free.
@@ -36,6 +40,7 @@ class ServeSettings:
     """
 
     max_batch: int = 32
+    cache_implementation: str = "auto"
     kv_blocks: int | None = None
     batch_wait_ms: float = 5.0
     max_input_tokens: int = 1024
@@ -65,6 +70,7 @@ class ServeSettings:
             "max_body_bytes",
         ):
             positive_int(name, getattr(self, name))
+        choice("cache_implementation", self.cache_implementation, CACHES)
         if self.kv_blocks is not None:
             positive_int("kv_blocks", self.kv_blocks)
         object.__setattr__(self, "cors_origins", tuple(self.cors_origins))

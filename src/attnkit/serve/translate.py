@@ -48,6 +48,7 @@ async def translations(
     )  # fmt: skip
     # sampled n_best are n rows of one output each
     row = dataclasses.replace(decoding, num_return_sequences=1) if body.beam == 1 else decoding
+    row = srv.on_cache(row)
     if way(served.model.config, row) == ROWS:
         todo = [i for i, t in enumerate(texts) if t.strip()]  # an empty text: an empty one
         todo_sources = [sources[i] for i in todo]
