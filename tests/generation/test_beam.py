@@ -1,6 +1,7 @@
 """Beam search: one beam is greedy, wide beams find the exhaustive optimum, n-best lists."""
 
 import itertools
+import threading
 import time
 
 import pytest
@@ -167,8 +168,10 @@ def test_a_sliced_beam_search_lets_the_engine_decode_between_its_slices(monkeypa
     row = Sequence(lm, lm.tokenizer.encode("a dog"), endless, lambda event: None)
     try:
         scheduler.add([row])
+        deadline = time.monotonic() + 60
         while scheduler.steps < 2:  # the row decodes
-            pass
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
         out = sliced(scheduler, lambda: BeamSearch(mt, ids, mask, **options), 1).result(60)
     finally:
         row.cancelled = True
@@ -201,6 +204,33 @@ def test_a_cancelled_sliced_beam_search_stops_and_a_failing_one_says_why():
     finally:
         scheduler.shutdown()
     assert len(made) <= 1 and not any(search.done for search in made)  # stopped before its end
+
+
+def test_a_sliced_beam_search_whose_engine_closes_is_cancelled_and_closed():
+    """The engine closing drops the search's queued slice: its caller hears it (the Future is
+    cancelled rather than never done) and the search gives its cache back."""
+    mt = peaked("encoder-decoder")
+    ids, mask = source_batch()
+    scheduler = Scheduler(max_batch=4)
+    made: list[BeamSearch] = []
+    gate, busy = threading.Event(), threading.Event()
+
+    def search() -> BeamSearch:
+        made.append(BeamSearch(mt, ids, mask, max_new_tokens=12, num_beams=3))
+        return made[-1]
+
+    def blocker() -> None:  # queued behind the prefix: the search's next slice queues after it
+        busy.set()
+        gate.wait(60)
+
+    job = sliced(scheduler, search, 1)
+    scheduler.submit(blocker)
+    assert busy.wait(60)
+    scheduler.shutdown(wait=False)  # closes while the next slice waits in the queue
+    gate.set()
+    scheduler.thread.join(60)
+    assert job.cancelled()
+    assert len(made) == 1 and made[0].state is None  # closed, its cache given back
 
 
 @pytest.mark.parametrize("shape", ["encoder-decoder", "decoder"])

@@ -5,6 +5,7 @@ whose token choice fails is failed alone while the others of its batch go on."""
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 import torch
@@ -196,11 +197,23 @@ def test_an_llms_beam_search_runs_in_slices_between_the_rows_steps(runs: dict, m
     endless = llm.submit("a dog", max_new_tokens=10_000, logit_bias={end: -100.0})
     beam = GenerationConfig(max_new_tokens=10, num_beams=3, min_new_tokens=10)
     try:
+        deadline = time.monotonic() + 60
         while llm.scheduler.steps < 2:  # the row decodes
-            pass
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
         got = llm.generate(["the cat"], beam)[0]
     finally:
         endless.cancel()
         llm.close()
     assert got.token_ids == _alone(run, "the cat", beam)
     assert len(slices) >= 9 and all(b > a for a, b in itertools.pairwise(slices))
+
+
+def test_ids_given_with_several_sampled_outputs_are_refused_as_prompts_are(runs: dict) -> None:
+    """Through `submit_ids` too (`inference.complete` calls it): one output a prompt, else its
+    rows would hand each request another request's samples."""
+    run = runs["decoder"]
+    config = GenerationConfig(do_sample=True, num_return_sequences=2, max_new_tokens=3)
+    ids = [run.tokenizer.encode(p) for p in PROMPTS[:2]]
+    with LLM(run) as llm, pytest.raises(AttnkitError, match="one output a prompt"):
+        llm.submit_ids(ids, [config, config])

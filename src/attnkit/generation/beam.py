@@ -59,10 +59,20 @@ def sliced(executor: Executor, search: Callable[[], BeamSearch], steps: int) -> 
     in one job, then `steps` steps a job, each job submitting the next, so that the
     executor's other work (the batching engine's decoding steps) goes on between two slices.
     The Future gives what `result()` gives; cancelled, the search stops before its next
-    slice and gives its cache back."""
+    slice and gives its cache back, as it does when the executor drops a slice it had
+    queued (shut down): then the Future is cancelled, so its caller hears it."""
     positive_int("steps", steps)
     future: Future = Future()
     held: list[BeamSearch] = []
+
+    def dropped(job: Future) -> None:
+        if job.cancelled():
+            if held:
+                held[0].close()
+            future.cancel()
+
+    def next_slice() -> None:
+        executor.submit(run_slice).add_done_callback(dropped)
 
     def run_slice() -> None:
         try:
@@ -74,7 +84,7 @@ def sliced(executor: Executor, search: Callable[[], BeamSearch], steps: int) -> 
             else:
                 ended = held[0].advance(steps)
             if not ended:
-                executor.submit(run_slice)
+                next_slice()
                 return
             if not future.cancelled():
                 future.set_result(held[0].result())
@@ -86,7 +96,7 @@ def sliced(executor: Executor, search: Callable[[], BeamSearch], steps: int) -> 
         if held:
             held[0].close()
 
-    executor.submit(run_slice)
+    next_slice()
     return future
 
 

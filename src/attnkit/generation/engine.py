@@ -85,6 +85,8 @@ class LLM:
         kv_blocks: int | None = None,
     ) -> None:
         positive_int("max_batch", max_batch)
+        if kv_blocks is not None:
+            positive_int("kv_blocks", kv_blocks)
         if isinstance(run, str | Path):
             run = load_run(run, device, compute_type=compute_type)
         self.run = run
@@ -156,6 +158,8 @@ class LLM:
             Request(prompt, list(one), resolve(config, {}, model.config, self.run.tokenizer))
             for prompt, one, config in zip(prompts, ids, configs, strict=True)
         ]
+        for request in requests:
+            _one_output(request.config)
         rows: list[Row] = []
         jobs: dict[GenerationConfig, list[Request]] = {}
         for request in requests:
@@ -212,11 +216,7 @@ class LLM:
     def _config(self, config: GenerationConfig | None, options: dict) -> GenerationConfig:
         model = self.run.model
         config = resolve(config, options, model.config, self.run.tokenizer)
-        check(
-            config.num_return_sequences == 1 or config.num_beams > 1,
-            "an LLM gives one output a prompt (a beam search its n best); submit the prompt "
-            "again (with another seed) for more",
-        )
+        _one_output(config)
         if config.num_beams > 1:
             on_ids(config)  # a beam search ranks whole hypotheses: no stop strings, logprobs
         elif config.logprobs is not None:
@@ -268,11 +268,11 @@ class LLM:
     def _searched(self, group: list[Request], done: Future) -> None:
         if done.cancelled():  # `_submit_job`'s callback tells each request
             return
-        if done.exception() is not None:  # each request of the search hears it
+        try:
+            self._whole(group, done.result())
+        except Exception as error:  # the search's, or its texts': each request hears it
             for request in group:
-                request.events.put(Failed(0, done.exception()))
-            return
-        self._whole(group, done.result())
+                request.events.put(Failed(0, error))
 
     def _job(self, group: list[Request], streamed: bool) -> None:
         """Decode a group of requests of one config that the rows do not take (`use_cache=False`,
@@ -321,3 +321,11 @@ class LLM:
         for i in going:  # the decode stopped short of max_new_tokens: the model's max_len
             if not rows[i].cancelled:
                 end(rows[i], "length")
+
+
+def _one_output(config: GenerationConfig) -> None:
+    check(
+        config.num_return_sequences == 1 or config.num_beams > 1,
+        "an LLM gives one output a prompt (a beam search its n best); submit the prompt "
+        "again (with another seed) for more",
+    )

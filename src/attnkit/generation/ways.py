@@ -6,10 +6,11 @@ server's `/v1/translate` share.
           (`batching.Scheduler`): it joins the running batch and leaves it when it ends,
           on the cache `cache_implementation` takes (`auto`: the static one on a CUDA
           device, where the engine's rows decode on paged memory with a compiled step)
-    JOB   one `generate` call on a group of requests, run between two steps of the same
-          engine's thread: beam search (it ranks whole hypotheses, not a row's next token),
-          several outputs of one request from one call (`num_return_sequences`),
-          `use_cache=False`, a monotonic window (options of `generate` alone)
+    JOB   a group of requests of one config decoded together between two steps of the same
+          engine's thread: a beam search (it ranks whole hypotheses, not a row's next token;
+          its n best with `num_return_sequences`), a few steps a job (`beam.sliced`), or the
+          steps of `stream` for `use_cache=False` and a monotonic window (options of
+          `generate` alone)
     COPY  a pointer-generator: its copied words are ids past the vocabulary that only their
           own source can name, so it decodes through `attnkit.inference.translate`, which
           encodes each source's unknown words and writes them back

@@ -4,8 +4,8 @@
 How a request decodes is the engine's decision (`generation.ways.way`), the one
 `attnkit.LLM` and `attnkit translate` take: greedy and sampled translations decode
 on the scheduler, token by token, joining the running batch (streamed or not), n_best
-of them as n rows; beam search and a pointer-generator's translations
-run as one `generate` per batch of requests (`work.translate`).
+of them as n rows; beam searches run a few steps a slice between the rows' steps, and a
+pointer-generator's translations through `inference.translate` (`work.translate`).
 """
 
 from __future__ import annotations
