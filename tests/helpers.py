@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from safetensors.torch import load_file, save, save_file
@@ -25,7 +26,7 @@ from attnkit.data.corpora import CORPORA, corpus_files
 from attnkit.interop import save_hf
 from attnkit.models import TransformerModel, build_model
 from attnkit.nn import LoRALinear, MultiHeadAttention, apply_lora
-from attnkit.run import RunFolder, save_pretrained, with_decoding_ids
+from attnkit.run import RunFolder, load_run, save_pretrained, with_decoding_ids
 from attnkit.tokenizer import Tokenizer
 from attnkit.train.run_config import TrainSection
 
@@ -415,6 +416,20 @@ def tiny_run(
     save_pretrained(model, path)
     tokenizer.save(RunFolder(path).tokenizer)
     return path
+
+
+def served_models(tmp: Path) -> dict[str, SimpleNamespace]:
+    """Tiny loaded runs as the batching engine serves them (a model and its tokenizer): a
+    decoder, an encoder-decoder, and a decoder whose window of 4 keys makes its cache a ring."""
+    out = {}
+    for name, shape, changes in (
+        ("decoder", "decoder", {}),
+        ("encoder-decoder", "encoder-decoder", {}),
+        ("window", "decoder", {"attention_window": 4}),
+    ):
+        run = load_run(tiny_run(tmp / name, shape, max_len=24, **changes))
+        out[name] = SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
+    return out
 
 
 def tiny_g2p_run(path: Path) -> Path:

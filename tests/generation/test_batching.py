@@ -17,7 +17,7 @@ from attnkit.generation.batching import Scheduler
 from attnkit.generation.rows import Failed, Finish, Piece, Sequence
 from attnkit.generation.text import TextState
 from attnkit.run import load_run
-from tests.helpers import tiny_run
+from tests.helpers import served_models, tiny_run
 
 PROMPTS = ["a dog", "the cat sleeps", "zwei", "a", "ein hund läuft im park"]
 
@@ -25,13 +25,7 @@ PROMPTS = ["a dog", "the cat sleeps", "zwei", "a", "ein hund läuft im park"]
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, types.SimpleNamespace]:
     tmp = tmp_path_factory.mktemp("runs")
-    out = {}
-    for shape in ("decoder", "encoder-decoder"):
-        run = load_run(tiny_run(tmp / shape, shape, max_len=24))
-        out[shape] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
-    # a sliding window of 4 keys: its cache is a ring, which decodes in cohorts
-    run = load_run(tiny_run(tmp / "window", "decoder", max_len=24, attention_window=4))
-    out["window"] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
+    out = served_models(tmp)  # "window": a ring cache, which decodes in cohorts
     # location-aware attention carries each row's alignment beside the cache: cohorts too; its
     # location term (zero at the start) switched on, so that the alignment matters
     run = load_run(tiny_run(tmp / "location", "encoder-decoder", max_len=24,

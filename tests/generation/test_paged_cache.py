@@ -19,8 +19,7 @@ from attnkit.generation.rows import Failed, Finish, Piece, Sequence
 from attnkit.generation.state import left_pad
 from attnkit.models.decoding_state import DecodingState
 from attnkit.nn.kv_cache import KVCache
-from attnkit.run import load_run
-from tests.helpers import peaked, source_batch, tiny_run
+from tests.helpers import peaked, served_models, source_batch
 
 VARIANTS = {
     "plain": {},
@@ -44,14 +43,7 @@ def eager(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, types.SimpleNamespace]:
-    tmp = tmp_path_factory.mktemp("runs")
-    out = {}
-    for shape in ("decoder", "encoder-decoder"):
-        run = load_run(tiny_run(tmp / shape, shape, max_len=24))
-        out[shape] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
-    run = load_run(tiny_run(tmp / "window", "decoder", max_len=24, attention_window=4))
-    out["window"] = types.SimpleNamespace(model=run.model, tokenizer=run.tokenizer)
-    return out
+    return served_models(tmp_path_factory.mktemp("runs"))
 
 
 def _ids(served: types.SimpleNamespace, text: str) -> list[int]:

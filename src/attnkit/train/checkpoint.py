@@ -192,11 +192,11 @@ def load_trainer_state(folder: RunFolder) -> dict[str, Any]:
 def load_checkpoint(folder: RunFolder, model: TransformerModel) -> dict[str, Any]:
     """Load the weights of the latest saved step into `model`; return its trainer state."""
     state = load_trainer_state(folder)
-    _load_step(folder, model, state["step"])
+    load_step(folder, model, state["step"])
     return state
 
 
-def _load_step(folder: RunFolder, model: TransformerModel, step: int) -> None:
+def load_step(folder: RunFolder, model: TransformerModel, step: int) -> None:
     """Load the weights saved at `step` into `model`."""
     weights = folder.step_weights(step)
     if not weights.is_file():
@@ -218,7 +218,7 @@ def resume(
     state = load_trainer_state(folder)
     _check_fits(state["model_config"], model.config, folder.root)
     if weights:  # a sharded model takes its weights from `distributed_checkpoint.restore`
-        _load_step(folder, model, state["step"])  # the state is read once: the largest file
+        load_step(folder, model, state["step"])  # the state is read once: the largest file
     rngs = state["rng"]
     if len(rngs) != world_size:
         log.warning(

@@ -34,7 +34,6 @@ from attnkit.models import TransformerModel
 from attnkit.run import RunFolder
 from attnkit.train import checkpoint as ckpt
 from attnkit.train.run_config import RunConfig
-from attnkit.weights import load_weights
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +132,7 @@ def restore(
             f"train.init_from's weights are not those {folder.root} started from, and they are "
             "its frozen reference; resume with the model the run started from"
         )
-    weights = folder.step_weights(step)
-    if not weights.is_file():
-        raise AttnkitError(
-            f"{folder.root} has a trainer state for step {step} but no weights at {weights}; "
-            "the run folder is incomplete"
-        )
-    load_weights(policy, weights)
+    ckpt.load_step(folder, policy, step)
     value_head.load_state_dict(state["value_head"])
     optimizer.load_state_dict(state["optimizer"])
     generator.set_state(state["generator"])
