@@ -4,7 +4,7 @@
 # decoding against transformers' generate. Run from the repository root with the Tiny
 # Shakespeare text under DATA (default ../shared/data); results and logs go to OUT.
 #
-#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p] [llm] [serve-deps] [serve] [modern] [multi30k_de_en_gpu] [multi30k_en_de_gpu] [cmudict_g2p_gpu]
+#     OUT=/tmp/gpu DATA=../shared/data bash bench/gpu_checks.sh [tests] [train] [recipe] [fsdp] [decode] [g2p] [llm] [generate-cli] [serve-deps] [serve] [modern] [multi30k_de_en_gpu] [multi30k_en_de_gpu] [cmudict_g2p_gpu]
 #
 # `llm` (8 minutes at most) runs `python -m bench llm` on TinyLlama-1.1B's shape in three
 # parts, each under its own time limit: greedy decoding at batch 1, 8 and 64 against
@@ -13,6 +13,10 @@
 # training against transformers' LlamaForCausalLM (MFU, peak memory and the memory plan).
 # A part cut short by its limit (210, 90 and 180 s) prints no table: the sizes were set
 # without a GPU to try them on, so adjust --batches, --new-tokens or --train-steps there.
+#
+# `generate-cli` (about 3 minutes) times `attnkit generate --device cuda --dtype bfloat16` at
+# batch 1 against the `generate()` call it should match, on GPT-2-small's shape with random
+# weights (`python -m bench.generate_cli`; issue 52's goal: the command within 10%).
 #
 # `serve` measures `attnkit serve --device cuda` under 1/8/32/128 streaming clients against
 # transformers' continuous batching (`python -m bench serve --device cuda`, SERVE_ARGS added).
@@ -89,6 +93,9 @@ PY
     decode)
         python -m bench generate --device cuda --reps 2 --out "$OUT/generate_gpu" 2>&1 \
             | grep -v "Writing model" | tail -20 ;;
+    generate-cli)
+        python -m bench.generate_cli --device cuda --dtype bfloat16 2>&1 | grep -v Warning \
+            | tail -4 ;;
     serve-deps)
         # run here, where the server's packages are installed: the GPU machine has torch and
         # transformers only, so FastAPI, uvicorn and the rest travel in this folder (carry it)
