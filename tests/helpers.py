@@ -231,6 +231,16 @@ def tiny_config(
     return ModelConfig.from_dict({**base, "max_len": 32, **tie, **stacks, **changes})
 
 
+# Attention variants every KV cache must decode as the dynamic one does (`peaked(**variant)`).
+ATTENTION_VARIANTS: dict[str, dict] = {
+    "plain": {},
+    "gqa": {"n_heads": 4, "n_kv_heads": 2},
+    "rope": {"positional": "rope"},
+    "alibi": {"positional": "alibi"},
+    "learned": {"positional": "learned"},
+}
+
+
 def tiny_model(
     shape: str = "encoder-decoder", seed: int = 0, layers: int | None = None, **changes
 ) -> TransformerModel:

@@ -19,14 +19,10 @@ from attnkit.generation.rows import Failed, Finish, Piece, Sequence
 from attnkit.generation.state import left_pad
 from attnkit.models.decoding_state import DecodingState
 from attnkit.nn.kv_cache import KVCache
-from tests.helpers import peaked, served_models, source_batch
+from tests.helpers import ATTENTION_VARIANTS, peaked, served_models, source_batch
 
 VARIANTS = {
-    "plain": {},
-    "gqa": {"n_heads": 4, "n_kv_heads": 2},
-    "rope": {"positional": "rope"},
-    "alibi": {"positional": "alibi"},
-    "learned": {"positional": "learned"},
+    **ATTENTION_VARIANTS,
     "xpos": {"positional": "xpos"},
     "t5": {"positional": "t5-relative"},
 }

@@ -13,14 +13,10 @@ from attnkit.generation import generate, static_cache
 from attnkit.generation.config import resolve
 from attnkit.generation.state import prefill
 from attnkit.nn.kv_cache import KVCache
-from tests.helpers import peaked, source_batch
+from tests.helpers import ATTENTION_VARIANTS, peaked, source_batch
 
 VARIANTS = {
-    "plain": {},
-    "gqa": {"n_heads": 4, "n_kv_heads": 2},
-    "rope": {"positional": "rope"},
-    "alibi": {"positional": "alibi"},
-    "learned": {"positional": "learned"},
+    **ATTENTION_VARIANTS,
     "strided window": {"attention_window": 3, "attention_stride": 2},
 }
 
