@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 from starlette.exceptions import HTTPException
 
 from attnkit.serve.errors import ServeError
@@ -171,8 +172,9 @@ class Guard:
             if complete:  # after the body: the end of the request, however long it takes
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), deadline - time.perf_counter())
-            except asyncio.TimeoutError:
+                with anyio.fail_after(deadline - time.perf_counter()):
+                    message = await receive()
+            except TimeoutError:
                 raise HTTPException(
                     408,
                     f"the request body did not arrive within {settings.body_timeout_s:g} s; "

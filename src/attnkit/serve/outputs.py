@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from attnkit.generation.batching import Scheduler
 from attnkit.generation.config import GenerationConfig
 from attnkit.generation.rows import Event, Failed, Finish, Piece, Sequence, Token
@@ -87,8 +89,12 @@ class Outputs:
         try:
             while open_:
                 try:
-                    event = await asyncio.wait_for(self.queue.get(), timeout_s)
-                except asyncio.TimeoutError:
+                    # not asyncio.wait_for: on Python 3.11 and before it returns the event
+                    # instead of raising when the request is cancelled in the step the event
+                    # comes (CPython gh-86296), and a gone client's outputs decoded on to the end
+                    with anyio.fail_after(timeout_s):
+                        event = await self.queue.get()
+                except TimeoutError:
                     raise ServeError(
                         504, f"the next token took longer than {timeout_s:g} s.", code="timeout"
                     ) from None
@@ -121,8 +127,9 @@ class Outputs:
                     out.completion_tokens = event.completion_tokens
 
         try:
-            await asyncio.wait_for(gather(), timeout_s)
-        except asyncio.TimeoutError:
+            with anyio.fail_after(timeout_s):
+                await gather()
+        except TimeoutError:
             raise ServeError(
                 504, f"the result took longer than {timeout_s:g} s.", code="timeout"
             ) from None

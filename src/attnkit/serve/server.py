@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, Request
 
 from attnkit.checks import with_article
@@ -232,8 +233,9 @@ class Server:
             waiting = asyncio.gather(*(batcher.submit(key, item) for item in items))
         timeout = self.settings.timeout_s
         try:
-            return await asyncio.wait_for(waiting, timeout)
-        except asyncio.TimeoutError:
+            with anyio.fail_after(timeout):
+                return await waiting
+        except TimeoutError:
             raise ServeError(
                 504, f"the result took longer than {timeout:g} s.", code="timeout"
             ) from None

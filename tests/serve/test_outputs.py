@@ -1,0 +1,53 @@
+"""A request's outputs as the event loop sees them: a cancel is never lost."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from attnkit.generation import GenerationConfig
+from attnkit.generation.rows import Finish, Piece, Sequence
+from attnkit.serve.outputs import Outputs
+from attnkit.serve.runs import Served
+
+
+class Holding:
+    """A scheduler that only keeps the outputs it is given: the test plays its events."""
+
+    def add(self, sequences: list[Sequence]) -> None:
+        self.sequences = sequences
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_cancel_that_comes_with_an_event_stops_the_request(
+    served: list[Served], stream: bool
+) -> None:
+    """The client goes in the very step a token comes: the request must still end, cancelled,
+    and its outputs leave the batch. (`asyncio.wait_for` on Python 3.11 returned the token and
+    dropped the cancel, CPython gh-86296, and the request decoded on to its end.)"""
+
+    async def main() -> None:
+        scheduler = Holding()
+        outputs = Outputs(scheduler, served[0], [[1, 2]], GenerationConfig(max_new_tokens=4))
+
+        async def read() -> None:
+            if stream:
+                async for _ in outputs.events(timeout_s=10):
+                    pass
+            else:
+                await outputs.collect(timeout_s=10)
+
+        task = asyncio.ensure_future(read())
+        for _ in range(5):  # the request is waiting for its first token
+            await asyncio.sleep(0)
+        outputs.queue.put_nowait(Piece(0, "a", []))
+        task.cancel()  # in the same step as the token
+        for _ in range(5):
+            await asyncio.sleep(0)
+        outputs.queue.put_nowait(Finish(0, "length", 2, 1))  # what a lost cancel would wait for
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 5)
+        assert all(sequence.cancelled for sequence in scheduler.sequences)
+
+    asyncio.run(main())
