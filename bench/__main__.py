@@ -83,6 +83,9 @@ BENCHMARKS = {
         "bench.claims",
         "the study notes' claims, 3 seeds: d_ff 1x-8x, learned vs sinusoidal, interpolation",
     ),
+    "reward-scores": Benchmark(
+        "bench.reward_scores", "a reward model's mean score of runs' greedy translations (RLHF)"
+    ),
     "segment-recurrence": Benchmark(
         "bench.segment_recurrence",
         "Transformer-XL's segment recurrence vs a sliding window: validation loss, equal compute",
