@@ -1,5 +1,7 @@
-"""A reward model's mean score of several runs' greedy translations: what a PPO run records as
-`val_reward`, for runs that were not tuned by PPO too (the supervised model, DPO, REINFORCE).
+"""A reward model's mean score of runs' greedy translations, the val_reward of PPO for any run.
+
+What a PPO run records as `val_reward`, for runs that were not tuned by PPO too (the
+supervised model, DPO, REINFORCE).
 
     python -m bench reward-scores --reward-model runs/rlhf/reward_model \\
         --pairs runs/rlhf/pairs runs/rlhf/supervised_s0 runs/rlhf/dpo_s0 runs/rlhf/ppo_s0
@@ -57,8 +59,8 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer = run_tokenizer(config, ())
         policy = run_model(config, tokenizer)
         ppo = PPOTrainer(policy, reward_model, config.ppo, lr=config.train.lr)
-        shaped = ppo.encoder_decoder  # a decoder reads prompt and answer in one context
-        room = policy.config.max_len - (0 if shaped else config.ppo.max_new_tokens)
+        shaped = ppo.encoder_decoder  # else prompt and answer share the decoder's context
+        room = policy.config.max_len - (0 if shaped else ppo.max_new_tokens)
         prompts = prompt_ids(
             config, tokenizer, config.data.valid_split, shaped, min(room, config.data.max_len)
         )

@@ -23,7 +23,6 @@ A /v1 request whose client goes away before its answer begins is cancelled there
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import re
@@ -130,11 +129,12 @@ class Guard:
             if watcher.cancelled():  # the answer has begun: the app sends it whole
                 await app
         finally:
+            watcher.cancel()
             if not app.done():  # the client has gone (or the server is stopping us)
                 app.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await app
-            watcher.cancel()
+                # waits for its end without raising its CancelledError, so that a cancel of
+                # this task itself (the server stopping) still goes through
+                await asyncio.wait({app})
         if app.cancelled():
             return True
         app.result()  # the app's own failure, raised here as it was before

@@ -89,7 +89,7 @@ class Outputs:
         try:
             while open_:
                 try:
-                    # not asyncio.wait_for: on Python 3.11 and before it returns the event
+                    # not asyncio.wait_for: on Python 3.10 and 3.11 it returns the event
                     # instead of raising when the request is cancelled in the step the event
                     # comes (CPython gh-86296), and a gone client's outputs decoded on to the end
                     with anyio.fail_after(timeout_s):
