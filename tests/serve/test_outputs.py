@@ -1,4 +1,4 @@
-"""A request's outputs as the event loop sees them: a cancel is never lost."""
+"""A request's outputs and its batch work, as the event loop sees them: a cancel is never lost."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from attnkit.generation import GenerationConfig
 from attnkit.generation.rows import Piece, Sequence
+from attnkit.serve.app import create_app
 from attnkit.serve.outputs import Outputs
 from attnkit.serve.runs import Served
 
@@ -50,3 +51,31 @@ def test_a_cancel_that_comes_with_an_event_stops_the_request(
         assert all(sequence.cancelled for sequence in scheduler.sequences)  # they leave the batch
 
     asyncio.run(main())
+
+
+def test_a_cancel_that_comes_with_a_batch_result_stops_the_request(served: list[Served]) -> None:
+    """The same for work the batcher runs (embeddings, a translation's beam): the client goes in
+    the step its result comes, and the request still ends cancelled, at once."""
+    server = create_app(served).state.server
+    real = server.batcher
+
+    class Answering:  # a batcher whose results the test plays
+        def submit(self, key: object, item: object) -> asyncio.Future:
+            self.result = asyncio.get_running_loop().create_future()
+            return self.result
+
+    async def main() -> None:
+        server.batcher = batcher = Answering()
+        task = asyncio.ensure_future(server.run(("work",), ["item"]))
+        for _ in range(5):  # the request is waiting for its result
+            await asyncio.sleep(0)
+        batcher.result.set_result("done")
+        await asyncio.sleep(0)  # the results are gathered in this step ...
+        task.cancel()  # ... and the client goes in it
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert task.cancelled()
+
+    asyncio.run(main())
+    server.batcher = real
+    server.close()
