@@ -22,6 +22,7 @@ from attnkit.train.decoding_metrics import error_rate_metric
 from attnkit.train.run_config import EvalSection, RunConfig, TrainSection
 from attnkit.train.scheduled_sampling import ScheduledSampling
 from attnkit.train.tasks import BUILDERS, RUNNERS, build_task, train_transformer
+from attnkit.train.tasks import train as train_run
 from attnkit.train.validate import validate
 from tests.helpers import (
     TINY_MODEL,
@@ -458,3 +459,15 @@ def test_span_corruption_pre_trains_what_translation_fine_tunes(tmp_path):
     for name, value in tuned.model.state_dict().items():
         assert torch.equal(value, weights[name]), name
     assert tuned.tokenizer.fingerprint == tokenizer.fingerprint  # the sentinels come along
+
+
+@pytest.mark.parametrize("task", sorted(RUNNERS))
+def test_every_task_runs_on_train_threads(task, monkeypatch):
+    """`train.threads` holds for the tasks that run outside the Trainer too (PPO sampled on every
+    core while the config said 1)."""
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    monkeypatch.setitem(RUNNERS, task, lambda config, **_: calls.append("ran"))
+    config = RunConfig.from_dict({"data": {"task": task}, "train": {"threads": 3}})
+    train_run(config)
+    assert calls == [3, "ran"]

@@ -143,7 +143,8 @@ class TrainSection:
         gradient scaler; `auto` is bf16 where the CPU or GPU multiplies
         bfloat16 in hardware (AVX512-BF16, AMX), else fp32.
     compile: wrap the model in `torch.compile` (checkpoints stay plain).
-    threads: torch threads for training; 0 leaves torch's default (one per core).
+    threads: torch threads for training, in every task (PPO and sampled pairs too); 0 leaves
+        torch's default (one per core).
     log_every: steps between the training records of metrics.jsonl (and their log lines).
     save_every: steps between checkpoints (the last step always saves).
     keep_last, average_last: step checkpoints kept on disk; `average_last` of them are

@@ -131,6 +131,8 @@ def train(
     of_type("config", config, RunConfig, "read one with RunConfig.load(path) or from_dict(...)")
     if overwrite:
         _clear_for_new_run(config, resume)
+    if config.train.threads:  # every task's torch work, not only the Trainer's (PPO, pairs)
+        torch.set_num_threads(config.train.threads)
     runner = RUNNERS[config.data.task]
     return runner(config, resume=resume, callbacks=callbacks, resume_command=resume_command)
 
