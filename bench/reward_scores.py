@@ -7,7 +7,7 @@ supervised model, DPO, REINFORCE).
         --pairs runs/rlhf/pairs runs/rlhf/supervised_s0 runs/rlhf/dpo_s0 runs/rlhf/ppo_s0
 
 The prompts are the first --prompts distinct sources of the pairs folder's validation split
-(`val.jsonl`), as the `ppo` task reads them (`attnkit.train.ppo_prompts.prompt_ids`), with the
+(`val.jsonl`), as the `ppo` task reads them (`PPOTrainer.prompts`), with the
 `multi30k_de_en_ppo` recipe's settings; each run answers them greedily, at most 64 new tokens,
 and the reward model scores the answers
 (`PPOTrainer.greedy_reward`). A run scored here that is a PPO run's last weights gives that
@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 
 from attnkit import recipes
-from attnkit.train.ppo_prompts import prompt_ids
 from attnkit.train.ppo_task import PPOTrainer
 from attnkit.train.reward_model import load_reward_model
 from attnkit.train.run_config import RunConfig
@@ -59,11 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer = run_tokenizer(config, ())
         policy = run_model(config, tokenizer)
         ppo = PPOTrainer(policy, reward_model, config.ppo, lr=config.train.lr)
-        shaped = ppo.encoder_decoder  # else prompt and answer share the decoder's context
-        room = policy.config.max_len - (0 if shaped else ppo.max_new_tokens)
-        prompts = prompt_ids(
-            config, tokenizer, config.data.valid_split, shaped, min(room, config.data.max_len)
-        )
+        prompts = ppo.prompts(config, tokenizer, config.data.valid_split)
         scores[str(run)] = ppo.greedy_reward(prompts[: args.prompts])
         print(f"{run}: {scores[str(run)]:.4f}", flush=True)
     if args.out is not None:

@@ -76,6 +76,8 @@ def test_a_cancel_that_comes_with_a_batch_result_stops_the_request(served: list[
             await asyncio.sleep(0)
         assert task.cancelled()
 
-    asyncio.run(main())
-    server.batcher = real
-    server.close()
+    try:
+        asyncio.run(main())
+    finally:  # the real batcher back, so that close() stops its thread
+        server.batcher = real
+        server.close()

@@ -44,6 +44,7 @@ from attnkit.generation.state import evaluating
 from attnkit.models import TransformerModel
 from attnkit.nn.lora import has_lora
 from attnkit.run import RunFolder
+from attnkit.tokenizer import Tokenizer
 from attnkit.train import lock, new_run, ppo_checkpoint
 from attnkit.train.ppo import (
     PPOSection,
@@ -157,6 +158,13 @@ class PPOTrainer:
         reads <s> response </s>)."""
         room = self.policy.config.max_len - (2 if self.encoder_decoder else 0)
         return min(self.section.max_new_tokens, room)
+
+    def prompts(self, config: RunConfig, tokenizer: Tokenizer, split: str) -> list[Ids]:
+        """The split's prompts of the pairs folder, as ids, skipping those that leave no room
+        for an answer (a decoder-only policy reads prompt and answer in one max_len)."""
+        room = self.policy.config.max_len - (0 if self.encoder_decoder else self.max_new_tokens)
+        room = min(room, config.data.max_len)
+        return prompt_ids(config, tokenizer, split, self.encoder_decoder, room)
 
     def scores(self, prompts: Sequence[Ids], responses: Sequence[Ids]) -> Tensor:
         """The reward model's r(x, y) of each response (its EOS dropped: the model was trained
@@ -323,12 +331,8 @@ def train(
         clip_norm=c.clip_norm,
         seed=c.seed,
     )
-    encoder_decoder = ppo.encoder_decoder
-    room = policy.config.max_len if encoder_decoder else policy.config.max_len - ppo.max_new_tokens
-    room = min(room, d.max_len)
-    train_prompts = prompt_ids(config, tokenizer, d.train_split, encoder_decoder, room)
-    val_prompts = prompt_ids(config, tokenizer, d.valid_split, encoder_decoder, room)
-    val_prompts = val_prompts[: config.eval.decode_examples]
+    train_prompts = ppo.prompts(config, tokenizer, d.train_split)
+    val_prompts = ppo.prompts(config, tokenizer, d.valid_split)[: config.eval.decode_examples]
     size = min(d.batch_size, len(train_prompts))
     stopping = Stopping(c.max_minutes, resume_command)
     history: list[dict[str, Any]] = []
